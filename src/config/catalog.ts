@@ -1,0 +1,155 @@
+/**
+ * The model catalog shipped with the service (`src/config/catalog.json`, or `SWITCHYARD_CATALOG`):
+ * parsed and validated once at start-up into `CatalogModel`s with exact bigint prices.
+ */
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { type TokenPrices, usdToMicros } from "../services/money.js";
+import { ConfigError } from "./config.js";
+
+export const MODALITIES = ["text_generation", "text_embedding", "decisions"] as const;
+export type Modality = (typeof MODALITIES)[number];
+
+const price = z.union([z.number().nonnegative(), z.string()]);
+
+const llamaCppEngineSchema = z.object({
+  type: z.literal("llama_cpp"),
+  /** File name looked up in the models directory and the data-dir cache. */
+  file: z.string().min(1),
+  /** Download source, e.g. `hf:owner/repo/path.gguf`. */
+  source: z.string().min(1).optional(),
+  /** Tokens of context per sequence. */
+  context_size: z.number().int().min(16).default(2048),
+  /** `auto`: use the GGUF chat template when it has one; `none`: plain-text prompts. */
+  chat_template: z.enum(["auto", "none"]).default("auto"),
+});
+
+const catalogModelSchema = z.object({
+  id: z.string().min(1).max(512),
+  display_name: z.string().min(1),
+  provider: z.string().min(1),
+  modality: z.enum(MODALITIES),
+  context_tokens: z.number().int().positive(),
+  released: z.string().default(""),
+  architecture: z.string().default("custom"),
+  platform_status: z.enum(["available", "coming_soon", "deprecated"]).default("available"),
+  deprecated: z.string().default(""),
+  pricing: z.object({
+    input_per_million_usd: price,
+    output_per_million_usd: price,
+    cached_input_per_million_usd: price.optional(),
+  }),
+  capabilities: z
+    .object({
+      tools: z.boolean().default(false),
+      image_input: z.boolean().default(false),
+      pdf_input: z.boolean().default(false),
+      thinking: z.boolean().default(false),
+      dimensions: z.number().int().positive().optional(),
+    })
+    .default({ tools: false, image_input: false, pdf_input: false, thinking: false }),
+  engine: llamaCppEngineSchema,
+});
+
+const catalogSchema = z.object({
+  default_model: z.string().min(1),
+  models: z.array(catalogModelSchema).min(1),
+});
+
+export type LlamaCppEngineSpec = z.infer<typeof llamaCppEngineSchema>;
+export type EngineSpec = LlamaCppEngineSpec;
+
+/** One catalog model as the rest of the service sees it. */
+export interface CatalogModel {
+  id: string;
+  displayName: string;
+  provider: string;
+  modality: Modality;
+  contextTokens: number;
+  released: string;
+  architecture: string;
+  platformStatus: "available" | "coming_soon" | "deprecated";
+  deprecated: string;
+  prices: TokenPrices;
+  capabilities: {
+    tools: boolean;
+    imageInput: boolean;
+    pdfInput: boolean;
+    thinking: boolean;
+    dimensions: number | null;
+  };
+  engine: EngineSpec;
+  /** Unix seconds; the catalog release date, used as the OpenAI `created` field. */
+  created: number;
+}
+
+export interface Catalog {
+  defaultModel: string;
+  models: CatalogModel[];
+}
+
+/**
+ * Reads and validates the catalog file.
+ * @throws ConfigError naming the file and the first invalid entries.
+ */
+export function loadCatalog(file: string): Catalog {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(file, "utf8"));
+  } catch (err) {
+    throw new ConfigError(`cannot read model catalog ${file} (SWITCHYARD_CATALOG): ${(err as Error).message}`);
+  }
+  const parsed = catalogSchema.safeParse(json);
+  if (!parsed.success) {
+    const detail = parsed.error.issues
+      .slice(0, 5)
+      .map((i) => `${i.path.join(".")}: ${i.message}`)
+      .join("; ");
+    throw new ConfigError(`invalid model catalog ${file}: ${detail}`);
+  }
+  const models = parsed.data.models.map((m): CatalogModel => {
+    const input = usdToMicros(m.pricing.input_per_million_usd);
+    return {
+      id: m.id,
+      displayName: m.display_name,
+      provider: m.provider,
+      modality: m.modality,
+      contextTokens: m.context_tokens,
+      released: m.released,
+      architecture: m.architecture,
+      platformStatus: m.platform_status,
+      deprecated: m.deprecated,
+      prices: {
+        inputPerMillionMicros: input,
+        outputPerMillionMicros: usdToMicros(m.pricing.output_per_million_usd),
+        cachedInputPerMillionMicros:
+          m.pricing.cached_input_per_million_usd === undefined
+            ? input
+            : usdToMicros(m.pricing.cached_input_per_million_usd),
+      },
+      capabilities: {
+        tools: m.capabilities.tools,
+        imageInput: m.capabilities.image_input,
+        pdfInput: m.capabilities.pdf_input,
+        thinking: m.capabilities.thinking,
+        dimensions: m.capabilities.dimensions ?? null,
+      },
+      engine: m.engine,
+      created: releasedToUnix(m.released),
+    };
+  });
+  const ids = new Set<string>();
+  for (const m of models) {
+    if (ids.has(m.id)) throw new ConfigError(`invalid model catalog ${file}: duplicate model id ${m.id}`);
+    ids.add(m.id);
+  }
+  if (!ids.has(parsed.data.default_model)) {
+    throw new ConfigError(`invalid model catalog ${file}: default_model ${parsed.data.default_model} is not listed`);
+  }
+  return { defaultModel: parsed.data.default_model, models };
+}
+
+function releasedToUnix(released: string): number {
+  const ms = Date.parse(released);
+  return Number.isNaN(ms) ? 0 : Math.floor(ms / 1000);
+}

@@ -1,0 +1,147 @@
+/**
+ * Configuration: read once from the environment and an optional JSON config file, validated with
+ * zod, with documented defaults (README "Configuration"). Environment variables win over the file.
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { z } from "zod";
+
+/** Absolute path of the package root (the folder holding package.json), from src/ or dist/. */
+export const packageRoot: string = (() => {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(path.join(dir, "package.json"))) {
+    const parent = path.dirname(dir);
+    if (parent === dir) throw new Error("package.json not found above " + fileURLToPath(import.meta.url));
+    dir = parent;
+  }
+  return dir;
+})();
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** The validated configuration every component receives. Units are in the names (ms, micros). */
+export const configSchema = z.object({
+  /** HTTP port; 0 picks a free one (tests). */
+  port: intFromEnv(0, 65535).default(8080),
+  /** Interface to bind. */
+  host: z.string().min(1).default("0.0.0.0"),
+  /** Public base URL used to build absolute links; defaults to http://localhost:PORT. */
+  publicUrl: z.string().url().optional(),
+  /** PostgreSQL URL; unset starts an embedded PostgreSQL in `<dataDir>/pg`. */
+  databaseUrl: z.string().min(1).optional(),
+  /** Folder for the embedded database, the generated JWT secret and the model cache. */
+  dataDir: z.string().min(1).default("./.data"),
+  /** Folder searched first for model files (e.g. ../shared/models). */
+  modelsDir: z.string().min(1).optional(),
+  /** HMAC secret for access tokens; generated and persisted in the data dir when unset. */
+  jwtSecret: z.string().min(32).optional(),
+  /** Access-token lifetime in seconds (DESIGN §3: 24 h). */
+  accessTokenTtlS: intFromEnv(60, 30 * 24 * 3600).default(24 * 3600),
+  /** CPU threads per embedded-engine context (1 is right for small models on 2 cores). */
+  engineThreads: intFromEnv(1, 256).default(1),
+  /** Parallel sequences per generation model (concurrent requests decoded in one batch). */
+  engineSequences: intFromEnv(1, 256).default(8),
+  /** Embedding contexts per embedding model. */
+  engineEmbeddingContexts: intFromEnv(1, 64).default(2),
+  /** Default wait for a free engine slot before answering 429, in seconds. */
+  maxQueueWaitS: intFromEnv(1, 300).default(30),
+  /** Model catalog file (JSON). */
+  catalogPath: z.string().min(1).default(path.join(packageRoot, "src/config/catalog.json")),
+  /** Free credit granted to every new team, in micro-USD (5.00 USD). */
+  signupCreditMicros: z.coerce.bigint().nonnegative().default(5_000_000n),
+  /** Largest accepted request body. */
+  bodyLimitBytes: intFromEnv(1024, 512 * 1024 * 1024).default(16 * 1024 * 1024),
+  /** Group commit: most rows per flush. */
+  groupCommitMaxRows: intFromEnv(1, 10_000).default(500),
+  /** Cache lifetime of API-key and balance lookups, in ms (also invalidated through NOTIFY). */
+  authCacheTtlMs: intFromEnv(0, 3_600_000).default(60_000),
+  logLevel: z.enum(LOG_LEVELS).default("info"),
+  /** Allow downloading missing model files from their `hf:` source. */
+  allowModelDownload: z
+    .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
+    .transform((v) => v === true || v === "true" || v === "1")
+    .default(true),
+});
+
+export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
+export type ConfigInput = z.input<typeof configSchema>;
+
+const ENV_KEYS: Record<keyof ConfigInput, string> = {
+  port: "PORT",
+  host: "HOST",
+  publicUrl: "SWITCHYARD_PUBLIC_URL",
+  databaseUrl: "DATABASE_URL",
+  dataDir: "SWITCHYARD_DATA_DIR",
+  modelsDir: "SWITCHYARD_MODELS_DIR",
+  jwtSecret: "SWITCHYARD_JWT_SECRET",
+  accessTokenTtlS: "SWITCHYARD_ACCESS_TOKEN_TTL_S",
+  engineThreads: "SWITCHYARD_ENGINE_THREADS",
+  engineSequences: "SWITCHYARD_ENGINE_SEQUENCES",
+  engineEmbeddingContexts: "SWITCHYARD_ENGINE_EMBEDDING_CONTEXTS",
+  maxQueueWaitS: "SWITCHYARD_MAX_QUEUE_WAIT_S",
+  catalogPath: "SWITCHYARD_CATALOG",
+  signupCreditMicros: "SWITCHYARD_SIGNUP_CREDIT_MICROS",
+  bodyLimitBytes: "SWITCHYARD_BODY_LIMIT_BYTES",
+  groupCommitMaxRows: "SWITCHYARD_GROUP_COMMIT_MAX_ROWS",
+  authCacheTtlMs: "SWITCHYARD_AUTH_CACHE_TTL_MS",
+  logLevel: "LOG_LEVEL",
+  allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
+};
+
+/** Thrown for configuration that cannot be used; `main` prints the message without a trace. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/**
+ * Builds the configuration from (lowest to highest precedence) defaults, the JSON file named by
+ * `SWITCHYARD_CONFIG` (or `./switchyard.config.json` when present), the environment, and
+ * `overrides` (tests). Resolves relative paths against the working directory, and generates and
+ * persists the JWT secret in `<dataDir>/jwt-secret` when none is given.
+ * @throws ConfigError naming the offending setting.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<ConfigInput> = {}): Config {
+  const raw: Record<string, unknown> = {};
+  const file = env.SWITCHYARD_CONFIG ?? (existsSync("switchyard.config.json") ? "switchyard.config.json" : undefined);
+  if (file) {
+    try {
+      Object.assign(raw, JSON.parse(readFileSync(file, "utf8")));
+    } catch (err) {
+      throw new ConfigError(`cannot read config file ${file} (SWITCHYARD_CONFIG): ${(err as Error).message}`);
+    }
+  }
+  for (const [key, name] of Object.entries(ENV_KEYS)) {
+    const value = env[name];
+    if (value !== undefined && value !== "") raw[key] = value;
+  }
+  Object.assign(raw, overrides);
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => {
+      const key = String(i.path[0] ?? "");
+      const envName = ENV_KEYS[key as keyof ConfigInput];
+      return `${envName ?? key}: ${i.message}`;
+    });
+    throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
+  }
+  const cfg = parsed.data;
+  const dataDir = path.resolve(cfg.dataDir);
+  const modelsDir = cfg.modelsDir ? path.resolve(cfg.modelsDir) : undefined;
+  const jwtSecret = cfg.jwtSecret ?? persistedSecret(dataDir);
+  const publicUrl = (cfg.publicUrl ?? `http://localhost:${cfg.port}`).replace(/\/$/, "");
+  return { ...cfg, dataDir, modelsDir, catalogPath: path.resolve(cfg.catalogPath), jwtSecret, publicUrl };
+}
+
+/** Reads `<dataDir>/jwt-secret`, creating it (256 random bits, mode 0600) on first use. */
+function persistedSecret(dataDir: string): string {
+  const file = path.join(dataDir, "jwt-secret");
+  if (existsSync(file)) return readFileSync(file, "utf8").trim();
+  mkdirSync(dataDir, { recursive: true });
+  const secret = randomBytes(32).toString("base64url");
+  writeFileSync(file, secret + "\n", { mode: 0o600, flag: "wx" });
+  return secret;
+}

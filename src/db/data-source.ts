@@ -1,0 +1,51 @@
+/**
+ * The TypeORM DataSource (PostgreSQL, `synchronize` never on) and start-up migration.
+ */
+import { DataSource } from "typeorm";
+import { entities } from "../entities/index.js";
+import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
+
+/** Migrations in the order they apply; append only. */
+export const migrations = [Initial1763769600000];
+
+/** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
+export function createDataSource(url: string, poolSize = 20): DataSource {
+  return new DataSource({
+    type: "postgres",
+    url,
+    entities,
+    migrations,
+    migrationsTableName: "migrations",
+    synchronize: false,
+    migrationsRun: false,
+    logging: false,
+    extra: { max: poolSize, application_name: "switchyard" },
+  });
+}
+
+/** Advisory-lock key that serialises migrations across processes sharing one database. */
+const MIGRATION_LOCK = 7_240_611;
+
+/**
+ * Initialises the DataSource and applies pending migrations (each in its own transaction), holding
+ * a PostgreSQL advisory lock so that several processes starting at once migrate one at a time.
+ * @throws the driver's error when the database is unreachable or a migration fails.
+ */
+export async function openDatabase(url: string, poolSize = 20): Promise<DataSource> {
+  // The lock holds one connection while the migrations run on another.
+  const ds = createDataSource(url, Math.max(2, poolSize));
+  await ds.initialize();
+  const lock = ds.createQueryRunner();
+  try {
+    await lock.connect();
+    await lock.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+    await ds.runMigrations({ transaction: "each" });
+  } catch (err) {
+    await lock.release();
+    await ds.destroy();
+    throw err;
+  }
+  await lock.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
+  await lock.release();
+  return ds;
+}

@@ -1,0 +1,93 @@
+/**
+ * The engine interface every inference backend implements (DESIGN §1 "Engines behind one
+ * interface"): generation with token streaming and stop reasons, embeddings, token counting.
+ * Implementations live in `engines/*`; `EngineRouter` picks one per catalog model.
+ */
+import type { CatalogModel } from "../config/catalog.js";
+
+/** A chat turn with its text content already flattened. */
+export interface ChatMessage {
+  role: "system" | "developer" | "user" | "assistant" | "tool";
+  content: string;
+}
+
+/**
+ * Why generation ended: `stop` (end of turn), `stop_sequence` (a caller's stop string),
+ * `length` (max tokens or context end), `cancelled` (the caller went away).
+ */
+export type FinishReason = "stop" | "stop_sequence" | "length" | "cancelled";
+
+/** Token counts reported by the engine (real tokenizer counts). */
+export interface EngineUsage {
+  promptTokens: number;
+  completionTokens: number;
+  /** Prompt tokens served from a reused prefix (KV cache); ⊆ promptTokens. */
+  cachedPromptTokens: number;
+}
+
+export interface GenerateRequest {
+  model: CatalogModel;
+  messages: ChatMessage[];
+  /** Upper bound on completion tokens; undefined = until end of turn or context end. */
+  maxTokens?: number;
+  /** 0–2; 0 is greedy. */
+  temperature?: number;
+  /** 0–1. */
+  topP?: number;
+  topK?: number;
+  seed?: number;
+  stop?: string[];
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+  /** Aborts generation: the result comes back with `finishReason: "cancelled"` and partial text. */
+  signal?: AbortSignal;
+  /** Called once generation starts (slot acquired, prompt counted), before any `onText`. */
+  onStart?: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+  /** Receives text as it is generated (streaming). */
+  onText?: (delta: string) => void;
+  /** Longest wait for a free slot, in ms, before `AppError(RateLimited)`. */
+  maxQueueWaitMs: number;
+}
+
+export interface GenerateResult {
+  text: string;
+  finishReason: FinishReason;
+  /** The stop string that ended generation, for `stop_sequence`. */
+  stopSequence: string | null;
+  usage: EngineUsage;
+  /** Time spent generating (after the slot was acquired), in ms. */
+  engineMs: number;
+  /** Time spent waiting for a slot, in ms. */
+  queueMs: number;
+}
+
+export interface EmbedRequest {
+  model: CatalogModel;
+  /** Text inputs, or pre-tokenised inputs (token id arrays). */
+  inputs: Array<string | number[]>;
+  signal?: AbortSignal;
+  maxQueueWaitMs: number;
+}
+
+export interface EmbedResult {
+  /** One vector per input, in input order, at the model's native width. */
+  vectors: number[][];
+  promptTokens: number;
+  engineMs: number;
+  queueMs: number;
+}
+
+/** An inference backend. Errors: `AppError` with RateLimited (no slot in time), InvalidRequest
+ * (input does not fit the model), EngineUnavailable/EngineFailure (backend trouble). */
+export interface InferenceEngine {
+  /** Loads what `model` needs (files, contexts); idempotent. */
+  load(model: CatalogModel): Promise<void>;
+  /** True once `load(model)` has finished. */
+  isLoaded(model: CatalogModel): boolean;
+  generate(request: GenerateRequest): Promise<GenerateResult>;
+  embed(request: EmbedRequest): Promise<EmbedResult>;
+  /** Number of tokens `text` takes for `model` (no BOS). */
+  countTokens(model: CatalogModel, text: string): Promise<number>;
+  /** Releases every model and context. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,401 @@
+/**
+ * The embedded engine: node-llama-cpp on CPU (DESIGN §1, §2). One `LlamaModel` per GGUF file;
+ * per generation model one context with N parallel sequences (node-llama-cpp decodes concurrent
+ * sequences in one batch), handed out through a `SlotPool`, so concurrent requests neither share
+ * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
+ * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
+ * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
+ */
+import type {
+  ChatHistoryItem,
+  Llama,
+  LlamaContext,
+  LlamaContextSequence,
+  LlamaEmbeddingContext,
+  LlamaModel,
+  LlamaText,
+  Token,
+} from "node-llama-cpp";
+import type * as NodeLlamaCppModule from "node-llama-cpp";
+import type { Logger } from "pino";
+import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
+import { AppError, ErrorCode } from "../../../services/errors.js";
+import type {
+  ChatMessage,
+  EmbedRequest,
+  EmbedResult,
+  FinishReason,
+  GenerateRequest,
+  GenerateResult,
+  InferenceEngine,
+} from "../../engine.js";
+import { SlotPool } from "../../slot-pool.js";
+import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
+
+/** The node-llama-cpp module (an ES module loaded on first use). */
+type NodeLlamaCpp = typeof NodeLlamaCppModule;
+
+export interface LlamaCppEngineOptions extends ModelFileSettings {
+  /** CPU threads per context (1 for small models on few cores). */
+  threads: number;
+  /** Parallel sequences per generation model. */
+  sequences: number;
+  /** Embedding contexts per embedding model. */
+  embeddingContexts: number;
+  logger: Logger;
+}
+
+interface Prompt {
+  /** Prompt tokens without the BOS token the completion prepends. */
+  tokens: Token[];
+  /** Stop triggers from the chat template (end of turn). */
+  templateStops: LlamaText[];
+}
+
+interface GenerationRuntime {
+  kind: "generation";
+  model: LlamaModel;
+  context: LlamaContext;
+  pool: SlotPool<LlamaContextSequence>;
+  contextSize: number;
+  bosCount: number;
+  formatPrompt: (messages: ChatMessage[]) => Prompt;
+}
+
+interface EmbeddingRuntime {
+  kind: "embedding";
+  model: LlamaModel;
+  pool: SlotPool<LlamaEmbeddingContext>;
+  contexts: LlamaEmbeddingContext[];
+  contextSize: number;
+  vocabularySize: number;
+}
+
+type Runtime = GenerationRuntime | EmbeddingRuntime;
+
+export class LlamaCppEngine implements InferenceEngine {
+  private lib?: NodeLlamaCpp;
+  private llama?: Promise<Llama>;
+  private readonly files = new Map<string, Promise<LlamaModel>>();
+  private readonly runtimes = new Map<string, Promise<Runtime>>();
+  private readonly loaded = new Set<string>();
+
+  constructor(private readonly opts: LlamaCppEngineOptions) {}
+
+  isLoaded(model: CatalogModel): boolean {
+    return this.loaded.has(model.id);
+  }
+
+  async load(model: CatalogModel): Promise<void> {
+    await this.runtime(model);
+  }
+
+  /**
+   * Generates a completion for `req.messages`.
+   * @throws AppError InvalidRequest when prompt + max tokens exceed the context; RateLimited when
+   *   no sequence frees up within `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
+   */
+  async generate(req: GenerateRequest): Promise<GenerateResult> {
+    const rt = await this.runtime(req.model);
+    if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+    const prompt = rt.formatPrompt(req.messages);
+    const promptTokens = prompt.tokens.length + rt.bosCount;
+    const budget = rt.contextSize - promptTokens;
+    if (budget < 1 || (req.maxTokens !== undefined && req.maxTokens > budget)) {
+      throw AppError.invalid(
+        `This model's context is ${rt.contextSize} tokens; the prompt takes ${promptTokens}` +
+          (req.maxTokens !== undefined ? ` and ${req.maxTokens} were asked for the completion` : ""),
+        [{ field: "messages", message: "context_length_exceeded" }],
+      );
+    }
+    const queued = performance.now();
+    const seq = await rt.pool.acquire(
+      req.maxQueueWaitMs,
+      (free) => longestPrefix(free, prompt.tokens, rt.bosCount),
+      req.signal,
+    );
+    const started = performance.now();
+    let completionTokens = 0;
+    // Reused KV prefix; a shared BOS alone is not reported as a cache hit.
+    const reused = Math.min(commonPrefix(seq.contextTokens, prompt.tokens, rt.bosCount), promptTokens - 1);
+    const cachedPromptTokens = reused > rt.bosCount ? reused : 0;
+    const completion = new this.lib!.LlamaCompletion({ contextSequence: seq });
+    try {
+      req.onStart?.({ promptTokens, cachedPromptTokens });
+      const penalties = req.frequencyPenalty || req.presencePenalty;
+      const result = await completion.generateCompletionWithMeta(prompt.tokens, {
+        maxTokens: req.maxTokens ?? budget,
+        temperature: req.temperature ?? 1,
+        topP: req.topP,
+        topK: req.topK,
+        seed: req.seed,
+        signal: req.signal,
+        stopOnAbortSignal: true,
+        disableContextShift: true,
+        repeatPenalty: penalties
+          ? { penalty: 1, frequencyPenalty: req.frequencyPenalty, presencePenalty: req.presencePenalty }
+          : false,
+        customStopTriggers: [...(req.stop ?? []), ...prompt.templateStops],
+        onToken: (tokens) => {
+          completionTokens += tokens.length;
+        },
+        onTextChunk: req.onText,
+      });
+      let finishReason: FinishReason;
+      let stopSequence: string | null = null;
+      const meta = result.metadata;
+      switch (meta.stopReason) {
+        case "maxTokens":
+          finishReason = "length";
+          break;
+        case "abort":
+          finishReason = "cancelled";
+          break;
+        case "customStopTrigger": {
+          const trigger = meta.customStopTrigger.filter((t): t is string => typeof t === "string").join("");
+          const isUserStop = (req.stop ?? []).includes(trigger);
+          finishReason = isUserStop ? "stop_sequence" : "stop";
+          stopSequence = isUserStop ? trigger : null;
+          break;
+        }
+        default:
+          finishReason = "stop";
+      }
+      return {
+        text: result.response,
+        finishReason,
+        stopSequence,
+        usage: { promptTokens, completionTokens, cachedPromptTokens },
+        engineMs: performance.now() - started,
+        queueMs: started - queued,
+      };
+    } catch (err) {
+      if (err instanceof AppError) throw err;
+      // The sequence's state is unknown after a failure: forget its tokens before reuse.
+      await seq.clearHistory().catch(() => undefined);
+      this.opts.logger.error({ err, model: req.model.id }, "llama.cpp generation failed");
+      throw new AppError(ErrorCode.EngineFailure, "The engine failed to generate a completion");
+    } finally {
+      completion.dispose({ disposeSequence: false });
+      rt.pool.release(seq);
+    }
+  }
+
+  /**
+   * Embeds every input (mean-pooled by llama.cpp for models without their own pooling), as unit
+   * vectors (L2-normalised, like OpenAI's, so a dot product is the cosine similarity).
+   * @throws AppError InvalidRequest for inputs longer than the context; RateLimited; EngineFailure.
+   */
+  async embed(req: EmbedRequest): Promise<EmbedResult> {
+    const rt = await this.runtime(req.model);
+    if (rt.kind !== "embedding") throw AppError.invalid(`Model ${req.model.id} does not produce embeddings`);
+    const tokenised = req.inputs.map((input, i) => {
+      const tokens = typeof input === "string" ? rt.model.tokenize(input) : (input as Token[]);
+      if (tokens.length === 0)
+        throw AppError.invalid("Input is empty", [{ field: inputField(req, i), message: "empty" }]);
+      if (tokens.length > rt.contextSize) {
+        throw AppError.invalid(`Input is ${tokens.length} tokens; this model's context is ${rt.contextSize}`, [
+          { field: inputField(req, i), message: "context_length_exceeded" },
+        ]);
+      }
+      if (typeof input !== "string" && tokens.some((t) => t >= rt.vocabularySize)) {
+        throw AppError.invalid(`Token ids must be below the vocabulary size ${rt.vocabularySize}`, [
+          { field: inputField(req, i), message: "token id out of range" },
+        ]);
+      }
+      return tokens;
+    });
+    const queued = performance.now();
+    const ctx = await rt.pool.acquire(req.maxQueueWaitMs, undefined, req.signal);
+    const started = performance.now();
+    try {
+      const vectors: number[][] = [];
+      let promptTokens = 0;
+      for (const tokens of tokenised) {
+        const embedding = await ctx.getEmbeddingFor(tokens);
+        vectors.push(normalise(embedding.vector));
+        promptTokens += tokens.length;
+      }
+      return { vectors, promptTokens, engineMs: performance.now() - started, queueMs: started - queued };
+    } catch (err) {
+      if (err instanceof AppError) throw err;
+      this.opts.logger.error({ err, model: req.model.id }, "llama.cpp embedding failed");
+      throw new AppError(ErrorCode.EngineFailure, "The engine failed to compute embeddings");
+    } finally {
+      rt.pool.release(ctx);
+    }
+  }
+
+  async countTokens(model: CatalogModel, text: string): Promise<number> {
+    const rt = await this.runtime(model);
+    return rt.model.tokenize(text).length;
+  }
+
+  async close(): Promise<void> {
+    const runtimes = await Promise.allSettled(this.runtimes.values());
+    for (const r of runtimes) {
+      if (r.status !== "fulfilled") continue;
+      r.value.pool.rejectAll(new AppError(ErrorCode.EngineUnavailable, "The engine is shutting down"));
+      if (r.value.kind === "generation") await r.value.context.dispose();
+      else for (const c of r.value.contexts) await c.dispose();
+    }
+    for (const m of await Promise.allSettled(this.files.values())) {
+      if (m.status === "fulfilled") await m.value.dispose();
+    }
+    this.runtimes.clear();
+    this.files.clear();
+    this.loaded.clear();
+    if (this.llama) await (await this.llama).dispose();
+  }
+
+  private runtime(model: CatalogModel): Promise<Runtime> {
+    let rt = this.runtimes.get(model.id);
+    if (!rt) {
+      rt = this.createRuntime(model);
+      this.runtimes.set(model.id, rt);
+      rt.then(
+        () => this.loaded.add(model.id),
+        () => this.runtimes.delete(model.id),
+      );
+    }
+    return rt;
+  }
+
+  private async createRuntime(model: CatalogModel): Promise<Runtime> {
+    const spec = model.engine;
+    const llamaModel = await this.modelFile(model, spec);
+    const contextSize = Math.min(spec.context_size, llamaModel.trainContextSize);
+    if (model.modality === "text_embedding") {
+      const contexts: LlamaEmbeddingContext[] = [];
+      for (let i = 0; i < this.opts.embeddingContexts; i++) {
+        contexts.push(await llamaModel.createEmbeddingContext({ contextSize, threads: this.opts.threads }));
+      }
+      const vocabularySize = llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? Number.MAX_SAFE_INTEGER;
+      return {
+        kind: "embedding",
+        model: llamaModel,
+        contexts,
+        pool: new SlotPool(contexts),
+        contextSize,
+        vocabularySize,
+      };
+    }
+    const context = await llamaModel.createContext({
+      contextSize,
+      sequences: this.opts.sequences,
+      threads: this.opts.threads,
+    });
+    const sequences = Array.from({ length: this.opts.sequences }, () => context.getSequence());
+    const bosCount = llamaModel.tokens.shouldPrependBosToken && llamaModel.tokens.bos != null ? 1 : 0;
+    this.opts.logger.info(
+      { model: model.id, contextSize: context.contextSize, sequences: sequences.length, threads: this.opts.threads },
+      "generation model ready",
+    );
+    return {
+      kind: "generation",
+      model: llamaModel,
+      context,
+      pool: new SlotPool(sequences),
+      contextSize: context.contextSize,
+      bosCount,
+      formatPrompt: this.promptFormatter(llamaModel, spec),
+    };
+  }
+
+  /**
+   * Chat messages → prompt tokens. Models whose GGUF carries a chat template (and whose catalog
+   * entry does not say `chat_template: none`) go through node-llama-cpp's chat wrapper; others get
+   * a plain-text prompt: the message texts in order, one per line.
+   */
+  private promptFormatter(model: LlamaModel, spec: LlamaCppEngineSpec): (messages: ChatMessage[]) => Prompt {
+    const template = (model.fileInfo.metadata as { tokenizer?: { chat_template?: string } }).tokenizer?.chat_template;
+    if (spec.chat_template === "auto" && template) {
+      const wrapper = this.lib!.resolveChatWrapper(model, { fallbackToOtherWrappersOnJinjaError: true });
+      return (messages) => {
+        const history: ChatHistoryItem[] = messages.map((m): ChatHistoryItem => {
+          if (m.role === "system" || m.role === "developer") return { type: "system", text: m.content };
+          if (m.role === "assistant") return { type: "model", response: [m.content] };
+          return { type: "user", text: m.content };
+        });
+        history.push({ type: "model", response: [] });
+        const state = wrapper.generateContextState({ chatHistory: history });
+        return { tokens: state.contextText.tokenize(model.tokenizer), templateStops: state.stopGenerationTriggers };
+      };
+    }
+    return (messages) => ({
+      tokens: model.tokenize(
+        messages
+          .map((m) => m.content)
+          .filter((c) => c.length > 0)
+          .join("\n"),
+      ),
+      templateStops: [],
+    });
+  }
+
+  private modelFile(model: CatalogModel, spec: LlamaCppEngineSpec): Promise<LlamaModel> {
+    const key = spec.file;
+    let file = this.files.get(key);
+    if (!file) {
+      file = (async () => {
+        const lib = await this.library();
+        const modelPath = await resolveModelPath(model, spec, this.opts, lib);
+        const llama = await this.llamaInstance();
+        this.opts.logger.info({ model: model.id, path: modelPath }, "loading model file");
+        return llama.loadModel({ modelPath });
+      })();
+      this.files.set(key, file);
+      file.catch(() => this.files.delete(key));
+    }
+    return file;
+  }
+
+  private async library(): Promise<NodeLlamaCpp> {
+    this.lib ??= await import("node-llama-cpp");
+    return this.lib;
+  }
+
+  private llamaInstance(): Promise<Llama> {
+    this.llama ??= this.library().then((lib) =>
+      lib.getLlama({
+        gpu: false,
+        build: "never",
+        logLevel: lib.LlamaLogLevel.error,
+        logger: (level, message) => this.opts.logger.debug({ level }, message.trim()),
+      }),
+    );
+    return this.llama;
+  }
+}
+
+/** Index of the first differing token between a sequence's cached tokens and `[BOS?] + prompt`. */
+function commonPrefix(cached: readonly Token[], prompt: readonly Token[], bosCount: number): number {
+  if (cached.length === 0) return 0;
+  let i = bosCount; // the BOS token is the same for every prompt
+  while (i < cached.length && i - bosCount < prompt.length && cached[i] === prompt[i - bosCount]) i++;
+  return i;
+}
+
+function longestPrefix(free: LlamaContextSequence[], prompt: Token[], bosCount: number): LlamaContextSequence {
+  let best = free[0];
+  let bestLen = -1;
+  for (const seq of free) {
+    const len = commonPrefix(seq.contextTokens, prompt, bosCount);
+    if (len > bestLen) {
+      best = seq;
+      bestLen = len;
+    }
+  }
+  return best;
+}
+
+function normalise(vector: readonly number[]): number[] {
+  let sum = 0;
+  for (const v of vector) sum += v * v;
+  const norm = Math.sqrt(sum);
+  return norm > 0 ? vector.map((v) => v / norm) : [...vector];
+}
+
+function inputField(req: EmbedRequest, i: number): string {
+  return req.inputs.length === 1 ? "input" : `input[${i}]`;
+}

@@ -1,0 +1,106 @@
+/**
+ * A fixed set of engine slots (context sequences, embedding contexts) handed out one request at a
+ * time, with a FIFO wait queue bounded in time. Requests never share a slot, so concurrent work
+ * cannot corrupt each other's state, and N slots serve N requests at once.
+ */
+import { AppError, ErrorCode } from "../services/errors.js";
+
+interface Waiter<T> {
+  pick?: (free: T[]) => T;
+  resolve: (slot: T) => void;
+  reject: (err: unknown) => void;
+  timer: NodeJS.Timeout;
+  signal?: AbortSignal;
+  onAbort?: () => void;
+}
+
+export class SlotPool<T> {
+  private readonly free: T[];
+  private readonly waiters: Waiter<T>[] = [];
+
+  constructor(slots: T[]) {
+    this.free = [...slots];
+  }
+
+  /** Slots not in use right now. */
+  get available(): number {
+    return this.free.length;
+  }
+
+  /** Requests waiting for a slot. */
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
+  /**
+   * Takes a free slot (the one `pick` prefers, else the first), waiting up to `maxWaitMs`.
+   * @throws AppError RateLimited (429, Retry-After 1 s) when none frees up in time;
+   *   the signal's reason when `signal` aborts first.
+   */
+  acquire(maxWaitMs: number, pick?: (free: T[]) => T, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.free.length > 0 && this.waiters.length === 0) return Promise.resolve(this.take(pick));
+    return new Promise<T>((resolve, reject) => {
+      const waiter: Waiter<T> = {
+        pick,
+        resolve,
+        reject,
+        signal,
+        timer: setTimeout(() => {
+          this.drop(waiter);
+          reject(
+            new AppError(
+              ErrorCode.RateLimited,
+              `No engine capacity within ${Math.round(maxWaitMs / 1000)} s; retry later`,
+              undefined,
+              1,
+            ),
+          );
+        }, maxWaitMs),
+      };
+      if (signal) {
+        waiter.onAbort = () => {
+          this.drop(waiter);
+          reject(signal.reason);
+        };
+        signal.addEventListener("abort", waiter.onAbort, { once: true });
+      }
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Returns a slot; the oldest waiter gets it at once. */
+  release(slot: T): void {
+    this.free.push(slot);
+    const next = this.waiters.shift();
+    if (next) {
+      this.cleanup(next);
+      next.resolve(this.take(next.pick));
+    }
+  }
+
+  /** Rejects every waiter (shutdown). */
+  rejectAll(err: unknown): void {
+    for (const w of this.waiters.splice(0)) {
+      this.cleanup(w);
+      w.reject(err);
+    }
+  }
+
+  private take(pick?: (free: T[]) => T): T {
+    const chosen = pick ? pick(this.free) : this.free[0];
+    this.free.splice(this.free.indexOf(chosen), 1);
+    return chosen;
+  }
+
+  private drop(waiter: Waiter<T>): void {
+    const i = this.waiters.indexOf(waiter);
+    if (i >= 0) this.waiters.splice(i, 1);
+    this.cleanup(waiter);
+  }
+
+  private cleanup(waiter: Waiter<T>): void {
+    clearTimeout(waiter.timer);
+    if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
+  }
+}

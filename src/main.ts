@@ -1,0 +1,38 @@
+/**
+ * `npm start`: reads the configuration, starts Switchyard, and shuts it down cleanly on SIGINT or
+ * SIGTERM (in-flight metering written, engines released, embedded PostgreSQL stopped).
+ * Configuration problems print one line naming the setting, not a stack trace.
+ */
+import { ConfigError, loadConfig } from "./config/config.js";
+import { startSwitchyard } from "./server.js";
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const app = await startSwitchyard(config);
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.logger.info({ signal }, "shutting down");
+    const force = setTimeout(() => process.exit(1), 30_000);
+    force.unref();
+    app.close().then(
+      () => process.exit(0),
+      (err) => {
+        app.logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`switchyard: ${err.message}\n`);
+  } else {
+    process.stderr.write(`switchyard: failed to start: ${err instanceof Error ? err.stack : String(err)}\n`);
+  }
+  process.exit(1);
+});

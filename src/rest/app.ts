@@ -1,0 +1,97 @@
+/**
+ * The Express application: request ids and the `x-switchyard-overhead-ms` header, JSON bodies
+ * with a size limit, credentials, the two REST tables, and the error envelope for everything
+ * else. GraphQL is mounted by the server on the same app (`/graphql`).
+ */
+import { randomUUID } from "node:crypto";
+import express, { type Express, type Request, type RequestHandler, type Response } from "express";
+import type { Logger } from "pino";
+import type { CredentialService } from "../services/credential.service.js";
+import type { RequestContext } from "../services/context.js";
+import { AppError } from "../services/errors.js";
+import { controlRoutes } from "./control.routes.js";
+import { dataPlaneRoutes } from "./data-plane.routes.js";
+import type { DataPlaneDeps } from "./handlers/deps.js";
+
+export interface AppOptions {
+  deps: DataPlaneDeps;
+  credentials: CredentialService;
+  logger: Logger;
+  bodyLimitBytes: number;
+}
+
+/** The credential a request presents: `Authorization: Bearer …`, else `x-api-key`. */
+export function presentedCredential(req: Pick<Request, "get">): string | undefined {
+  const authorization = req.get("authorization");
+  if (authorization) {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    return match ? match[1] : "";
+  }
+  return req.get("x-api-key") ?? undefined;
+}
+
+/** Builds the request context; with `auth: required`, 401 unless valid credentials came. */
+async function contextFor(
+  req: Request,
+  res: Response,
+  credentials: CredentialService,
+  auth: "required" | "none",
+): Promise<RequestContext> {
+  const ctx: RequestContext = { requestId: res.locals.requestId as string };
+  if (auth === "none") return ctx;
+  const credential = presentedCredential(req);
+  if (credential === undefined) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
+  ctx.principal = await credentials.authenticate(credential);
+  if (!ctx.principal) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
+  return ctx;
+}
+
+/**
+ * Sets `x-request-id` and, when the headers go out, `x-switchyard-overhead-ms`: the time spent so
+ * far minus the engine's share (`res.locals.engineMs`). For streams the headers leave when the
+ * engine accepts, so there it is the overhead before the first token.
+ */
+const timing: RequestHandler = (req, res, next) => {
+  const started = performance.now();
+  const requestId = randomUUID();
+  res.locals.requestId = requestId;
+  res.setHeader("x-request-id", requestId);
+  const writeHead = res.writeHead;
+  res.writeHead = function patched(this: Response, ...args: unknown[]) {
+    if (!this.headersSent) {
+      const overhead = Math.max(0, performance.now() - started - ((this.locals.engineMs as number | undefined) ?? 0));
+      this.setHeader("x-switchyard-overhead-ms", overhead.toFixed(2));
+    }
+    return (writeHead as (...a: unknown[]) => Response).apply(this, args);
+  } as typeof res.writeHead;
+  next();
+};
+
+export function createApp(opts: AppOptions): Express {
+  const app = express();
+  app.disable("x-powered-by");
+  app.set("etag", false);
+  app.use(timing);
+  // Parse JSON whatever the content type says (curl -d sends form encoding by default).
+  app.use(["/v1", "/control/v1"], express.json({ limit: opts.bodyLimitBytes, type: () => true }));
+
+  for (const route of dataPlaneRoutes) {
+    app[route.method](route.path, async (req, res) => {
+      const ctx = await contextFor(req, res, opts.credentials, route.auth);
+      await route.handler(opts.deps, req, res, ctx);
+    });
+  }
+  for (const route of controlRoutes) {
+    app[route.method](route.path, async (req, res) => {
+      const ctx = await contextFor(req, res, opts.credentials, route.auth);
+      const result = await route.call(
+        opts.deps.resolvers,
+        { body: req.body, params: req.params as Record<string, string>, query: req.query as Record<string, unknown> },
+        ctx,
+      );
+      if (route.status === 204) res.status(204).end();
+      else res.status(route.status).json(result);
+    });
+  }
+  return app;
+}

@@ -1,0 +1,65 @@
+/**
+ * The control-plane REST table: every documented `/control/v1` path, mapped onto a resolver
+ * method (the same one GraphQL calls), with its success status. Input validation lives in the
+ * services behind those resolvers, so REST and GraphQL answer bad input alike.
+ */
+import type { Resolvers } from "../schema/build-schema.js";
+import type { RequestContext } from "../services/context.js";
+import type { SignupInputType, LoginInputType } from "../schema/account.types.js";
+import type { CreateApiKeyInputType } from "../schema/api-key.types.js";
+
+/** What a route receives from the HTTP request. */
+export interface RouteInput {
+  body: unknown;
+  params: Record<string, string>;
+  query: Record<string, unknown>;
+}
+
+export interface RouteSpec {
+  method: "get" | "post" | "patch" | "delete";
+  path: string;
+  /** `required`: 401 before the call when no credentials were presented. */
+  auth: "required" | "none";
+  /** Success status; 204 sends no body. */
+  status: 200 | 201 | 204;
+  call: (r: Resolvers, input: RouteInput, ctx: RequestContext) => unknown;
+}
+
+export const controlRoutes: RouteSpec[] = [
+  {
+    method: "post",
+    path: "/control/v1/auth/signup",
+    auth: "none",
+    status: 201,
+    call: (r, { body }, ctx) => r.auth.signup(body as SignupInputType, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/login",
+    auth: "none",
+    status: 200,
+    call: (r, { body }, ctx) => r.auth.login(body as LoginInputType, ctx),
+  },
+  { method: "get", path: "/control/v1/auth/me", auth: "required", status: 200, call: (r, _i, ctx) => r.auth.me(ctx) },
+  {
+    method: "get",
+    path: "/control/v1/auth/api-keys",
+    auth: "required",
+    status: 200,
+    call: (r, _i, ctx) => r.apiKeys.apiKeys(ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/api-keys",
+    auth: "required",
+    status: 201,
+    call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInputType, ctx),
+  },
+  {
+    method: "delete",
+    path: "/control/v1/auth/api-keys/:key_id",
+    auth: "required",
+    status: 204,
+    call: (r, { params }, ctx) => r.apiKeys.revokeApiKey(params.key_id, ctx),
+  },
+];

@@ -1,0 +1,53 @@
+/**
+ * The data-plane REST table: every `/v1` path this build serves and its handler. The
+ * OpenAI/Anthropic bodies are REST-native; handlers call the same services GraphQL uses.
+ */
+import type { DataPlaneHandler } from "./handlers/deps.js";
+import { createChatCompletion } from "./handlers/chat-completions.handler.js";
+import { createEmbeddings } from "./handlers/embeddings.handler.js";
+import { createMessage } from "./handlers/messages.handler.js";
+import { createResponse, getResponse } from "./handlers/responses.handler.js";
+
+export interface DataPlaneRoute {
+  method: "get" | "post" | "delete";
+  path: string;
+  /** `none`: health probes. */
+  auth: "required" | "none";
+  handler: DataPlaneHandler;
+}
+
+export const dataPlaneRoutes: DataPlaneRoute[] = [
+  { method: "get", path: "/v1/health", auth: "none", handler: (d, _q, res) => void res.json(d.health.live()) },
+  {
+    method: "get",
+    path: "/v1/health/ready",
+    auth: "none",
+    handler: async (d, _q, res) => void res.json(await d.health.ready()),
+  },
+  {
+    method: "get",
+    path: "/v1/auth/me",
+    auth: "required",
+    handler: (d, _q, res, ctx) => void res.json(d.resolvers.auth.currentUser(ctx)),
+  },
+  {
+    method: "get",
+    path: "/v1/models",
+    auth: "required",
+    handler: (d, req, res, ctx) => {
+      const data = d.resolvers.models.models(ctx);
+      // With an `anthropic-version` header the list takes Anthropic's shape (DESIGN §3 Models).
+      if (req.get("anthropic-version")) {
+        const items = data.map((m) => ({ ...m, type: "model", created_at: new Date(m.created * 1000).toISOString() }));
+        res.json({ data: items, first_id: items[0]?.id ?? null, last_id: items.at(-1)?.id ?? null, has_more: false });
+      } else {
+        res.json({ object: "list", data });
+      }
+    },
+  },
+  { method: "post", path: "/v1/responses", auth: "required", handler: createResponse },
+  { method: "get", path: "/v1/responses/:response_id", auth: "required", handler: getResponse },
+  { method: "post", path: "/v1/chat/completions", auth: "required", handler: createChatCompletion },
+  { method: "post", path: "/v1/embeddings", auth: "required", handler: createEmbeddings },
+  { method: "post", path: "/v1/messages", auth: "required", handler: createMessage },
+];

@@ -1,0 +1,53 @@
+/** `POST /v1/chat/completions` (OpenAI Chat Completions, plain and streamed). */
+import { v7 as uuidv7 } from "uuid";
+import { parseInput } from "../../services/errors.js";
+import {
+  ChatChunkWriter,
+  chatCompletion,
+  chatCompletionRequest,
+  chatMessages,
+  chatParams,
+} from "../../services/protocols/openai-chat.protocol.js";
+import type { DataPlaneHandler } from "./deps.js";
+import { assertTextOnly, respondWithGeneration } from "./generation.js";
+
+export const createChatCompletion: DataPlaneHandler = async (deps, req, res, ctx) => {
+  const body = parseInput(chatCompletionRequest, req.body);
+  const model = deps.catalog.resolve(body.model, "text_generation");
+  const { messages, unsupported } = chatMessages(body);
+  assertTextOnly(unsupported);
+  const requestId = uuidv7();
+  const createdAt = new Date();
+  const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
+  await respondWithGeneration(
+    deps,
+    res,
+    ctx,
+    {
+      requestId,
+      createdAt,
+      endpoint: "/v1/chat/completions",
+      model,
+      messages,
+      params: chatParams(body),
+      metadata: body.metadata,
+      body: req.body,
+      maxQueueWaitS: body.max_queue_wait_s,
+      render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result) }),
+    },
+    body.stream
+      ? {
+          start: () => [{ data: chunks.start() }],
+          delta: (text) => [{ data: chunks.delta(text) }],
+          finish: (result) => {
+            const usage = chunks.usage(result);
+            return [{ data: chunks.finish(result) }, ...(usage ? [{ data: usage }] : []), { data: "[DONE]" }];
+          },
+          error: (status, detail) => [
+            { data: { error: { message: detail, type: "server_error", code: status } } },
+            { data: "[DONE]" },
+          ],
+        }
+      : null,
+  );
+};

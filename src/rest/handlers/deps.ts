@@ -1,0 +1,24 @@
+/** What data-plane handlers need: services and resolvers, wired once by the server. */
+import type { Request, Response } from "express";
+import type { Resolvers } from "../../schema/build-schema.js";
+import type { RequestContext } from "../../services/context.js";
+import type { HealthService } from "../../services/health.service.js";
+import type { InferenceService } from "../../services/inference.service.js";
+import type { ModelCatalogService } from "../../services/model-catalog.service.js";
+import type { ResponsesService } from "../../services/responses.service.js";
+
+export interface DataPlaneDeps {
+  resolvers: Resolvers;
+  catalog: ModelCatalogService;
+  inference: InferenceService;
+  responses: ResponsesService;
+  health: HealthService;
+}
+
+/** A data-plane handler: writes the answer itself (JSON or SSE). */
+export type DataPlaneHandler = (
+  deps: DataPlaneDeps,
+  req: Request,
+  res: Response,
+  ctx: RequestContext,
+) => Promise<void> | void;

@@ -1,0 +1,35 @@
+/** `POST /v1/embeddings` (OpenAI Embeddings). */
+import { v7 as uuidv7 } from "uuid";
+import { AppError, parseInput } from "../../services/errors.js";
+import {
+  embeddingInputs,
+  embeddingList,
+  embeddingRequest,
+  shorten,
+} from "../../services/protocols/openai-embeddings.protocol.js";
+import type { DataPlaneHandler } from "./deps.js";
+import { abortOnClose } from "./generation.js";
+
+export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) => {
+  const body = parseInput(embeddingRequest, req.body);
+  const model = deps.catalog.resolve(body.model, "text_embedding");
+  const native = model.capabilities.dimensions;
+  if (body.dimensions != null && native !== null && body.dimensions > native) {
+    throw AppError.invalid(`dimensions must be at most ${native} for ${model.id}`, [
+      { field: "dimensions", message: `at most ${native}` },
+    ]);
+  }
+  const out = await deps.inference.embed(ctx, {
+    requestId: uuidv7(),
+    createdAt: new Date(),
+    model,
+    inputs: embeddingInputs(body),
+    metadata: body.metadata,
+    body: req.body,
+    signal: abortOnClose(res),
+  });
+  const vectors =
+    body.dimensions != null ? out.result.vectors.map((v) => shorten(v, body.dimensions!)) : out.result.vectors;
+  res.locals.engineMs = out.result.engineMs + out.result.queueMs;
+  res.json(embeddingList(model.id, vectors, body.encoding_format ?? "float", out.result.promptTokens));
+};

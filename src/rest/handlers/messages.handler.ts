@@ -1,0 +1,58 @@
+/** `POST /v1/messages` (Anthropic Messages, plain and streamed). */
+import { v7 as uuidv7 } from "uuid";
+import { parseInput } from "../../services/errors.js";
+import {
+  anthropicMessage,
+  anthropicMessages,
+  anthropicParams,
+  messageEvents,
+  messagesQuery,
+  messagesRequest,
+} from "../../services/protocols/anthropic-messages.protocol.js";
+import type { SseFrame } from "../sse.js";
+import type { DataPlaneHandler } from "./deps.js";
+import { assertTextOnly, respondWithGeneration } from "./generation.js";
+
+const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
+
+export const createMessage: DataPlaneHandler = async (deps, req, res, ctx) => {
+  parseInput(messagesQuery, req.query);
+  const body = parseInput(messagesRequest, req.body);
+  const model = deps.catalog.resolve(body.model, "text_generation");
+  const { messages, unsupported } = anthropicMessages(body);
+  assertTextOnly(unsupported);
+  const requestId = uuidv7();
+  await respondWithGeneration(
+    deps,
+    res,
+    ctx,
+    {
+      requestId,
+      createdAt: new Date(),
+      endpoint: "/v1/messages",
+      model,
+      messages,
+      params: anthropicParams(body),
+      metadata: body.metadata,
+      body: req.body,
+      maxQueueWaitS: body.max_queue_wait_s,
+      render: (result) => ({ body: anthropicMessage(requestId, model.id, result) }),
+    },
+    body.stream
+      ? {
+          start: (prompt) => frames(messageEvents.start(requestId, model.id, prompt)),
+          delta: (text) => frames([messageEvents.delta(text)]),
+          finish: (result) => frames(messageEvents.finish(result)),
+          error: (status, detail) => [
+            {
+              event: "error",
+              data: {
+                type: "error",
+                error: { type: status === 429 ? "rate_limit_error" : "api_error", message: detail },
+              },
+            },
+          ],
+        }
+      : null,
+  );
+};

@@ -1,0 +1,77 @@
+/** `POST /v1/responses` (synchronous and streamed) and `GET /v1/responses/{response_id}`. */
+import { v7 as uuidv7 } from "uuid";
+import { AppError, parseInput } from "../../services/errors.js";
+import {
+  ResponseStreamEvents,
+  answeredTier,
+  responseMessages,
+  responseObject,
+  responseParams,
+  responseRequest,
+} from "../../services/protocols/openai-responses.protocol.js";
+import type { SseFrame } from "../sse.js";
+import type { DataPlaneHandler } from "./deps.js";
+import { assertTextOnly, respondWithGeneration } from "./generation.js";
+
+const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
+
+export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
+  const body = parseInput(responseRequest, req.body);
+  if (body.background) {
+    // Background responses run on the durable job queue, which arrives with its own issue.
+    throw AppError.invalid("Background responses are not available yet; omit `background`", [
+      { field: "background", message: "not available yet" },
+    ]);
+  }
+  const model = deps.catalog.resolve(body.model, "text_generation");
+  const { messages, unsupported } = responseMessages(body);
+  assertTextOnly(unsupported);
+  const requestId = uuidv7();
+  const createdAt = new Date();
+  const tier = answeredTier(body);
+  const store = body.store !== false;
+  const events = new ResponseStreamEvents(requestId, createdAt, model.id, tier);
+  await respondWithGeneration(
+    deps,
+    res,
+    ctx,
+    {
+      requestId,
+      createdAt,
+      endpoint: "/v1/responses",
+      model,
+      messages,
+      params: responseParams(body),
+      metadata: body.metadata,
+      body: store ? req.body : null,
+      maxQueueWaitS: body.max_queue_wait_s,
+      render: (result) => {
+        const response = responseObject(requestId, createdAt, model.id, tier, result);
+        return {
+          body: response,
+          response: store
+            ? {
+                status: response.status,
+                background: false,
+                metadata: body.metadata ?? null,
+                requestJson: req.body,
+                responseJson: { ...response },
+              }
+            : undefined,
+        };
+      },
+    },
+    body.stream
+      ? {
+          start: () => frames(events.start()),
+          delta: (text) => frames(events.delta(text)),
+          finish: (_result, response) => frames(events.finish(response)),
+          error: (status, detail) => frames(events.error(detail, String(status))),
+        }
+      : null,
+  );
+};
+
+export const getResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
+  res.json(await deps.responses.get(ctx, req.params.response_id));
+};

@@ -1,0 +1,96 @@
+/**
+ * Server-sent events: opens the stream, writes `event:`/`data:` frames, and runs a generation
+ * whose protocol (OpenAI chunks, Anthropic events, Responses events) is described by an `SseDialect`.
+ * The stream opens only once the engine has accepted the request, so refusals before that (400,
+ * 402, 429) still answer as plain JSON errors with their status.
+ */
+import type { Response } from "express";
+import type { GenerateResult } from "../inference/engine.js";
+import { toEnvelope } from "./error-envelope.js";
+
+/** One SSE frame: `data` is JSON-encoded unless it is a string. */
+export interface SseFrame {
+  event?: string;
+  data: unknown;
+}
+
+/** How one protocol streams a generation. */
+export interface SseDialect<T> {
+  start(prompt: { promptTokens: number; cachedPromptTokens: number }): SseFrame[];
+  delta(text: string): SseFrame[];
+  /** After the request is metered: the closing frames. */
+  finish(result: GenerateResult, body: T): SseFrame[];
+  /** A failure after the stream opened. */
+  error(status: number, detail: string): SseFrame[];
+}
+
+export class SseWriter {
+  private open = false;
+
+  constructor(private readonly res: Response) {}
+
+  get started(): boolean {
+    return this.open;
+  }
+
+  /** Sends the 200 and the event-stream headers. */
+  begin(): void {
+    if (this.open) return;
+    this.open = true;
+    this.res.writeHead(200, {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    });
+  }
+
+  write(frames: SseFrame[]): void {
+    if (this.res.writableEnded || this.res.destroyed) return;
+    let out = "";
+    for (const f of frames) {
+      if (f.event) out += `event: ${f.event}\n`;
+      out += `data: ${typeof f.data === "string" ? f.data : JSON.stringify(f.data)}\n\n`;
+    }
+    this.res.write(out);
+  }
+
+  end(): void {
+    if (!this.res.writableEnded) this.res.end();
+  }
+}
+
+/**
+ * Runs `generate` as a stream: `start` frames when the engine accepts, `delta` frames as text
+ * arrives, `finish` frames after metering, `error` frames for a failure after the stream opened.
+ * @throws what `generate` throws before the stream opened (the caller answers with JSON).
+ */
+export async function streamGeneration<T>(
+  res: Response,
+  dialect: SseDialect<T>,
+  generate: (hooks: {
+    onStart: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+    onText: (text: string) => void;
+  }) => Promise<{ result: GenerateResult; body: T }>,
+): Promise<void> {
+  const sse = new SseWriter(res);
+  try {
+    const { result, body } = await generate({
+      onStart: (prompt) => {
+        sse.begin();
+        sse.write(dialect.start(prompt));
+      },
+      onText: (text) => {
+        if (text) sse.write(dialect.delta(text));
+      },
+    });
+    sse.begin();
+    sse.write(dialect.finish(result, body));
+    sse.end();
+  } catch (err) {
+    if (!sse.started) throw err;
+    const { status, body } = toEnvelope(err);
+    sse.write(dialect.error(status, body.detail));
+    sse.end();
+  }
+}

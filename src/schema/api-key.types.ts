@@ -1,0 +1,36 @@
+/** GraphQL types of API keys (DTO properties, camelCase GraphQL names). */
+import { Field, InputType, ObjectType } from "type-graphql";
+import type { ApiKeyDto, ApiKeyListDto, CreatedApiKeyDto } from "../services/api-key.service.js";
+
+@ObjectType("ApiKey")
+export class ApiKeyType implements ApiKeyDto {
+  @Field() id!: string;
+  @Field() name!: string;
+  @Field({ description: "The key's first 12 characters." }) prefix!: string;
+  @Field({ name: "createdAt" }) created_at!: Date;
+  @Field(() => Date, { name: "lastUsedAt", nullable: true }) last_used_at!: Date | null;
+  @Field(() => Date, { name: "expiresAt", nullable: true }) expires_at!: Date | null;
+  @Field(() => Date, { name: "revokedAt", nullable: true }) revoked_at!: Date | null;
+}
+
+@ObjectType("ApiKeyList")
+export class ApiKeyListType implements ApiKeyListDto {
+  @Field(() => [ApiKeyType]) items!: ApiKeyDto[];
+}
+
+@ObjectType("CreatedApiKey", { description: "A new key; `plaintext` is shown this once." })
+export class CreatedApiKeyType implements CreatedApiKeyDto {
+  @Field() id!: string;
+  @Field() name!: string;
+  @Field() plaintext!: string;
+  @Field() prefix!: string;
+  @Field({ name: "createdAt" }) created_at!: Date;
+  @Field(() => Date, { name: "expiresAt", nullable: true }) expires_at!: Date | null;
+}
+
+@InputType("CreateApiKeyInput")
+export class CreateApiKeyInputType {
+  @Field() name!: string;
+  @Field(() => String, { name: "expiresAt", nullable: true, description: "ISO 8601 date-time in the future." })
+  expires_at?: string | null;
+}

@@ -1,0 +1,28 @@
+/**
+ * GraphQL error mapping: an `AppError` becomes a GraphQL error whose extensions carry the same
+ * `code`, `status_code` and `extra` as the REST envelope; anything else is an opaque internal error.
+ */
+import type { GraphQLFormattedError } from "graphql";
+import { unwrapResolverError } from "@apollo/server/errors";
+import { AppError } from "../services/errors.js";
+
+export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
+  const original = unwrapResolverError(error);
+  if (original instanceof AppError) {
+    return {
+      ...formatted,
+      message: original.detail,
+      extensions: { code: original.code.toUpperCase(), status_code: original.status, extra: original.extra ?? null },
+    };
+  }
+  const code = formatted.extensions?.code;
+  if (code === "GRAPHQL_VALIDATION_FAILED" || code === "BAD_USER_INPUT" || code === "GRAPHQL_PARSE_FAILED") {
+    return { ...formatted, extensions: { ...formatted.extensions, status_code: 400 } };
+  }
+  return {
+    message: "Internal error",
+    locations: formatted.locations,
+    path: formatted.path,
+    extensions: { code: "INTERNAL", status_code: 500 },
+  };
+}

@@ -1,0 +1,224 @@
+/**
+ * The composition root (DESIGN §2 "Components and how they start"): database (embedded when
+ * `DATABASE_URL` is unset) with migrations, model catalog and engines, services, resolvers,
+ * GraphQL (HTTP and graphql-ws on `/graphql`), the REST tables, one HTTP server. `close` stops
+ * them in reverse order after in-flight metering is written.
+ */
+import "reflect-metadata";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import { ApolloServer } from "@apollo/server";
+import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
+import { expressMiddleware } from "@as-integrations/express5";
+import express from "express";
+import { GraphQLError } from "graphql";
+import { useServer } from "graphql-ws/use/ws";
+import { pino, type Logger } from "pino";
+import type { DataSource } from "typeorm";
+import { WebSocketServer } from "ws";
+import { loadCatalog } from "./config/catalog.js";
+import { type Config, packageRoot } from "./config/config.js";
+import { openDatabase } from "./db/data-source.js";
+import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
+import { EngineRouter } from "./inference/engine-router.js";
+import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
+import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
+import { AuthResolver } from "./resolvers/auth.resolver.js";
+import { ModelResolver } from "./resolvers/model.resolver.js";
+import { createApp, presentedCredential } from "./rest/app.js";
+import { errorMiddleware, notFoundHandler } from "./rest/error-envelope.js";
+import { type Resolvers, buildGraphqlSchema } from "./schema/build-schema.js";
+import { formatGraphqlError } from "./schema/error-formatter.js";
+import { AccountService } from "./services/account.service.js";
+import { ApiKeyService } from "./services/api-key.service.js";
+import { CacheBus } from "./services/cache-bus.js";
+import type { RequestContext } from "./services/context.js";
+import { CredentialService } from "./services/credential.service.js";
+import { AppError } from "./services/errors.js";
+import { HealthService } from "./services/health.service.js";
+import { InferenceService } from "./services/inference.service.js";
+import { MeteringService } from "./services/metering.service.js";
+import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { ResponsesService } from "./services/responses.service.js";
+import { TokenService } from "./services/tokens.js";
+
+export interface Switchyard {
+  /** Base URL, e.g. `http://127.0.0.1:8080`. */
+  url: string;
+  port: number;
+  config: Config;
+  logger: Logger;
+  dataSource: DataSource;
+  engines: EngineRouter;
+  catalog: ModelCatalogService;
+  metering: MeteringService;
+  /** Stops serving, writes pending metering, releases engines and the database. */
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  logger?: Logger;
+  /** Write the GraphQL schema to this file (development). */
+  emitSchemaFile?: string;
+}
+
+/**
+ * Starts every component and listens on `config.port` (0 = a free port).
+ * @throws ConfigError for unusable settings (missing model file, bad catalog); the database
+ *   driver's error when PostgreSQL is unreachable.
+ */
+export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
+  const logger = opts.logger ?? pino({ level: config.logLevel });
+  const cleanup: Array<() => Promise<void>> = [];
+  const closeAll = async () => {
+    for (const step of cleanup.splice(0).reverse()) {
+      await step().catch((err) => logger.warn({ err }, "shutdown step failed"));
+    }
+  };
+  try {
+    let databaseUrl = config.databaseUrl;
+    if (!databaseUrl) {
+      const started = Date.now();
+      const embedded: EmbeddedDatabase = await startEmbeddedPostgres({
+        dir: path.join(config.dataDir, "pg"),
+        database: "switchyard",
+        onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
+      });
+      cleanup.push(() => embedded.stop());
+      databaseUrl = embedded.url;
+      logger.info({ port: embedded.port, ms: Date.now() - started }, "embedded PostgreSQL started");
+    }
+    const ds = await openDatabase(databaseUrl);
+    cleanup.push(() => ds.destroy());
+
+    const bus = new CacheBus(databaseUrl, logger);
+    await bus.start();
+    cleanup.push(() => bus.close());
+
+    const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
+    const engines = new EngineRouter({
+      llama_cpp: new LlamaCppEngine({
+        threads: config.engineThreads,
+        sequences: config.engineSequences,
+        embeddingContexts: config.engineEmbeddingContexts,
+        modelsDir: config.modelsDir,
+        dataDir: config.dataDir,
+        allowModelDownload: config.allowModelDownload,
+        logger,
+      }),
+    });
+    cleanup.push(() => engines.close());
+    const loadStarted = Date.now();
+    await engines.loadAll(catalog.all().filter((m) => m.platformStatus !== "coming_soon"));
+    logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
+
+    const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
+    const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
+    const metering = new MeteringService(ds, bus, logger, config.groupCommitMaxRows, config.authCacheTtlMs);
+    cleanup.push(() => metering.drainAll());
+    const resolvers: Resolvers = {
+      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
+      apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
+      models: new ModelResolver(catalog),
+    };
+    const deps = {
+      resolvers,
+      catalog,
+      inference: new InferenceService(engines, metering, config.maxQueueWaitS),
+      responses: new ResponsesService(ds),
+      health: new HealthService(ds, engines, catalog),
+    };
+
+    const app = createApp({ deps, credentials, logger, bodyLimitBytes: config.bodyLimitBytes });
+    const server = http.createServer(app);
+    server.keepAliveTimeout = 65_000;
+    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false);
+
+    const contextFromCredential = async (
+      credential: string | undefined,
+      requestId: string,
+    ): Promise<RequestContext> => {
+      try {
+        return { requestId, principal: await credentials.authenticate(credential) };
+      } catch (err) {
+        if (err instanceof AppError) {
+          throw new GraphQLError(err.detail, {
+            extensions: { code: "UNAUTHENTICATED", status_code: 401, http: { status: 401 } },
+          });
+        }
+        throw err;
+      }
+    };
+
+    const wss = new WebSocketServer({ server, path: "/graphql" });
+    const wsServer = useServer(
+      {
+        schema,
+        context: async (ctx) => {
+          const params = ctx.connectionParams ?? {};
+          const raw = (params.authorization ?? params.Authorization) as string | undefined;
+          const credential = raw ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
+          return contextFromCredential(credential, crypto.randomUUID());
+        },
+      },
+      wss,
+    );
+    const apollo = new ApolloServer<RequestContext>({
+      schema,
+      formatError: formatGraphqlError,
+      introspection: true,
+      plugins: [
+        ApolloServerPluginDrainHttpServer({ httpServer: server }),
+        {
+          async serverWillStart() {
+            return {
+              async drainServer() {
+                await wsServer.dispose();
+              },
+            };
+          },
+        },
+      ],
+    });
+    await apollo.start();
+    cleanup.push(() => apollo.stop());
+    app.use(
+      "/graphql",
+      express.json({ limit: config.bodyLimitBytes }),
+      expressMiddleware(apollo, {
+        context: async ({ req, res }) =>
+          contextFromCredential(presentedCredential(req), res.locals.requestId as string),
+      }),
+    );
+    app.use(notFoundHandler);
+    app.use(errorMiddleware(logger));
+
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(config.port, config.host, () => resolve());
+    });
+    const port = (server.address() as AddressInfo).port;
+    const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+    const url = `http://${host}:${port}`;
+    logger.info({ url, graphql: `${url}/graphql` }, "Switchyard listening");
+
+    return {
+      url,
+      port,
+      config,
+      logger,
+      dataSource: ds,
+      engines,
+      catalog,
+      metering,
+      close: closeAll,
+    };
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+}
+
+/** The committed `schema.graphql` at the repository root. */
+export const SCHEMA_FILE = path.join(packageRoot, "schema.graphql");

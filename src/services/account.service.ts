@@ -1,0 +1,175 @@
+/**
+ * Accounts: signup (a new team with the signup credit grant), login, the current user
+ * (DESIGN §3 Account schemas; spec: Control plane auth, `GET /v1/auth/me`).
+ */
+import { v7 as uuidv7 } from "uuid";
+import type { DataSource } from "typeorm";
+import { z } from "zod";
+import type { TeamRole } from "../entities/user.entity.js";
+import { type RequestContext, requirePrincipal } from "./context.js";
+import { AppError, parseInput } from "./errors.js";
+import { hashPassword, verifyPassword } from "./passwords.js";
+import type { IssuedToken, TokenService } from "./tokens.js";
+
+/** UserResponse: `username` is the email, `role` the team role. */
+export interface UserDto {
+  username: string;
+  role: TeamRole;
+  id: string;
+  email: string;
+  name: string;
+  team_id: string;
+  created_at: Date;
+}
+
+/** Data-plane current user (spec: Current user). */
+export interface CurrentUserDto {
+  username: string;
+  role: TeamRole;
+}
+
+export interface LoginResultDto extends IssuedToken {
+  user: UserDto;
+}
+
+export interface SignupResultDto extends LoginResultDto {
+  message: string;
+  next_step: "login";
+}
+
+const email = z
+  .string()
+  .trim()
+  .max(320)
+  .email()
+  .transform((e) => e.toLowerCase());
+const password = z.string().min(8).max(128);
+
+export const signupInput = z.object({
+  email,
+  password,
+  name: z.string().trim().max(200).optional(),
+  invite_token: z.string().min(1).max(512).optional(),
+});
+export type SignupInput = z.input<typeof signupInput>;
+
+export const loginInput = z
+  .object({
+    username: z.string().max(320).optional(),
+    email: z.string().max(320).optional(),
+    password: z.string().max(128),
+  })
+  .refine((v) => v.username !== undefined || v.email !== undefined, {
+    message: "username or email is required",
+    path: ["username"],
+  });
+export type LoginInput = z.input<typeof loginInput>;
+
+interface UserRow {
+  id: string;
+  email: string;
+  name: string;
+  team_id: string;
+  role: TeamRole;
+  created_at: Date;
+  password_hash: string | null;
+  is_active: boolean;
+}
+
+const USER_COLUMNS = "id, email, name, team_id, role, created_at, password_hash, is_active";
+
+export class AccountService {
+  constructor(
+    private readonly ds: DataSource,
+    private readonly tokens: TokenService,
+    /** Credit granted to each new team, micro-USD. */
+    private readonly signupCreditMicros: bigint,
+  ) {}
+
+  /**
+   * Creates a user who owns a new team credited with the signup grant (one `grant` ledger row).
+   * @throws AppError 400 invalid input; 404 unknown `invite_token` (invitations arrive with teams);
+   *   409 when the email is registered (nothing is changed).
+   */
+  async signup(_ctx: RequestContext, raw: unknown): Promise<SignupResultDto> {
+    const input = parseInput(signupInput, raw);
+    if (input.invite_token !== undefined) throw AppError.notFound("Unknown or used invitation");
+    const passwordHash = await hashPassword(input.password);
+    const teamId = uuidv7();
+    const userId = uuidv7();
+    const name = input.name ?? "";
+    const teamName = `${name || input.email.split("@")[0]}'s team`;
+    try {
+      const row = await this.ds.transaction(async (em) => {
+        await em.query(`INSERT INTO teams (id, name, credit_balance_micros) VALUES ($1, $2, $3)`, [
+          teamId,
+          teamName,
+          this.signupCreditMicros.toString(),
+        ]);
+        const users: UserRow[] = await em.query(
+          `INSERT INTO users (id, email, name, password_hash, team_id, role)
+           VALUES ($1, $2, $3, $4, $5, 'owner') RETURNING ${USER_COLUMNS}`,
+          [userId, input.email, name, passwordHash, teamId],
+        );
+        if (this.signupCreditMicros > 0n) {
+          await em.query(
+            `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
+             VALUES ($1, $2, 'grant', $3, $3, $4, 'Signup credit')`,
+            [uuidv7(), teamId, this.signupCreditMicros.toString(), `signup:${teamId}`],
+          );
+        }
+        return users[0];
+      });
+      const token = await this.tokens.issue(row.id, row.team_id);
+      return { message: "Account created.", next_step: "login", user: toUserDto(row), ...token };
+    } catch (err) {
+      if ((err as { code?: string }).code === "23505") throw AppError.conflict("Email is already registered");
+      throw err;
+    }
+  }
+
+  /**
+   * Exchanges email (`username`) and password for an access token. Known and unknown emails
+   * answer alike (same status, body and argon2 work).
+   * @throws AppError 400 invalid input; 401 wrong credentials.
+   */
+  async login(_ctx: RequestContext, raw: unknown): Promise<LoginResultDto> {
+    const input = parseInput(loginInput, raw);
+    const address = (input.username ?? input.email ?? "").trim().toLowerCase();
+    const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE lower(email) = $1`, [address]);
+    const row = rows[0];
+    const ok = await verifyPassword(row?.password_hash ?? null, input.password);
+    if (!row || !ok || !row.is_active) throw AppError.unauthenticated("Incorrect email or password");
+    const token = await this.tokens.issue(row.id, row.team_id);
+    return { ...token, user: toUserDto(row) };
+  }
+
+  /**
+   * The signed-in user.
+   * @throws AppError 401 without credentials.
+   */
+  async me(ctx: RequestContext): Promise<UserDto> {
+    const principal = requirePrincipal(ctx);
+    const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE id = $1`, [principal.userId]);
+    if (!rows[0]) throw AppError.unauthenticated();
+    return toUserDto(rows[0]);
+  }
+
+  /** Data-plane `GET /v1/auth/me`: `{username, role}` straight from the (cached) principal. */
+  currentUser(ctx: RequestContext): CurrentUserDto {
+    const principal = requirePrincipal(ctx);
+    return { username: principal.email, role: principal.role };
+  }
+}
+
+function toUserDto(row: UserRow): UserDto {
+  return {
+    username: row.email,
+    role: row.role,
+    id: row.id,
+    email: row.email,
+    name: row.name,
+    team_id: row.team_id,
+    created_at: row.created_at,
+  };
+}

@@ -1,0 +1,43 @@
+/**
+ * The request context every service call takes first (`service.op(ctx, input)`): who is calling
+ * and the request's id. Built by the REST layer and the GraphQL context factory alike.
+ */
+import type { TeamRole } from "../entities/user.entity.js";
+import { AppError } from "./errors.js";
+
+/** The API key a request was made with (spec: activity `api_key_id`, `api_key_name`, `api_key_prefix`). */
+export interface ApiKeyIdentity {
+  id: string;
+  name: string;
+  prefix: string;
+}
+
+/** An authenticated caller: a user of a team, through an API key or an access token. */
+export interface Principal {
+  userId: string;
+  teamId: string;
+  role: TeamRole;
+  email: string;
+  apiKey: ApiKeyIdentity | null;
+}
+
+export interface RequestContext {
+  /** Absent on unauthenticated requests (signup, login, health). */
+  principal?: Principal;
+  /** Unique per HTTP request (also the `x-request-id` response header). */
+  requestId: string;
+}
+
+/**
+ * @returns the caller.
+ * @throws AppError 401 when the request carried no valid credentials.
+ */
+export function requirePrincipal(ctx: RequestContext): Principal {
+  if (!ctx.principal) throw AppError.unauthenticated();
+  return ctx.principal;
+}
+
+/** True for roles that manage the team (DESIGN §3 Roles: owner, admin). */
+export function isTeamAdmin(role: TeamRole): boolean {
+  return role === "owner" || role === "admin";
+}

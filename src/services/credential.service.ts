@@ -1,0 +1,158 @@
+/**
+ * Turns presented credentials into a `Principal` (DESIGN §3 Credentials): `Authorization: Bearer`
+ * with an API key (`sk_…`) or an access token, or `x-api-key`. API-key and user lookups are cached
+ * in memory (hot path) and evicted on NOTIFY when a key is revoked or a user changes.
+ */
+import { createHash } from "node:crypto";
+import type { DataSource } from "typeorm";
+import type { TeamRole } from "../entities/user.entity.js";
+import type { CacheBus } from "./cache-bus.js";
+import type { Principal } from "./context.js";
+import { AppError } from "./errors.js";
+import type { TokenService } from "./tokens.js";
+
+export const API_KEY_PREFIX = "sk_";
+
+interface CachedKey {
+  principal: Principal;
+  expiresAt: number | null;
+  revoked: boolean;
+  cachedAt: number;
+}
+
+interface CachedUser {
+  email: string;
+  teamId: string;
+  role: TeamRole;
+  isActive: boolean;
+  /** Unix seconds; tokens issued before are void. */
+  tokensValidAfterS: number;
+  cachedAt: number;
+}
+
+const MAX_CACHE = 50_000;
+
+/** SHA-256 of an API key, the only form in which keys are stored. */
+export function hashApiKey(key: string): Buffer {
+  return createHash("sha256").update(key).digest();
+}
+
+export class CredentialService {
+  private readonly keys = new Map<string, CachedKey>();
+  private readonly users = new Map<string, CachedUser>();
+
+  constructor(
+    private readonly ds: DataSource,
+    private readonly tokens: TokenService,
+    bus: CacheBus,
+    private readonly ttlMs: number,
+  ) {
+    bus.on("api_key", (hashHex) => this.keys.delete(hashHex));
+    bus.on("user", (userId) => {
+      this.users.delete(userId);
+      for (const [k, v] of this.keys) if (v.principal.userId === userId) this.keys.delete(k);
+    });
+    bus.on("*", () => {
+      this.keys.clear();
+      this.users.clear();
+    });
+  }
+
+  /**
+   * Authenticates a raw credential (the Bearer token or `x-api-key` value).
+   * @returns the caller, or undefined when no credential was presented.
+   * @throws AppError 401 for an unknown, revoked or expired key, or an invalid token.
+   */
+  async authenticate(credential: string | undefined): Promise<Principal | undefined> {
+    if (credential === undefined || credential === "") return undefined;
+    if (credential.startsWith(API_KEY_PREFIX)) return this.fromApiKey(credential);
+    return this.fromAccessToken(credential);
+  }
+
+  private async fromApiKey(key: string): Promise<Principal> {
+    const hash = hashApiKey(key);
+    const hex = hash.toString("hex");
+    const now = Date.now();
+    let entry = this.keys.get(hex);
+    if (!entry || now - entry.cachedAt > this.ttlMs) {
+      const rows: Array<{
+        id: string;
+        name: string;
+        prefix: string;
+        user_id: string;
+        team_id: string;
+        role: TeamRole;
+        email: string;
+        is_active: boolean;
+        expires_at: Date | null;
+        revoked_at: Date | null;
+      }> = await this.ds.query(
+        `SELECT k.id, k.name, k.prefix, k.user_id, k.team_id, u.role, u.email, u.is_active, k.expires_at, k.revoked_at
+           FROM api_keys k JOIN users u ON u.id = k.user_id
+          WHERE k.key_hash = $1`,
+        [hash],
+      );
+      const row = rows[0];
+      if (!row || !row.is_active) throw AppError.unauthenticated("Invalid API key");
+      entry = {
+        principal: {
+          userId: row.user_id,
+          teamId: row.team_id,
+          role: row.role,
+          email: row.email,
+          apiKey: { id: row.id, name: row.name, prefix: row.prefix },
+        },
+        expiresAt: row.expires_at ? row.expires_at.getTime() : null,
+        revoked: row.revoked_at !== null,
+        cachedAt: now,
+      };
+      if (this.keys.size >= MAX_CACHE) this.keys.clear();
+      this.keys.set(hex, entry);
+    }
+    if (entry.revoked) throw AppError.unauthenticated("API key has been revoked");
+    if (entry.expiresAt !== null && entry.expiresAt <= now) throw AppError.unauthenticated("API key has expired");
+    return entry.principal;
+  }
+
+  private async fromAccessToken(token: string): Promise<Principal> {
+    const claims = await this.tokens.verify(token);
+    if (!claims) throw AppError.unauthenticated("Invalid or expired access token");
+    const user = await this.user(claims.userId);
+    if (!user || !user.isActive || user.teamId !== claims.teamId || claims.issuedAt < user.tokensValidAfterS) {
+      throw AppError.unauthenticated("Invalid or expired access token");
+    }
+    return { userId: claims.userId, teamId: user.teamId, role: user.role, email: user.email, apiKey: null };
+  }
+
+  private async user(userId: string): Promise<CachedUser | undefined> {
+    const now = Date.now();
+    const cached = this.users.get(userId);
+    if (cached && now - cached.cachedAt <= this.ttlMs) return cached;
+    const rows: Array<{
+      email: string;
+      team_id: string;
+      role: TeamRole;
+      is_active: boolean;
+      valid_after: string | null;
+    }> = await this.ds.query(
+      `SELECT email, team_id, role, is_active,
+                CASE WHEN tokens_valid_after = '-infinity' THEN NULL
+                     ELSE extract(epoch FROM tokens_valid_after)::text END AS valid_after
+           FROM users WHERE id = $1`,
+      [userId],
+    );
+    const row = rows[0];
+    if (!row) return undefined;
+    const entry: CachedUser = {
+      email: row.email,
+      teamId: row.team_id,
+      role: row.role,
+      isActive: row.is_active,
+      tokensValidAfterS: row.valid_after === null ? -Infinity : Math.floor(Number(row.valid_after)),
+      cachedAt: now,
+    };
+    if (this.users.size >= MAX_CACHE) this.users.clear();
+    this.users.set(userId, entry);
+    return entry;
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * Domain errors. Services throw `AppError` with a code from `ErrorCode`; each transport maps the
+ * code once (REST: `rest/error-envelope.ts`, GraphQL: `schema/error-formatter.ts`).
+ * Envelope and statuses: spec "Errors" and DESIGN §3 Errors.
+ */
+import type { ZodError } from "zod";
+
+export enum ErrorCode {
+  InvalidRequest = "invalid_request",
+  Unauthenticated = "unauthenticated",
+  InsufficientCredit = "insufficient_credit",
+  Forbidden = "forbidden",
+  NotFound = "not_found",
+  Conflict = "conflict",
+  PayloadTooLarge = "payload_too_large",
+  RateLimited = "rate_limited",
+  EngineFailure = "engine_failure",
+  EngineUnavailable = "engine_unavailable",
+  EngineTimeout = "engine_timeout",
+  Internal = "internal",
+}
+
+/** HTTP status for each error code (exhaustive). */
+export function statusForCode(code: ErrorCode): number {
+  switch (code) {
+    case ErrorCode.InvalidRequest:
+      return 400;
+    case ErrorCode.Unauthenticated:
+      return 401;
+    case ErrorCode.InsufficientCredit:
+      return 402;
+    case ErrorCode.Forbidden:
+      return 403;
+    case ErrorCode.NotFound:
+      return 404;
+    case ErrorCode.Conflict:
+      return 409;
+    case ErrorCode.PayloadTooLarge:
+      return 413;
+    case ErrorCode.RateLimited:
+      return 429;
+    case ErrorCode.EngineFailure:
+      return 502;
+    case ErrorCode.EngineUnavailable:
+      return 503;
+    case ErrorCode.EngineTimeout:
+      return 504;
+    case ErrorCode.Internal:
+      return 500;
+    default:
+      return assertUnreachable(code);
+  }
+}
+
+export function assertUnreachable(value: never): never {
+  throw new Error(`unreachable: ${String(value)}`);
+}
+
+/** One offending input field, as listed in the 400 envelope's `extra`. */
+export interface FieldIssue {
+  field: string;
+  message: string;
+}
+
+/** An expected failure with a code, a short human `detail`, and optional structured `extra`. */
+export class AppError extends Error {
+  override name = "AppError";
+  constructor(
+    readonly code: ErrorCode,
+    readonly detail: string,
+    readonly extra?: unknown,
+    /** Seconds for a `Retry-After` header (429/503). */
+    readonly retryAfterS?: number,
+  ) {
+    super(detail);
+  }
+
+  get status(): number {
+    return statusForCode(this.code);
+  }
+
+  static invalid(detail: string, issues?: FieldIssue[]): AppError {
+    return new AppError(ErrorCode.InvalidRequest, detail, issues);
+  }
+  static unauthenticated(detail = "Not authenticated"): AppError {
+    return new AppError(ErrorCode.Unauthenticated, detail);
+  }
+  static forbidden(detail = "Not allowed"): AppError {
+    return new AppError(ErrorCode.Forbidden, detail);
+  }
+  static notFound(detail = "Not found"): AppError {
+    return new AppError(ErrorCode.NotFound, detail);
+  }
+  static conflict(detail: string): AppError {
+    return new AppError(ErrorCode.Conflict, detail);
+  }
+}
+
+/** Converts zod issues to the envelope's field list (`messages[0].role`, …). */
+export function zodIssues(error: ZodError, prefix = ""): FieldIssue[] {
+  return error.issues.map((issue) => ({
+    field: prefix + formatPath(issue.path),
+    message: issue.message,
+  }));
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out ? `.${String(part)}` : String(part);
+  }
+  return out || "body";
+}
+
+/**
+ * Validates `input` against a zod schema.
+ * @returns the parsed value (unknown fields stripped, defaults applied).
+ * @throws AppError 400 "Invalid request" whose `extra` lists every offending field.
+ */
+export function parseInput<T>(
+  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: ZodError } },
+  input: unknown,
+): T {
+  const result = schema.safeParse(input);
+  if (result.success) return result.data;
+  const issues = zodIssues(result.error);
+  const fields = [...new Set(issues.map((i) => i.field))].join(", ");
+  throw AppError.invalid(`Invalid request: ${fields}`, issues);
+}

@@ -1,0 +1,232 @@
+/**
+ * The core of the four create operations (spec: What the service does, 1): credit check, engine
+ * call, token usage and cost, and one metered record per request through the group commit. The
+ * protocol modules (`protocols/*`) translate OpenAI/Anthropic bodies to and from these calls.
+ */
+import { z } from "zod";
+import type { CatalogModel } from "../config/catalog.js";
+import type { EngineRouter } from "../inference/engine-router.js";
+import type { ChatMessage, EmbedResult, GenerateResult } from "../inference/engine.js";
+import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
+import { AppError, ErrorCode } from "./errors.js";
+import type { MeteringService, StoredResponse } from "./metering.service.js";
+import { costMicros } from "./money.js";
+
+/** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
+export const requestMetadata = z
+  .record(z.string(), z.unknown())
+  .superRefine((m, ctx) => {
+    if (m.stream_id !== undefined && m.stream_id !== null && !z.uuid().safeParse(m.stream_id).success) {
+      ctx.addIssue({ code: "custom", path: ["stream_id"], message: "must be a UUID" });
+    }
+    if (m.custom_id !== undefined && m.custom_id !== null && typeof m.custom_id !== "string") {
+      ctx.addIssue({ code: "custom", path: ["custom_id"], message: "must be a string" });
+    }
+  })
+  .nullish();
+
+/** `max_queue_wait_s` (DESIGN §3 Responses: 5–300 s). */
+export const maxQueueWaitS = z.number().int().min(5).max(300).nullish();
+
+/** Generation parameters after protocol translation. */
+export interface GenerationParams {
+  maxTokens?: number;
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  seed?: number;
+  stop?: string[];
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+}
+
+/** What a protocol renders from a finished generation. */
+export interface Rendered<T> {
+  /** The API object returned to the caller (and kept as the activity's `result_json`). */
+  body: T;
+  /** Set when the object must be stored as a Response (`store: true`). */
+  response?: StoredResponse;
+}
+
+export interface GenerationCall<T> {
+  /** The request id (UUIDv7): activity id, ledger source, and the base of the object's id. */
+  requestId: string;
+  createdAt: Date;
+  endpoint: string;
+  model: CatalogModel;
+  messages: ChatMessage[];
+  params: GenerationParams;
+  metadata: Record<string, unknown> | null | undefined;
+  /** The request body as received (activity `body_json`); null when it must not be kept. */
+  body: unknown;
+  maxQueueWaitS?: number | null;
+  signal?: AbortSignal;
+  onStart?: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+  onText?: (delta: string) => void;
+  render: (result: GenerateResult) => Rendered<T>;
+}
+
+export interface GenerationOutcome<T> {
+  result: GenerateResult;
+  body: T;
+  costMicros: bigint;
+}
+
+export interface EmbeddingCall {
+  requestId: string;
+  createdAt: Date;
+  model: CatalogModel;
+  inputs: Array<string | number[]>;
+  metadata: Record<string, unknown> | null | undefined;
+  body: unknown;
+  signal?: AbortSignal;
+}
+
+export interface EmbeddingOutcome {
+  result: EmbedResult;
+  costMicros: bigint;
+}
+
+export class InferenceService {
+  constructor(
+    private readonly engines: EngineRouter,
+    private readonly metering: MeteringService,
+    /** Default `max_queue_wait_s`, seconds. */
+    private readonly defaultQueueWaitS: number,
+  ) {}
+
+  /**
+   * Runs one generation and meters it. Resolves after the activity row and the charge are
+   * committed, so a delivered answer is always recorded and charged exactly once.
+   * @throws AppError 401; 402 without credit (before any engine work); 400 when the prompt does
+   *   not fit; 429 when no engine slot frees up within `max_queue_wait_s` (no charge);
+   *   502/503 on engine failure (recorded as a failed request, no charge).
+   */
+  async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
+    const principal = requirePrincipal(ctx);
+    await this.metering.assertCredit(principal.teamId);
+    let result: GenerateResult;
+    try {
+      result = await this.engines.engineFor(call.model).generate({
+        model: call.model,
+        messages: call.messages,
+        ...call.params,
+        signal: call.signal,
+        onStart: call.onStart,
+        onText: call.onText,
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+      });
+    } catch (err) {
+      await this.recordFailure(principal, call, err);
+      throw err;
+    }
+    const cost = costMicros(result.usage, call.model.prices);
+    const rendered = call.render(result);
+    await this.metering.record({
+      id: call.requestId,
+      principal,
+      type: "standalone",
+      status: result.finishReason === "cancelled" ? "cancelled" : "completed",
+      endpoint: call.endpoint,
+      model: call.model.id,
+      ...labels(call.metadata),
+      usage: result.usage,
+      costMicros: cost,
+      bodyJson: call.body,
+      resultJson: call.body === null ? null : rendered.body,
+      errorJson: null,
+      engineMs: result.engineMs,
+      createdAt: call.createdAt,
+      completedAt: new Date(),
+      response: rendered.response,
+    });
+    return { result, body: rendered.body, costMicros: cost };
+  }
+
+  /**
+   * Embeds the inputs and meters the request (prompt tokens only).
+   * @throws as `generate`.
+   */
+  async embed(ctx: RequestContext, call: EmbeddingCall): Promise<EmbeddingOutcome> {
+    const principal = requirePrincipal(ctx);
+    await this.metering.assertCredit(principal.teamId);
+    let result: EmbedResult;
+    try {
+      result = await this.engines.engineFor(call.model).embed({
+        model: call.model,
+        inputs: call.inputs,
+        signal: call.signal,
+        maxQueueWaitMs: this.defaultQueueWaitS * 1000,
+      });
+    } catch (err) {
+      await this.recordFailure(principal, { ...call, endpoint: "/v1/embeddings" }, err);
+      throw err;
+    }
+    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const cost = costMicros(usage, call.model.prices);
+    await this.metering.record({
+      id: call.requestId,
+      principal,
+      type: "standalone",
+      status: "completed",
+      endpoint: "/v1/embeddings",
+      model: call.model.id,
+      ...labels(call.metadata),
+      usage,
+      costMicros: cost,
+      bodyJson: call.body,
+      resultJson: null,
+      errorJson: null,
+      engineMs: result.engineMs,
+      createdAt: call.createdAt,
+      completedAt: new Date(),
+    });
+    return { result, costMicros: cost };
+  }
+
+  /** Engine failures are recorded as failed requests (no charge); refusals (400/429) are not. */
+  private async recordFailure(
+    principal: Principal,
+    call: {
+      requestId: string;
+      createdAt: Date;
+      endpoint: string;
+      model: CatalogModel;
+      metadata: Record<string, unknown> | null | undefined;
+      body: unknown;
+    },
+    err: unknown,
+  ): Promise<void> {
+    const code = err instanceof AppError ? err.code : ErrorCode.Internal;
+    if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited) return;
+    await this.metering
+      .record({
+        id: call.requestId,
+        principal,
+        type: "standalone",
+        status: "failed",
+        endpoint: call.endpoint,
+        model: call.model.id,
+        ...labels(call.metadata),
+        usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+        costMicros: 0n,
+        bodyJson: call.body,
+        resultJson: null,
+        errorJson: { code, message: err instanceof AppError ? err.detail : "Internal error" },
+        engineMs: null,
+        createdAt: call.createdAt,
+        completedAt: new Date(),
+      })
+      .catch(() => undefined);
+  }
+}
+
+function labels(metadata: Record<string, unknown> | null | undefined): {
+  customId: string | null;
+  streamId: string | null;
+} {
+  return {
+    customId: typeof metadata?.custom_id === "string" ? metadata.custom_id : null,
+    streamId: typeof metadata?.stream_id === "string" ? metadata.stream_id : null,
+  };
+}
