@@ -22,6 +22,9 @@ const llamaCppEngineSchema = z.object({
   context_size: z.number().int().min(16).default(2048),
   /** `auto`: use the GGUF chat template when it has one; `none`: plain-text prompts. */
   chat_template: z.enum(["auto", "none"]).default("auto"),
+  /** Token ids that also end a turn, beside the model's own end-of-generation tokens (e.g. the
+   * TinyStories models start each new story with BOS instead of emitting EOS). */
+  eog_token_ids: z.array(z.number().int().min(0)).default([]),
 });
 
 const catalogModelSchema = z.object({

@@ -30,6 +30,7 @@ import type {
   InferenceEngine,
 } from "../../engine.js";
 import { SlotPool } from "../../slot-pool.js";
+import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
 
 /** The node-llama-cpp module (an ES module loaded on first use). */
@@ -59,6 +60,8 @@ interface GenerationRuntime {
   pool: SlotPool<LlamaContextSequence>;
   contextSize: number;
   bosCount: number;
+  /** Extra end-of-turn tokens from the catalog, as llama.cpp stop triggers. */
+  endTriggers: Token[][];
   formatPrompt: (messages: ChatMessage[]) => Prompt;
 }
 
@@ -120,6 +123,17 @@ export class LlamaCppEngine implements InferenceEngine {
     const reused = Math.min(commonPrefix(seq.contextTokens, prompt.tokens, rt.bosCount), promptTokens - 1);
     const cachedPromptTokens = reused > rt.bosCount ? reused : 0;
     const completion = new this.lib!.LlamaCompletion({ contextSequence: seq });
+    // Caller stop strings are matched on the text here (exact OpenAI semantics, even inside a
+    // token); the chat template's end-of-turn triggers go to llama.cpp as stop triggers.
+    const stops = new StopSequenceFilter(req.stop ?? []);
+    const halt = new AbortController();
+    const signal = req.signal ? AbortSignal.any([req.signal, halt.signal]) : halt.signal;
+    let text = "";
+    const emit = (chunk: string) => {
+      if (!chunk) return;
+      text += chunk;
+      req.onText?.(chunk);
+    };
     try {
       req.onStart?.({ promptTokens, cachedPromptTokens });
       const penalties = req.frequencyPenalty || req.presencePenalty;
@@ -129,42 +143,35 @@ export class LlamaCppEngine implements InferenceEngine {
         topP: req.topP,
         topK: req.topK,
         seed: req.seed,
-        signal: req.signal,
+        signal,
         stopOnAbortSignal: true,
         disableContextShift: true,
         repeatPenalty: penalties
           ? { penalty: 1, frequencyPenalty: req.frequencyPenalty, presencePenalty: req.presencePenalty }
           : false,
-        customStopTriggers: [...(req.stop ?? []), ...prompt.templateStops],
+        customStopTriggers:
+          rt.endTriggers.length + prompt.templateStops.length > 0
+            ? [...rt.endTriggers, ...prompt.templateStops]
+            : undefined,
         onToken: (tokens) => {
           completionTokens += tokens.length;
         },
-        onTextChunk: req.onText,
+        onTextChunk: (chunk) => {
+          emit(stops.push(chunk));
+          if (stops.stopped) halt.abort();
+        },
       });
       let finishReason: FinishReason;
-      let stopSequence: string | null = null;
-      const meta = result.metadata;
-      switch (meta.stopReason) {
-        case "maxTokens":
-          finishReason = "length";
-          break;
-        case "abort":
-          finishReason = "cancelled";
-          break;
-        case "customStopTrigger": {
-          const trigger = meta.customStopTrigger.filter((t): t is string => typeof t === "string").join("");
-          const isUserStop = (req.stop ?? []).includes(trigger);
-          finishReason = isUserStop ? "stop_sequence" : "stop";
-          stopSequence = isUserStop ? trigger : null;
-          break;
-        }
-        default:
-          finishReason = "stop";
+      if (stops.stopped) finishReason = "stop_sequence";
+      else {
+        emit(stops.end());
+        const reason = result.metadata.stopReason;
+        finishReason = reason === "maxTokens" ? "length" : reason === "abort" ? "cancelled" : "stop";
       }
       return {
-        text: result.response,
+        text,
         finishReason,
-        stopSequence,
+        stopSequence: stops.matched,
         usage: { promptTokens, completionTokens, cachedPromptTokens },
         engineMs: performance.now() - started,
         queueMs: started - queued,
@@ -298,6 +305,7 @@ export class LlamaCppEngine implements InferenceEngine {
       pool: new SlotPool(sequences),
       contextSize: context.contextSize,
       bosCount,
+      endTriggers: spec.eog_token_ids.map((id) => [id as Token]),
       formatPrompt: this.promptFormatter(llamaModel, spec),
     };
   }

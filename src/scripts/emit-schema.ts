@@ -1,0 +1,46 @@
+/**
+ * `npm run schema`: builds the GraphQL schema from the resolver classes and writes the committed
+ * `schema.graphql` at the repository root, so schema changes show in review
+ * (test/graphql.test.ts fails while the committed copy is stale).
+ */
+import "reflect-metadata";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { GraphQLSchema } from "graphql";
+import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
+import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { ModelResolver } from "../resolvers/model.resolver.js";
+import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
+import { SCHEMA_FILE } from "../server.js";
+import type { AccountService } from "../services/account.service.js";
+import type { ApiKeyService } from "../services/api-key.service.js";
+import type { ModelCatalogService } from "../services/model-catalog.service.js";
+
+/**
+ * Resolver instances good enough to build the schema: building never calls a service, so each
+ * resolver gets a placeholder that must not be used to answer requests.
+ */
+export function placeholderResolvers(): Resolvers {
+  return {
+    auth: new AuthResolver(undefined as unknown as AccountService),
+    apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
+    models: new ModelResolver(undefined as unknown as ModelCatalogService),
+  };
+}
+
+/** Builds the schema; with `file`, type-graphql writes it there (sorted, with its header). */
+export function buildSchemaForEmit(file: string | false = false): Promise<GraphQLSchema> {
+  return buildGraphqlSchema(placeholderResolvers(), file);
+}
+
+const invokedDirectly =
+  process.argv[1] !== undefined && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url);
+if (invokedDirectly) {
+  buildSchemaForEmit(SCHEMA_FILE).then(
+    () => process.stdout.write(`wrote ${SCHEMA_FILE}\n`),
+    (err: unknown) => {
+      process.stderr.write(`emit-schema: ${err instanceof Error ? err.stack : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,115 @@
+/**
+ * Metering by group commit against the real database: many requests share a flush, every
+ * request is recorded and charged exactly once, and the ledger never goes below zero.
+ */
+import { v7 as uuidv7 } from "uuid";
+import type { Principal } from "../src/services/context.js";
+import { AppError, ErrorCode } from "../src/services/errors.js";
+import type { UsageRecord } from "../src/services/metering.service.js";
+import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+async function principalFor(): Promise<Principal> {
+  const caller = await createTestCaller(server.url);
+  return {
+    userId: caller.userId,
+    teamId: caller.teamId,
+    role: "owner",
+    email: caller.email,
+    apiKey: { id: caller.keyId, name: "test key", prefix: caller.keyPrefix },
+  };
+}
+
+function record(principal: Principal, costMicros: bigint, id = uuidv7()): UsageRecord {
+  return {
+    id,
+    principal,
+    type: "standalone",
+    status: "completed",
+    endpoint: "/v1/chat/completions",
+    model: "tinystories-260k",
+    customId: null,
+    streamId: null,
+    usage: { promptTokens: 10, completionTokens: 20, cachedPromptTokens: 0 },
+    costMicros,
+    bodyJson: { hello: "world" },
+    resultJson: null,
+    errorJson: null,
+    engineMs: 3,
+    createdAt: new Date(),
+    completedAt: new Date(),
+  };
+}
+
+test("when 200 requests finish at once, then few flushes write them all and the ledger adds up", async () => {
+  const principal = await principalFor();
+  const metering = server.app.metering;
+  const flushesBefore = metering.stats.flushes;
+  const records = Array.from({ length: 200 }, (_, i) => record(principal, BigInt(1000 + i)));
+  const charges = await Promise.all(records.map((r) => metering.record(r)));
+  expect(metering.stats.flushes - flushesBefore).toBeLessThan(20);
+
+  const total = records.reduce((sum, r) => sum + r.costMicros, 0n);
+  expect(charges.reduce((sum, c) => sum + c.chargedMicros, 0n)).toBe(total);
+  const [activity] = await server.db<any>("SELECT count(*)::int AS n FROM activity WHERE team_id = $1", [
+    principal.teamId,
+  ]);
+  expect(activity.n).toBe(200);
+  const ledger = await server.db<any>(
+    "SELECT amount_micros, balance_after_micros FROM credit_ledger WHERE team_id = $1 AND type = 'usage' ORDER BY balance_after_micros DESC",
+    [principal.teamId],
+  );
+  expect(ledger).toHaveLength(200);
+  expect(ledger.reduce((sum: bigint, r: any) => sum + BigInt(r.amount_micros), 0n)).toBe(-total);
+  // Each balance_after is the previous one minus that row's charge: a single serial history.
+  let balance = 5_000_000n;
+  for (const row of ledger) {
+    balance += BigInt(row.amount_micros);
+    expect(BigInt(row.balance_after_micros)).toBe(balance);
+  }
+  const [team] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [principal.teamId]);
+  expect(BigInt(team.credit_balance_micros)).toBe(5_000_000n - total);
+  const [key] = await server.db<any>("SELECT last_used_at FROM api_keys WHERE id = $1", [principal.apiKey!.id]);
+  expect(key.last_used_at).not.toBeNull();
+});
+
+test("when the same request id is recorded twice, then it is stored and charged once", async () => {
+  const principal = await principalFor();
+  const id = uuidv7();
+  const first = await server.app.metering.record(record(principal, 700n, id));
+  const second = await server.app.metering.record(record(principal, 700n, id));
+  expect(first.chargedMicros).toBe(700n);
+  expect(second.chargedMicros).toBe(0n);
+  const rows = await server.db<any>("SELECT count(*)::int AS n FROM credit_ledger WHERE source_id = $1", [id]);
+  expect(rows[0].n).toBe(1);
+});
+
+test("when a charge exceeds the balance, then it is capped at zero and the next create gets 402", async () => {
+  const principal = await principalFor();
+  const charge = await server.app.metering.record(record(principal, 9_000_000n));
+  expect(charge).toEqual({ chargedMicros: 5_000_000n, balanceAfterMicros: 0n });
+  const [row] = await server.db<any>(
+    "SELECT description, balance_after_micros FROM credit_ledger WHERE type = 'usage' AND team_id = $1",
+    [principal.teamId],
+  );
+  expect(row.balance_after_micros).toBe("0");
+  expect(row.description).toMatch(/capped/);
+  const err = await server.app.metering.assertCredit(principal.teamId).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(AppError);
+  expect((err as AppError).code).toBe(ErrorCode.InsufficientCredit);
+});
+
+test("when anything tries to change a ledger row, then the database refuses", async () => {
+  const principal = await principalFor();
+  await expect(
+    server.db("UPDATE credit_ledger SET amount_micros = 0 WHERE team_id = $1", [principal.teamId]),
+  ).rejects.toThrow(/append-only/);
+  await expect(server.db("DELETE FROM credit_ledger WHERE team_id = $1", [principal.teamId])).rejects.toThrow(
+    /append-only/,
+  );
+});

@@ -1,0 +1,104 @@
+/** Configuration: defaults, validation naming the setting, the persisted JWT secret, the catalog. */
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { loadCatalog } from "../../src/config/catalog.js";
+import { ConfigError, loadConfig } from "../../src/config/config.js";
+import { resolveModelPath } from "../../src/inference/engines/llama-cpp/model-files.js";
+import { MODELS_DIR } from "../support/harness.js";
+
+const tmp = () => mkdtempSync(path.join(os.tmpdir(), "switchyard-config-"));
+
+test("when nothing is set, then the documented defaults apply", () => {
+  const dataDir = tmp();
+  const cfg = loadConfig({ SWITCHYARD_DATA_DIR: dataDir });
+  expect(cfg).toMatchObject({
+    port: 8080,
+    engineThreads: 1,
+    engineSequences: 8,
+    signupCreditMicros: 5_000_000n,
+    logLevel: "info",
+    publicUrl: "http://localhost:8080",
+  });
+  expect(cfg.databaseUrl).toBeUndefined();
+  expect(cfg.dataDir).toBe(dataDir);
+});
+
+test("when no JWT secret is set, then one is generated once, persisted with mode 0600, and reused", () => {
+  const dataDir = tmp();
+  const a = loadConfig({ SWITCHYARD_DATA_DIR: dataDir });
+  const b = loadConfig({ SWITCHYARD_DATA_DIR: dataDir });
+  expect(a.jwtSecret.length).toBeGreaterThanOrEqual(40);
+  expect(b.jwtSecret).toBe(a.jwtSecret);
+  const file = path.join(dataDir, "jwt-secret");
+  expect(readFileSync(file, "utf8").trim()).toBe(a.jwtSecret);
+  expect(statSync(file).mode & 0o777).toBe(0o600);
+});
+
+test("when a setting is invalid, then ConfigError names the environment variable", () => {
+  expect(() => loadConfig({ PORT: "http", SWITCHYARD_DATA_DIR: tmp() })).toThrow(ConfigError);
+  expect(() => loadConfig({ PORT: "http", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/PORT/);
+  expect(() => loadConfig({ SWITCHYARD_ENGINE_THREADS: "0", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_ENGINE_THREADS/,
+  );
+  expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
+});
+
+test("when a config file is named, then it is read and the environment overrides it", () => {
+  const dir = tmp();
+  const file = path.join(dir, "switchyard.json");
+  writeFileSync(file, JSON.stringify({ port: 9000, engineSequences: 4, dataDir: dir }));
+  const cfg = loadConfig({ SWITCHYARD_CONFIG: file, SWITCHYARD_ENGINE_SEQUENCES: "2" });
+  expect(cfg.port).toBe(9000);
+  expect(cfg.engineSequences).toBe(2);
+});
+
+test("when the shipped catalog is loaded, then prices are exact and the default model is listed", () => {
+  const cfg = loadConfig({ SWITCHYARD_DATA_DIR: tmp() });
+  const catalog = loadCatalog(cfg.catalogPath);
+  expect(catalog.defaultModel).toBe("tinystories-260k");
+  const chat = catalog.models.find((m) => m.id === "tinystories-260k")!;
+  expect(chat.prices.inputPerMillionMicros).toBe(20_000n);
+  const embed = catalog.models.find((m) => m.modality === "text_embedding")!;
+  expect(embed.capabilities.dimensions).toBe(64);
+  expect(embed.engine.file).toBe("stories260K.gguf");
+});
+
+test("when a catalog is invalid, then ConfigError says where", () => {
+  const file = path.join(tmp(), "catalog.json");
+  writeFileSync(file, JSON.stringify({ default_model: "x", models: [{ id: "x" }] }));
+  expect(() => loadCatalog(file)).toThrow(/invalid model catalog .*models\.0/);
+});
+
+describe("model files", () => {
+  const catalog = loadCatalog(loadConfig({ SWITCHYARD_DATA_DIR: tmp() }).catalogPath);
+  const model = catalog.models[0];
+  const lib = {
+    resolveModelFile: async () => {
+      throw new Error("getaddrinfo ENOTFOUND huggingface.co");
+    },
+  };
+
+  test("when the models directory has the file, then it is used", async () => {
+    const file = await resolveModelPath(
+      model,
+      model.engine,
+      { modelsDir: MODELS_DIR, dataDir: tmp(), allowModelDownload: false },
+      lib,
+    );
+    expect(file).toBe(path.join(MODELS_DIR, "stories260K.gguf"));
+  });
+
+  test("when the file is missing and downloads are off, then the error names SWITCHYARD_MODELS_DIR", async () => {
+    const err = resolveModelPath(model, model.engine, { dataDir: tmp(), allowModelDownload: false }, lib);
+    await expect(err).rejects.toThrow(ConfigError);
+    await expect(err).rejects.toThrow(/SWITCHYARD_MODELS_DIR/);
+  });
+
+  test("when the file is missing and the download fails offline, then the error says so and names the setting", async () => {
+    const err = resolveModelPath(model, model.engine, { dataDir: tmp(), allowModelDownload: true }, lib);
+    await expect(err).rejects.toThrow(
+      /downloading hf:ggml-org\/models\/tinyllamas\/stories260K\.gguf failed.*SWITCHYARD_MODELS_DIR/,
+    );
+  });
+});

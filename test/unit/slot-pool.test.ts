@@ -1,0 +1,43 @@
+/** Engine slots: one request per slot, FIFO waiting, bounded waits, aborts. */
+import { SlotPool } from "../../src/inference/slot-pool.js";
+import { AppError, ErrorCode } from "../../src/services/errors.js";
+
+test("when slots are free, then acquire takes the preferred one at once", async () => {
+  const pool = new SlotPool(["a", "b", "c"]);
+  expect(await pool.acquire(10, (free) => free.find((s) => s === "b")!)).toBe("b");
+  expect(pool.available).toBe(2);
+});
+
+test("when all slots are taken, then waiters get released slots in arrival order", async () => {
+  const pool = new SlotPool(["only"]);
+  const first = await pool.acquire(1000);
+  const order: number[] = [];
+  const w1 = pool.acquire(1000).then((s) => (order.push(1), s));
+  const w2 = pool.acquire(1000).then((s) => (order.push(2), s));
+  expect(pool.waiting).toBe(2);
+  pool.release(first);
+  pool.release(await w1);
+  await w2;
+  expect(order).toEqual([1, 2]);
+});
+
+test("when no slot frees up in time, then 429 RateLimited with a Retry-After", async () => {
+  const pool = new SlotPool(["only"]);
+  await pool.acquire(10);
+  const err = await pool.acquire(20).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(AppError);
+  expect((err as AppError).code).toBe(ErrorCode.RateLimited);
+  expect((err as AppError).status).toBe(429);
+  expect((err as AppError).retryAfterS).toBe(1);
+  expect(pool.waiting).toBe(0);
+});
+
+test("when the waiter's signal aborts, then it leaves the queue with the reason", async () => {
+  const pool = new SlotPool(["only"]);
+  await pool.acquire(10);
+  const controller = new AbortController();
+  const waiting = pool.acquire(1000, undefined, controller.signal);
+  controller.abort(new Error("gone"));
+  await expect(waiting).rejects.toThrow("gone");
+  expect(pool.waiting).toBe(0);
+});
