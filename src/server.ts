@@ -5,6 +5,7 @@
  * them in reverse order after in-flight metering is written.
  */
 import "reflect-metadata";
+import { randomUUID } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
@@ -33,7 +34,7 @@ import { formatGraphqlError } from "./schema/error-formatter.js";
 import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { CacheBus } from "./services/cache-bus.js";
-import type { RequestContext } from "./services/context.js";
+import type { Principal, RequestContext } from "./services/context.js";
 import { CredentialService } from "./services/credential.service.js";
 import { AppError } from "./services/errors.js";
 import { HealthService } from "./services/health.service.js";
@@ -70,10 +71,12 @@ export interface StartOptions {
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
   const logger = opts.logger ?? pino({ level: config.logLevel });
-  const cleanup: Array<() => Promise<void>> = [];
+  const cleanup: Array<[string, () => Promise<void>]> = [];
   const closeAll = async () => {
-    for (const step of cleanup.splice(0).reverse()) {
-      await step().catch((err) => logger.warn({ err }, "shutdown step failed"));
+    for (const [name, step] of cleanup.splice(0).reverse()) {
+      const started = Date.now();
+      await step().catch((err) => logger.warn({ err, step: name }, "shutdown step failed"));
+      logger.debug({ step: name, ms: Date.now() - started }, "stopped");
     }
   };
   try {
@@ -85,16 +88,16 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         database: "switchyard",
         onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
       });
-      cleanup.push(() => embedded.stop());
+      cleanup.push(["embedded PostgreSQL", () => embedded.stop()]);
       databaseUrl = embedded.url;
       logger.info({ port: embedded.port, ms: Date.now() - started }, "embedded PostgreSQL started");
     }
     const ds = await openDatabase(databaseUrl);
-    cleanup.push(() => ds.destroy());
+    cleanup.push(["database pool", () => ds.destroy()]);
 
     const bus = new CacheBus(databaseUrl, logger);
     await bus.start();
-    cleanup.push(() => bus.close());
+    cleanup.push(["cache listener", () => bus.close()]);
 
     const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
     const engines = new EngineRouter({
@@ -108,7 +111,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         logger,
       }),
     });
-    cleanup.push(() => engines.close());
+    cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
     await engines.loadAll(catalog.all().filter((m) => m.platformStatus !== "coming_soon"));
     logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
@@ -116,7 +119,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
     const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
     const metering = new MeteringService(ds, bus, logger, config.groupCommitMaxRows, config.authCacheTtlMs);
-    cleanup.push(() => metering.drainAll());
+    cleanup.push(["metering", () => metering.drainAll()]);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
@@ -151,16 +154,32 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       }
     };
 
+    // graphql-ws: credentials are checked once, when the socket connects (4403 when invalid);
+    // errors leave through the same formatter as over HTTP.
     const wss = new WebSocketServer({ server, path: "/graphql" });
-    const wsServer = useServer(
+    const socketPrincipals = new WeakMap<object, Principal | undefined>();
+    const wsServer = useServer<Record<string, unknown>, { socket: object }>(
       {
         schema,
-        context: async (ctx) => {
-          const params = ctx.connectionParams ?? {};
-          const raw = (params.authorization ?? params.Authorization) as string | undefined;
-          const credential = raw ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
-          return contextFromCredential(credential, crypto.randomUUID());
+        onConnect: async (ctx) => {
+          const raw = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
+          const credential = typeof raw === "string" ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
+          try {
+            socketPrincipals.set(ctx.extra.socket, await credentials.authenticate(credential));
+            return true;
+          } catch (err) {
+            if (err instanceof AppError) return false;
+            throw err;
+          }
         },
+        context: (ctx): RequestContext => ({
+          requestId: randomUUID(),
+          principal: socketPrincipals.get(ctx.extra.socket),
+        }),
+        onNext: (_ctx, _id, _payload, _args, result) =>
+          "errors" in result && result.errors
+            ? { ...result, errors: result.errors.map((e) => formatGraphqlError(e.toJSON(), e)) }
+            : undefined,
       },
       wss,
     );
@@ -168,6 +187,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       schema,
       formatError: formatGraphqlError,
       introspection: true,
+      // Shutdown is ours (main.ts): Apollo's own signal handlers would stop it and re-raise the signal.
+      stopOnTerminationSignals: false,
       plugins: [
         ApolloServerPluginDrainHttpServer({ httpServer: server }),
         {
@@ -182,7 +203,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       ],
     });
     await apollo.start();
-    cleanup.push(() => apollo.stop());
+    cleanup.push(["HTTP and GraphQL", () => apollo.stop()]);
     app.use(
       "/graphql",
       express.json({ limit: config.bodyLimitBytes }),

