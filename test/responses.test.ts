@@ -105,7 +105,7 @@ describe("create a response", () => {
     });
     const types: string[] = [];
     let text = "";
-    let final: { id: string; status: string } | undefined;
+    let final: { id: string; status?: string } | undefined;
     for await (const event of stream) {
       types.push(event.type);
       if (event.type === "response.output_text.delta") text += event.delta;
@@ -166,7 +166,7 @@ describe("stored responses", () => {
   });
 
   test("when the id is not a uuid, then 400; without credentials, then 401", async () => {
-    expectInvalid(await http(server.url, "GET", "/v1/responses/abc", { token: caller.key }), "body");
+    expectInvalid(await http(server.url, "GET", "/v1/responses/abc", { token: caller.key }), "response_id");
     expectEnvelope(await http(server.url, "GET", `/v1/responses/${crypto.randomUUID()}`), 401);
   });
 });

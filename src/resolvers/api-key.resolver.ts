@@ -1,7 +1,8 @@
-/** API-key resolver: list, create, revoke. */
+/** API-key resolver: list, create, revoke. Inputs arrive in the REST spelling (see `MappedArg`). */
 import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
 import { ApiKeyListType, CreateApiKeyInputType, CreatedApiKeyType } from "../schema/api-key.types.js";
-import type { ApiKeyListDto, ApiKeyService, CreatedApiKeyDto } from "../services/api-key.service.js";
+import { MappedArg } from "../schema/mapped-arg.js";
+import type { ApiKeyListDto, ApiKeyService, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
 import type { RequestContext } from "../services/context.js";
 
 @Resolver()
@@ -15,7 +16,7 @@ export class ApiKeyResolver {
 
   @Mutation(() => CreatedApiKeyType)
   createApiKey(
-    @Arg("input", () => CreateApiKeyInputType) input: CreateApiKeyInputType,
+    @MappedArg("input", () => CreateApiKeyInputType, CreateApiKeyInputType.toService) input: CreateApiKeyInput,
     @Ctx() ctx: RequestContext,
   ): Promise<CreatedApiKeyDto> {
     return this.keys.create(ctx, input);

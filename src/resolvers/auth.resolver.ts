@@ -1,5 +1,8 @@
-/** Account resolver: signup, login, the current user. One service call per field. */
-import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
+/**
+ * Account resolver: signup, login, the current user. One service call per field. Inputs arrive in
+ * the REST spelling (GraphQL inputs are mapped by `MappedArg`), and the service validates them.
+ */
+import { Ctx, Mutation, Query, Resolver } from "type-graphql";
 import {
   LoginInputType,
   LoginResultType,
@@ -7,10 +10,13 @@ import {
   SignupResultType,
   UserType,
 } from "../schema/account.types.js";
+import { MappedArg } from "../schema/mapped-arg.js";
 import type {
   AccountService,
   CurrentUserDto,
+  LoginInput,
   LoginResultDto,
+  SignupInput,
   SignupResultDto,
   UserDto,
 } from "../services/account.service.js";
@@ -22,7 +28,7 @@ export class AuthResolver {
 
   @Mutation(() => SignupResultType, { description: "Creates an account and its team (with the signup credit)." })
   signup(
-    @Arg("input", () => SignupInputType) input: SignupInputType,
+    @MappedArg("input", () => SignupInputType, SignupInputType.toService) input: SignupInput,
     @Ctx() ctx: RequestContext,
   ): Promise<SignupResultDto> {
     return this.accounts.signup(ctx, input);
@@ -30,7 +36,7 @@ export class AuthResolver {
 
   @Mutation(() => LoginResultType, { description: "Exchanges email and password for an access token." })
   login(
-    @Arg("input", () => LoginInputType) input: LoginInputType,
+    @MappedArg("input", () => LoginInputType, LoginInputType.toService) input: LoginInput,
     @Ctx() ctx: RequestContext,
   ): Promise<LoginResultDto> {
     return this.accounts.login(ctx, input);

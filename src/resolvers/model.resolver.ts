@@ -1,5 +1,5 @@
 /** Model resolver: the data-plane model list. */
-import { Ctx, Query, Resolver } from "type-graphql";
+import { Arg, Ctx, Query, Resolver } from "type-graphql";
 import { ModelType } from "../schema/model.types.js";
 import { type RequestContext, requirePrincipal } from "../services/context.js";
 import type { ModelCatalogService, ModelDto } from "../services/model-catalog.service.js";
@@ -12,5 +12,11 @@ export class ModelResolver {
   models(@Ctx() ctx: RequestContext): ModelDto[] {
     requirePrincipal(ctx);
     return this.catalog.list();
+  }
+
+  @Query(() => ModelType, { description: "One model by id (404 when not listed)." })
+  model(@Arg("id", () => String) id: string, @Ctx() ctx: RequestContext): ModelDto {
+    requirePrincipal(ctx);
+    return this.catalog.get(id);
   }
 }

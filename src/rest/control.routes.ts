@@ -1,12 +1,13 @@
 /**
  * The control-plane REST table: every documented `/control/v1` path, mapped onto a resolver
- * method (the same one GraphQL calls), with its success status. Input validation lives in the
- * services behind those resolvers, so REST and GraphQL answer bad input alike.
+ * method (the same one GraphQL calls), with its success status. Bodies go to the resolvers as they
+ * came (the REST spelling is the services' input); validation lives in the services behind those
+ * resolvers, so REST and GraphQL answer bad input alike.
  */
 import type { Resolvers } from "../schema/build-schema.js";
 import type { RequestContext } from "../services/context.js";
-import type { SignupInputType, LoginInputType } from "../schema/account.types.js";
-import type { CreateApiKeyInputType } from "../schema/api-key.types.js";
+import type { LoginInput, SignupInput } from "../services/account.service.js";
+import type { CreateApiKeyInput } from "../services/api-key.service.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -31,14 +32,14 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/signup",
     auth: "none",
     status: 201,
-    call: (r, { body }, ctx) => r.auth.signup(body as SignupInputType, ctx),
+    call: (r, { body }, ctx) => r.auth.signup(body as SignupInput, ctx),
   },
   {
     method: "post",
     path: "/control/v1/auth/login",
     auth: "none",
     status: 200,
-    call: (r, { body }, ctx) => r.auth.login(body as LoginInputType, ctx),
+    call: (r, { body }, ctx) => r.auth.login(body as LoginInput, ctx),
   },
   { method: "get", path: "/control/v1/auth/me", auth: "required", status: 200, call: (r, _i, ctx) => r.auth.me(ctx) },
   {
@@ -53,7 +54,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/api-keys",
     auth: "required",
     status: 201,
-    call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInputType, ctx),
+    call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInput, ctx),
   },
   {
     method: "delete",

@@ -1,10 +1,13 @@
 /**
- * GraphQL types of the account group. Properties keep the REST (snake_case) names of the DTOs the
- * services return; `name` gives each its camelCase GraphQL name, so one object serves both surfaces.
+ * GraphQL types of the account group. Output properties keep the REST (snake_case) names of the
+ * DTOs the services return; `name` gives each its camelCase GraphQL name, so one object serves both
+ * surfaces. Input types use the GraphQL names as properties (type-graphql ignores `name` on input
+ * fields) and `toService` turns them into the service's input (see `mapped-arg.ts`).
  */
 import { Field, InputType, Int, ObjectType } from "type-graphql";
-import type { LoginResultDto, SignupResultDto, UserDto } from "../services/account.service.js";
+import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto, UserDto } from "../services/account.service.js";
 import type { TeamRole } from "../entities/user.entity.js";
+import { absent } from "./mapped-arg.js";
 
 @ObjectType("User", { description: "The signed-in user (UserResponse)." })
 export class UserType implements UserDto {
@@ -35,13 +38,29 @@ export class SignupResultType extends LoginResultType implements SignupResultDto
 export class SignupInputType {
   @Field() email!: string;
   @Field() password!: string;
-  @Field({ nullable: true }) name?: string;
-  @Field({ name: "inviteToken", nullable: true }) invite_token?: string;
+  @Field(() => String, { nullable: true }) name?: string | null;
+  @Field(() => String, { nullable: true, description: "Joins the inviting team instead of creating one." })
+  inviteToken?: string | null;
+
+  /** The service's input (REST names). */
+  static toService(input: SignupInputType): SignupInput {
+    return {
+      email: input.email,
+      password: input.password,
+      name: absent(input.name),
+      invite_token: absent(input.inviteToken),
+    };
+  }
 }
 
 @InputType("LoginInput", { description: "`username` is the email; `email` is accepted too." })
 export class LoginInputType {
-  @Field({ nullable: true }) username?: string;
-  @Field({ nullable: true }) email?: string;
+  @Field(() => String, { nullable: true }) username?: string | null;
+  @Field(() => String, { nullable: true }) email?: string | null;
   @Field() password!: string;
+
+  /** The service's input (REST names). */
+  static toService(input: LoginInputType): LoginInput {
+    return { username: absent(input.username), email: absent(input.email), password: input.password };
+  }
 }

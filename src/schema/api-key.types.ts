@@ -1,6 +1,10 @@
-/** GraphQL types of API keys (DTO properties, camelCase GraphQL names). */
+/**
+ * GraphQL types of API keys: outputs keep the DTO properties under camelCase GraphQL names; the
+ * input uses GraphQL names as properties and `toService` maps them (see `mapped-arg.ts`).
+ */
 import { Field, InputType, ObjectType } from "type-graphql";
-import type { ApiKeyDto, ApiKeyListDto, CreatedApiKeyDto } from "../services/api-key.service.js";
+import type { ApiKeyDto, ApiKeyListDto, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
+import { absent } from "./mapped-arg.js";
 
 @ObjectType("ApiKey")
 export class ApiKeyType implements ApiKeyDto {
@@ -30,7 +34,12 @@ export class CreatedApiKeyType implements CreatedApiKeyDto {
 
 @InputType("CreateApiKeyInput")
 export class CreateApiKeyInputType {
-  @Field() name!: string;
-  @Field(() => String, { name: "expiresAt", nullable: true, description: "ISO 8601 date-time in the future." })
-  expires_at?: string | null;
+  @Field({ description: "1 to 200 characters." }) name!: string;
+  @Field(() => String, { nullable: true, description: "ISO 8601 date-time in the future." })
+  expiresAt?: string | null;
+
+  /** The service's input (REST names). */
+  static toService(input: CreateApiKeyInputType): CreateApiKeyInput {
+    return { name: input.name, expires_at: absent(input.expiresAt) };
+  }
 }

@@ -1,6 +1,8 @@
 /**
  * GraphQL error mapping: an `AppError` becomes a GraphQL error whose extensions carry the same
- * `code`, `status_code` and `extra` as the REST envelope; anything else is an opaque internal error.
+ * `code`, `status_code` and `extra` as the REST envelope; errors raised as GraphQL errors with a
+ * 4xx `status_code` (the context factory's 401 for bad credentials) and GraphQL's own request
+ * errors keep their code with that status; anything else is an opaque internal error.
  */
 import type { GraphQLFormattedError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
@@ -16,6 +18,10 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
     };
   }
   const code = formatted.extensions?.code;
+  const statusCode = formatted.extensions?.status_code;
+  if (typeof statusCode === "number" && statusCode >= 400 && statusCode < 500) {
+    return { ...formatted, extensions: { code, status_code: statusCode, extra: formatted.extensions?.extra ?? null } };
+  }
   if (code === "GRAPHQL_VALIDATION_FAILED" || code === "BAD_USER_INPUT" || code === "GRAPHQL_PARSE_FAILED") {
     return { ...formatted, extensions: { ...formatted.extensions, status_code: 400 } };
   }

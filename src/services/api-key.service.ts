@@ -11,7 +11,7 @@ import { queryRows } from "../db/sql.js";
 import type { CacheBus } from "./cache-bus.js";
 import { type RequestContext, isTeamAdmin, requirePrincipal } from "./context.js";
 import { API_KEY_PREFIX, hashApiKey } from "./credential.service.js";
-import { AppError, parseInput } from "./errors.js";
+import { AppError, parseInput, parseUuidParam } from "./errors.js";
 
 export interface ApiKeyDto {
   id: string;
@@ -46,8 +46,6 @@ export const createApiKeyInput = z.object({
     .refine((d) => d === null || d.getTime() > Date.now(), "must be in the future"),
 });
 export type CreateApiKeyInput = z.input<typeof createApiKeyInput>;
-
-export const uuidParam = z.uuid();
 
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const KEY_CHARS = 48;
@@ -119,15 +117,17 @@ export class ApiKeyService {
   }
 
   /**
-   * Revokes a key; idempotent for keys already revoked. Every process drops it from its cache.
+   * Revokes a key; idempotent for keys already revoked. This process drops it from its cache as
+   * soon as the revoke commits (so the key is refused from the moment the caller hears the 204);
+   * other processes drop it when the NOTIFY sent in the same transaction reaches them.
    * @throws AppError 400 when `keyId` is not a uuid; 401; 404 when the caller may not manage it
    *   (another team's key, or another member's key for a member).
    */
   async revoke(ctx: RequestContext, keyId: unknown): Promise<void> {
     const principal = requirePrincipal(ctx);
-    const id = parseInput(uuidParam, keyId);
+    const id = parseUuidParam("key_id", keyId);
     const admin = isTeamAdmin(principal.role);
-    await this.ds.transaction(async (em) => {
+    const hashHex = await this.ds.transaction(async (em) => {
       const rows = await queryRows<{ key_hash: Buffer }>(
         em,
         `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
@@ -136,7 +136,10 @@ export class ApiKeyService {
         [id, principal.teamId, admin, principal.userId],
       );
       if (rows.length === 0) throw AppError.notFound("API key not found");
-      await this.bus.publish("api_key", rows[0].key_hash.toString("hex"), em);
+      const hex = rows[0].key_hash.toString("hex");
+      await this.bus.publish("api_key", hex, em);
+      return hex;
     });
+    this.bus.deliverLocally("api_key", hashHex);
   }
 }

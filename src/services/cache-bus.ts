@@ -28,9 +28,7 @@ export class CacheBus {
     client.on("notification", (msg) => {
       if (msg.channel !== CACHE_CHANNEL || !msg.payload) return;
       const sep = msg.payload.indexOf(":");
-      const topic = msg.payload.slice(0, sep);
-      const key = msg.payload.slice(sep + 1);
-      for (const h of this.handlers.get(topic) ?? []) h(key);
+      this.deliverLocally(msg.payload.slice(0, sep), msg.payload.slice(sep + 1));
     });
     client.on("error", (err) => {
       this.logger.warn({ err }, "cache listener lost its connection; reconnecting");
@@ -53,6 +51,11 @@ export class CacheBus {
   /** Sends `topic:key` to every process; through `manager` it is sent when that transaction commits. */
   async publish(topic: string, key: string, manager: Pick<EntityManager, "query">): Promise<void> {
     await manager.query("SELECT pg_notify($1, $2)", [CACHE_CHANNEL, `${topic}:${key}`]);
+  }
+
+  /** Runs this process's handlers for `topic:key` now (after a commit, before the NOTIFY echo). */
+  deliverLocally(topic: string, key: string): void {
+    for (const h of this.handlers.get(topic) ?? []) h(key);
   }
 
   async close(): Promise<void> {

@@ -3,7 +3,7 @@
  * code once (REST: `rest/error-envelope.ts`, GraphQL: `schema/error-formatter.ts`).
  * Envelope and statuses: spec "Errors" and DESIGN §3 Errors.
  */
-import type { ZodError } from "zod";
+import { z, type ZodError } from "zod";
 
 export enum ErrorCode {
   InvalidRequest = "invalid_request",
@@ -127,4 +127,12 @@ export function parseInput<T>(
   const issues = zodIssues(result.error);
   const fields = [...new Set(issues.map((i) => i.field))].join(", ");
   throw AppError.invalid(`Invalid request: ${fields}`, issues);
+}
+
+/**
+ * Validates a uuid path parameter (spec: "Path parameters named `*_id` are strings in uuid format").
+ * @throws AppError 400 whose `extra` names the parameter.
+ */
+export function parseUuidParam(name: string, value: unknown): string {
+  return parseInput(z.object({ [name]: z.uuid() }), { [name]: value })[name] as string;
 }

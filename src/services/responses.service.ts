@@ -4,9 +4,8 @@
  */
 import type { DataSource } from "typeorm";
 import { queryRows } from "../db/sql.js";
-import { uuidParam } from "./api-key.service.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
-import { AppError, parseInput } from "./errors.js";
+import { AppError, parseUuidParam } from "./errors.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
 
 export class ResponsesService {
@@ -18,7 +17,7 @@ export class ResponsesService {
    */
   async get(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
-    const responseId = parseInput(uuidParam, id);
+    const responseId = parseUuidParam("response_id", id);
     const rows = await queryRows<{ response_json: ResponseObject }>(
       this.ds,
       "SELECT response_json FROM responses WHERE id = $1 AND team_id = $2",
