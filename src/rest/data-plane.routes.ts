@@ -2,11 +2,17 @@
  * The data-plane REST table: every `/v1` path this build serves and its handler. The
  * OpenAI/Anthropic bodies are REST-native; handlers call the same services GraphQL uses.
  */
+import type { ModelDto } from "../services/model-catalog.service.js";
 import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
 import { createEmbeddings } from "./handlers/embeddings.handler.js";
 import { createMessage } from "./handlers/messages.handler.js";
 import { createResponse, getResponse } from "./handlers/responses.handler.js";
+
+/** A model as Anthropic's API lists it: the spec's fields plus `type` and an RFC 3339 `created_at`. */
+function anthropicModel(m: ModelDto) {
+  return { ...m, type: "model", created_at: new Date(m.created * 1000).toISOString() };
+}
 
 export interface DataPlaneRoute {
   method: "get" | "post" | "delete";
@@ -38,11 +44,20 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
       const data = d.resolvers.models.models(ctx);
       // With an `anthropic-version` header the list takes Anthropic's shape (DESIGN §3 Models).
       if (req.get("anthropic-version")) {
-        const items = data.map((m) => ({ ...m, type: "model", created_at: new Date(m.created * 1000).toISOString() }));
+        const items = data.map(anthropicModel);
         res.json({ data: items, first_id: items[0]?.id ?? null, last_id: items.at(-1)?.id ?? null, has_more: false });
       } else {
         res.json({ object: "list", data });
       }
+    },
+  },
+  {
+    method: "get",
+    path: "/v1/models/:model_id",
+    auth: "required",
+    handler: (d, req, res, ctx) => {
+      const model = d.resolvers.models.model(String(req.params.model_id), ctx);
+      res.json(req.get("anthropic-version") ? anthropicModel(model) : model);
     },
   },
   { method: "post", path: "/v1/responses", auth: "required", handler: createResponse },

@@ -65,6 +65,16 @@ export class ModelCatalogService {
   }
 
   /**
+   * One listed model (`GET /v1/models/{model_id}`, as OpenAI and Anthropic serve it).
+   * @throws AppError 404 for a model that is not listed.
+   */
+  get(id: string): ModelDto {
+    const model = this.byId.get(id);
+    if (!model || model.platformStatus === "coming_soon") throw AppError.notFound(`Model '${id}' not found`);
+    return toModelDto(model);
+  }
+
+  /**
    * The model a create operation names.
    * @throws AppError 404 for an unknown (or not yet available) model; 400 when it cannot serve
    *   `modality` (e.g. an embedding model on chat completions).

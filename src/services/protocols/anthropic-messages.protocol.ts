@@ -11,10 +11,32 @@ const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose(
 const otherBlock = z.object({ type: z.string() }).loose();
 const content = z.union([z.string(), z.array(z.union([textBlock, otherBlock]))]);
 
+/**
+ * As Anthropic: every message has non-empty content except an optional final assistant message
+ * (a prefill), and text blocks are never empty.
+ */
+const messageList = z
+  .array(z.object({ role: z.enum(["user", "assistant"]), content }))
+  .min(1)
+  .superRefine((messages, ctx) => {
+    messages.forEach((m, i) => {
+      const prefill = i === messages.length - 1 && m.role === "assistant";
+      if (m.content.length === 0 && !prefill) {
+        ctx.addIssue({ code: "custom", path: [i, "content"], message: "must not be empty" });
+      }
+      if (typeof m.content === "string") return;
+      m.content.forEach((b, j) => {
+        if (b.type === "text" && b.text === "") {
+          ctx.addIssue({ code: "custom", path: [i, "content", j, "text"], message: "text blocks must not be empty" });
+        }
+      });
+    });
+  });
+
 export const messagesRequest = z.object({
   model: z.string().min(1),
   max_tokens: z.number().int().min(1),
-  messages: z.array(z.object({ role: z.enum(["user", "assistant"]), content })).min(1),
+  messages: messageList,
   system: z.union([z.string(), z.array(textBlock)]).nullish(),
   stop_sequences: z.array(z.string()).nullish(),
   temperature: z.number().min(0).max(1).nullish(),
