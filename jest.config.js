@@ -24,4 +24,5 @@ export default {
   globalTeardown: "<rootDir>/test/support/global-teardown.mjs",
   testTimeout: 20_000,
   maxWorkers: 2,
+  reporters: ["default", "<rootDir>/test/support/summary-reporter.mjs"],
 };

@@ -63,11 +63,22 @@ async function main(): Promise<void> {
 
     const model = app.catalog.resolve("tinystories-260k", "text_generation");
     const engine = app.engines.engineFor(model);
-    const body = { model: model.id, messages: [{ role: "user", content: PROMPT }], max_tokens: MAX_TOKENS, temperature: 0 };
+    const body = {
+      model: model.id,
+      messages: [{ role: "user", content: PROMPT }],
+      max_tokens: MAX_TOKENS,
+      temperature: 0,
+    };
 
     // Warm up both paths.
     for (let i = 0; i < 20; i++) {
-      await engine.generate({ model, messages: [{ role: "user", content: PROMPT }], maxTokens: MAX_TOKENS, temperature: 0, maxQueueWaitMs: 60_000 });
+      await engine.generate({
+        model,
+        messages: [{ role: "user", content: PROMPT }],
+        maxTokens: MAX_TOKENS,
+        temperature: 0,
+        maxQueueWaitMs: 60_000,
+      });
     }
 
     const rows: Row[] = [];
@@ -127,7 +138,9 @@ async function main(): Promise<void> {
     }
 
     const header = "| path | concurrency | requests | req/s | p50 ms | p90 ms | p99 ms | ratio vs engine |";
-    console.log(`\nPOST /v1/chat/completions, max_tokens ${MAX_TOKENS}, ${SECONDS} s per row, ${os.cpus().length} cores\n`);
+    console.log(
+      `\nPOST /v1/chat/completions, max_tokens ${MAX_TOKENS}, ${SECONDS} s per row, ${os.cpus().length} cores\n`,
+    );
     console.log(header);
     console.log("|---|---|---|---|---|---|---|---|");
     for (let i = 0; i < rows.length; i += 2) {

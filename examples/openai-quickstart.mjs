@@ -1,0 +1,21 @@
+// The README's openai-client example: SWITCHYARD_API_KEY=sk_… node examples/openai-quickstart.mjs
+import OpenAI from "openai";
+
+const client = new OpenAI({ baseURL: "http://localhost:8080/v1", apiKey: process.env.SWITCHYARD_API_KEY });
+
+const completion = await client.chat.completions.create({
+  model: "tinystories-260k",
+  messages: [{ role: "user", content: "Once upon a time" }],
+  max_tokens: 40,
+});
+console.log(completion.choices[0].message.content);
+
+const response = await client.responses.create({
+  model: "tinystories-260k",
+  input: "Lily found a ball",
+  max_output_tokens: 40,
+});
+console.log(response.output_text);
+
+const embedding = await client.embeddings.create({ model: "tinystories-260k-embed", input: "a red ball" });
+console.log(embedding.data[0].embedding.length, "dimensions");
