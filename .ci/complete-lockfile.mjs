@@ -13,7 +13,8 @@ const missing = [];
 for (const [location, entry] of Object.entries(lock.packages)) {
   for (const [name, version] of Object.entries(entry.optionalDependencies ?? {})) {
     const nested = location ? `${location}/node_modules/${name}` : `node_modules/${name}`;
-    if (!lock.packages[nested] && !lock.packages[`node_modules/${name}`]) missing.push([`node_modules/${name}`, version]);
+    if (!lock.packages[nested] && !lock.packages[`node_modules/${name}`])
+      missing.push([`node_modules/${name}`, version]);
   }
 }
 if (process.argv.includes("--check")) {
