@@ -155,7 +155,8 @@ async function main(): Promise<void> {
     const [activity] = await app.dataSource.query("SELECT count(*)::int AS n FROM activity");
     console.log(
       `\nmetered: ${activity.n} activity rows in ${app.metering.stats.flushes} group commits ` +
-        `(${(app.metering.stats.rows / Math.max(1, app.metering.stats.flushes)).toFixed(1)} rows per flush)`,
+        `(${(app.metering.stats.rows / Math.max(1, app.metering.stats.flushes)).toFixed(1)} rows per flush, ` +
+        `${(app.metering.stats.flushMs / Math.max(1, app.metering.stats.flushes)).toFixed(2)} ms per flush)`,
     );
   } finally {
     await app.close();

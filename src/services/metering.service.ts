@@ -2,15 +2,15 @@
  * Metering by group commit (DESIGN §1 "The data plane's hot path stays lean"): every finished
  * inference request hands its activity row, its usage charge and (for stored responses) its
  * Response row to `record`, which resolves once they are durably committed. Records that arrive
- * while a flush runs are written together by the next flush: one transaction, a few multi-row
- * statements, however many requests. A request id is charged at most once (activity primary key
+ * while a flush runs are written together by the next flush: one SQL statement (one round trip,
+ * atomic) however many requests. A request id is charged at most once (activity primary key
  * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
  * Also keeps the per-team balance cache that create operations consult for the 402 check.
  */
 import type { Logger } from "pino";
-import type { DataSource, EntityManager } from "typeorm";
+import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
-import { queryRows } from "../db/sql.js";
+import { type Queryable, queryRows } from "../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
 import type { CacheBus } from "./cache-bus.js";
 import type { Principal } from "./context.js";
@@ -73,8 +73,10 @@ export class MeteringService {
   private queue: Pending[] = [];
   private flushing = false;
   private readonly balances = new Map<string, CachedBalance>();
-  /** Flushes done and rows written, for logs and benchmarks. */
-  readonly stats = { flushes: 0, rows: 0 };
+  /** When this process last refreshed each key's `last_used_at` (ms). */
+  private readonly keysTouched = new Map<string, number>();
+  /** Flushes done, rows written and time spent writing (ms), for logs and benchmarks. */
+  readonly stats = { flushes: 0, rows: 0, flushMs: 0 };
 
   constructor(
     private readonly ds: DataSource,
@@ -137,6 +139,7 @@ export class MeteringService {
         const batch = this.queue.splice(0, this.maxRows);
         let charges: Map<string, MeteredCharge> | undefined;
         let lastError: unknown;
+        const started = performance.now();
         for (let attempt = 0; attempt < 2 && !charges; attempt++) {
           try {
             charges = await this.ds.transaction((em) =>
@@ -158,6 +161,7 @@ export class MeteringService {
         }
         this.stats.flushes++;
         this.stats.rows += batch.length;
+        this.stats.flushMs += performance.now() - started;
         const now = Date.now();
         for (const p of batch) {
           const after = charges.get(p.record.id)?.balanceAfterMicros;
@@ -171,10 +175,20 @@ export class MeteringService {
     }
   }
 
-  /** One group commit: activity rows, stored responses, ledger charges, team balances, key use. */
-  private async write(em: EntityManager, records: UsageRecord[]): Promise<Map<string, MeteredCharge>> {
+  /**
+   * One group commit in one statement (one round trip, atomic): activity rows, stored responses,
+   * ledger charges, team balances and key use, as data-modifying CTEs.
+   *
+   * Charges: per team, rows are ordered by request id and `running` is the sum of costs so far;
+   * with `before` the team's balance (row locked FOR UPDATE, so concurrent flushes serialise),
+   * a row charges `min(cost, max(0, before − (running − cost)))` and leaves
+   * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
+   * it is capped. Only requests whose activity row is new are charged (exactly once per id).
+   */
+  private async write(db: Queryable, records: UsageRecord[]): Promise<Map<string, MeteredCharge>> {
     const activity = records.map((r) => ({
       id: r.id,
+      ledger_id: uuidv7(),
       team_id: r.principal.teamId,
       user_id: r.principal.userId,
       api_key_id: r.principal.apiKey?.id ?? null,
@@ -198,26 +212,8 @@ export class MeteringService {
       created_at: r.createdAt.toISOString(),
       completed_at: r.completedAt?.toISOString() ?? null,
     }));
-    const inserted = await queryRows<{ id: string }>(
-      em,
-      `INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
-                             model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
-                             cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
-                             created_at, completed_at)
-       SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
-         id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text, api_key_prefix text, type text,
-         status text, endpoint text, model text, custom_id text, stream_id uuid, prompt_tokens integer,
-         completion_tokens integer, total_tokens integer, cached_prompt_tokens integer, cost_micros bigint,
-         body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer, created_at timestamptz,
-         completed_at timestamptz)
-       ON CONFLICT (id) DO NOTHING
-       RETURNING id`,
-      [JSON.stringify(activity)],
-    );
-    const fresh = new Set(inserted.map((r) => r.id));
-
     const responses = records
-      .filter((r) => r.response && fresh.has(r.id))
+      .filter((r) => r.response)
       .map((r) => ({
         id: r.id,
         team_id: r.principal.teamId,
@@ -233,71 +229,93 @@ export class MeteringService {
         created_at: r.createdAt.toISOString(),
         completed_at: r.completedAt?.toISOString() ?? null,
       }));
-    if (responses.length > 0) {
-      await em.query(
-        `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
-                                request_json, response_json, created_at, completed_at)
+    const keyIds = this.keysToTouch(records);
+    const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
+      db,
+      `WITH input AS (
          SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
+           id uuid, ledger_id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text,
+           api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
+           prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
+           cost_micros bigint, body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer,
+           created_at timestamptz, completed_at timestamptz)
+       ),
+       ins AS (
+         INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
+                               model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
+                               cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
+                               created_at, completed_at)
+         SELECT id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint, model,
+                custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens, cached_prompt_tokens,
+                cost_micros, body_json, result_json, error_json, engine_ms, created_at, completed_at
+           FROM input
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, team_id, cost_micros, model, endpoint
+       ),
+       stored AS (
+         INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
+                                request_json, response_json, created_at, completed_at)
+         SELECT r.* FROM jsonb_to_recordset($2::jsonb) AS r(
            id uuid, team_id uuid, user_id uuid, api_key_id uuid, model text, status text, background boolean,
            stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
            completed_at timestamptz)
-         ON CONFLICT (id) DO NOTHING`,
-        [JSON.stringify(responses)],
-      );
-    }
+          WHERE r.id IN (SELECT id FROM ins)
+         ON CONFLICT (id) DO NOTHING
+       ),
+       billable AS (
+         SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,
+                sum(ins.cost_micros) OVER (PARTITION BY ins.team_id ORDER BY ins.id) AS running
+           FROM ins JOIN input USING (id)
+          WHERE ins.cost_micros > 0
+       ),
+       locked AS (
+         SELECT id, credit_balance_micros AS before FROM teams
+          WHERE id IN (SELECT team_id FROM billable)
+          ORDER BY id
+            FOR UPDATE
+       ),
+       charges AS (
+         SELECT b.*, LEAST(b.cost_micros, GREATEST(0, l.before - (b.running - b.cost_micros))) AS charged,
+                GREATEST(0, l.before - b.running) AS balance_after
+           FROM billable b JOIN locked l ON l.id = b.team_id
+       ),
+       ledger AS (
+         INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
+         SELECT ledger_id, team_id, 'usage', -charged, balance_after, id::text,
+                model || ' ' || endpoint ||
+                CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)' ELSE '' END
+           FROM charges
+         RETURNING source_id
+       ),
+       balances AS (
+         UPDATE teams t SET credit_balance_micros = GREATEST(0, l.before - s.total), updated_at = now()
+           FROM locked l JOIN (SELECT team_id, sum(cost_micros) AS total FROM billable GROUP BY team_id) s
+                ON s.team_id = l.id
+          WHERE t.id = l.id
+       ),
+       used AS (
+         UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[])
+       )
+       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
+         FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
+      [JSON.stringify(activity), JSON.stringify(responses), keyIds],
+    );
+    return new Map(
+      rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),
+    );
+  }
 
-    const charges = new Map<string, MeteredCharge>();
-    const billable = records.filter((r) => fresh.has(r.id) && r.costMicros > 0n);
-    if (billable.length > 0) {
-      const teamIds = [...new Set(billable.map((r) => r.principal.teamId))].sort();
-      // Lock in id order so concurrent flushes (other processes) cannot deadlock.
-      const locked = await queryRows<{ id: string; b: string }>(
-        em,
-        "SELECT id, credit_balance_micros AS b FROM teams WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
-        [teamIds],
-      );
-      const balance = new Map(locked.map((t) => [t.id, BigInt(t.b)]));
-      const ledger = billable.map((r) => {
-        const before = balance.get(r.principal.teamId) ?? 0n;
-        const charged = r.costMicros < before ? r.costMicros : before;
-        const after = before - charged;
-        balance.set(r.principal.teamId, after);
-        charges.set(r.id, { chargedMicros: charged, balanceAfterMicros: after });
-        return {
-          id: uuidv7(),
-          team_id: r.principal.teamId,
-          amount_micros: (-charged).toString(),
-          balance_after_micros: after.toString(),
-          source_id: r.id,
-          description:
-            charged < r.costMicros
-              ? `${r.model} ${r.endpoint} (cost ${r.costMicros} capped at the balance)`
-              : `${r.model} ${r.endpoint}`,
-        };
-      });
-      await em.query(
-        `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
-         SELECT id, team_id, 'usage', amount_micros, balance_after_micros, source_id, description
-           FROM jsonb_to_recordset($1::jsonb) AS x(id uuid, team_id uuid, amount_micros bigint,
-                balance_after_micros bigint, source_id text, description text)`,
-        [JSON.stringify(ledger)],
-      );
-      const updates = [...balance].map(([id, b]) => ({ id, b: b.toString() }));
-      await em.query(
-        `UPDATE teams t SET credit_balance_micros = x.b, updated_at = now()
-           FROM jsonb_to_recordset($1::jsonb) AS x(id uuid, b bigint) WHERE t.id = x.id`,
-        [JSON.stringify(updates)],
-      );
+  /** Keys whose `last_used_at` this process has not refreshed in the last second (fewer row locks). */
+  private keysToTouch(records: UsageRecord[]): string[] {
+    const now = Date.now();
+    const ids = new Set<string>();
+    for (const r of records) {
+      const id = r.principal.apiKey?.id;
+      if (!id || now - (this.keysTouched.get(id) ?? 0) < 1000) continue;
+      ids.add(id);
+      this.keysTouched.set(id, now);
     }
-
-    const keyIds = [...new Set(records.map((r) => r.principal.apiKey?.id).filter((k): k is string => !!k))].sort();
-    if (keyIds.length > 0) {
-      await em.query(
-        `UPDATE api_keys SET last_used_at = now()
-          WHERE id = ANY($1::uuid[]) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 second')`,
-        [keyIds],
-      );
-    }
-    return charges;
+    if (this.keysTouched.size > 100_000) this.keysTouched.clear();
+    return [...ids].sort();
   }
 }
