@@ -1,7 +1,10 @@
 // The README's openai-client example: SWITCHYARD_API_KEY=sk_… node examples/openai-quickstart.mjs
 import OpenAI from "openai";
 
-const client = new OpenAI({ baseURL: "http://localhost:8080/v1", apiKey: process.env.SWITCHYARD_API_KEY });
+const client = new OpenAI({
+  baseURL: process.env.SWITCHYARD_BASE_URL ?? "http://localhost:8080/v1",
+  apiKey: process.env.SWITCHYARD_API_KEY,
+});
 
 const completion = await client.chat.completions.create({
   model: "tinystories-260k",
