@@ -25,9 +25,8 @@ export interface EngineUsage {
   cachedPromptTokens: number;
 }
 
-export interface GenerateRequest {
-  model: CatalogModel;
-  messages: ChatMessage[];
+/** Sampling and length parameters, after translation from the OpenAI/Anthropic bodies. */
+export interface SamplingParams {
   /** Upper bound on completion tokens; undefined = until end of turn or context end. */
   maxTokens?: number;
   /** 0–2; 0 is greedy. */
@@ -36,9 +35,16 @@ export interface GenerateRequest {
   topP?: number;
   topK?: number;
   seed?: number;
+  /** Stop strings: the answer ends before the first one generated. */
   stop?: string[];
+  /** −2–2 (OpenAI semantics). */
   frequencyPenalty?: number;
   presencePenalty?: number;
+}
+
+export interface GenerateRequest extends SamplingParams {
+  model: CatalogModel;
+  messages: ChatMessage[];
   /** Aborts generation: the result comes back with `finishReason: "cancelled"` and partial text. */
   signal?: AbortSignal;
   /** Called once generation starts (slot acquired, prompt counted), before any `onText`. */

@@ -6,10 +6,10 @@
 import { z } from "zod";
 import type { CatalogModel } from "../config/catalog.js";
 import type { EngineRouter } from "../inference/engine-router.js";
-import type { ChatMessage, EmbedResult, GenerateResult } from "../inference/engine.js";
+import type { ChatMessage, EmbedResult, GenerateResult, SamplingParams } from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, ErrorCode } from "./errors.js";
-import type { MeteringService, StoredResponse } from "./metering.service.js";
+import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
 import { costMicros } from "./money.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
@@ -29,16 +29,7 @@ export const requestMetadata = z
 export const maxQueueWaitS = z.number().int().min(5).max(300).nullish();
 
 /** Generation parameters after protocol translation. */
-export interface GenerationParams {
-  maxTokens?: number;
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  seed?: number;
-  stop?: string[];
-  frequencyPenalty?: number;
-  presencePenalty?: number;
-}
+export type GenerationParams = SamplingParams;
 
 /** What a protocol renders from a finished generation. */
 export interface Rendered<T> {
@@ -48,17 +39,22 @@ export interface Rendered<T> {
   response?: StoredResponse;
 }
 
-export interface GenerationCall<T> {
+/** What every create operation records about its request. */
+export interface RequestInfo {
   /** The request id (UUIDv7): activity id, ledger source, and the base of the object's id. */
   requestId: string;
   createdAt: Date;
+  /** The data-plane path, e.g. `/v1/chat/completions`. */
   endpoint: string;
   model: CatalogModel;
-  messages: ChatMessage[];
-  params: GenerationParams;
   metadata: Record<string, unknown> | null | undefined;
   /** The request body as received (activity `body_json`); null when it must not be kept. */
   body: unknown;
+}
+
+export interface GenerationCall<T> extends RequestInfo {
+  messages: ChatMessage[];
+  params: GenerationParams;
   maxQueueWaitS?: number | null;
   signal?: AbortSignal;
   onStart?: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
@@ -72,13 +68,8 @@ export interface GenerationOutcome<T> {
   costMicros: bigint;
 }
 
-export interface EmbeddingCall {
-  requestId: string;
-  createdAt: Date;
-  model: CatalogModel;
+export interface EmbeddingCall extends RequestInfo {
   inputs: Array<string | number[]>;
-  metadata: Record<string, unknown> | null | undefined;
-  body: unknown;
   signal?: AbortSignal;
 }
 
@@ -123,21 +114,12 @@ export class InferenceService {
     const cost = costMicros(result.usage, call.model.prices);
     const rendered = call.render(result);
     await this.metering.record({
-      id: call.requestId,
-      principal,
-      type: "standalone",
+      ...usageRecord(principal, call),
       status: result.finishReason === "cancelled" ? "cancelled" : "completed",
-      endpoint: call.endpoint,
-      model: call.model.id,
-      ...labels(call.metadata),
       usage: result.usage,
       costMicros: cost,
-      bodyJson: call.body,
       resultJson: call.body === null ? null : rendered.body,
-      errorJson: null,
       engineMs: result.engineMs,
-      createdAt: call.createdAt,
-      completedAt: new Date(),
       response: rendered.response,
     });
     return { result, body: rendered.body, costMicros: cost };
@@ -159,66 +141,54 @@ export class InferenceService {
         maxQueueWaitMs: this.defaultQueueWaitS * 1000,
       });
     } catch (err) {
-      await this.recordFailure(principal, { ...call, endpoint: "/v1/embeddings" }, err);
+      await this.recordFailure(principal, call, err);
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
     const cost = costMicros(usage, call.model.prices);
     await this.metering.record({
-      id: call.requestId,
-      principal,
-      type: "standalone",
+      ...usageRecord(principal, call),
       status: "completed",
-      endpoint: "/v1/embeddings",
-      model: call.model.id,
-      ...labels(call.metadata),
       usage,
       costMicros: cost,
-      bodyJson: call.body,
-      resultJson: null,
-      errorJson: null,
       engineMs: result.engineMs,
-      createdAt: call.createdAt,
-      completedAt: new Date(),
     });
     return { result, costMicros: cost };
   }
 
   /** Engine failures are recorded as failed requests (no charge); refusals (400/429) are not. */
-  private async recordFailure(
-    principal: Principal,
-    call: {
-      requestId: string;
-      createdAt: Date;
-      endpoint: string;
-      model: CatalogModel;
-      metadata: Record<string, unknown> | null | undefined;
-      body: unknown;
-    },
-    err: unknown,
-  ): Promise<void> {
+  private async recordFailure(principal: Principal, call: RequestInfo, err: unknown): Promise<void> {
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
     if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited) return;
     await this.metering
       .record({
-        id: call.requestId,
-        principal,
-        type: "standalone",
+        ...usageRecord(principal, call),
         status: "failed",
-        endpoint: call.endpoint,
-        model: call.model.id,
-        ...labels(call.metadata),
-        usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
-        costMicros: 0n,
-        bodyJson: call.body,
-        resultJson: null,
         errorJson: { code, message: err instanceof AppError ? err.detail : "Internal error" },
-        engineMs: null,
-        createdAt: call.createdAt,
-        completedAt: new Date(),
       })
       .catch(() => undefined);
   }
+}
+
+/** The parts of a usage record every outcome shares; outcomes override status, usage and results. */
+function usageRecord(principal: Principal, call: RequestInfo): UsageRecord {
+  return {
+    id: call.requestId,
+    principal,
+    type: "standalone",
+    status: "completed",
+    endpoint: call.endpoint,
+    model: call.model.id,
+    ...labels(call.metadata),
+    usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+    costMicros: 0n,
+    bodyJson: call.body,
+    resultJson: null,
+    errorJson: null,
+    engineMs: null,
+    createdAt: call.createdAt,
+    completedAt: new Date(),
+  };
 }
 
 function labels(metadata: Record<string, unknown> | null | undefined): {

@@ -22,6 +22,7 @@ export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) =>
   const out = await deps.inference.embed(ctx, {
     requestId: uuidv7(),
     createdAt: new Date(),
+    endpoint: "/v1/embeddings",
     model,
     inputs: embeddingInputs(body),
     metadata: body.metadata,
