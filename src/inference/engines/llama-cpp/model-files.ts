@@ -7,6 +7,7 @@
 import { existsSync } from "node:fs";
 import path from "node:path";
 import type { resolveModelFile } from "node-llama-cpp";
+import type { Logger } from "pino";
 import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
 import { ConfigError } from "../../../config/config.js";
 
@@ -14,7 +15,11 @@ export interface ModelFileSettings {
   modelsDir?: string;
   dataDir: string;
   allowModelDownload: boolean;
+  logger?: Pick<Logger, "info">;
 }
+
+/** A download that receives nothing for this long is abandoned (offline hosts often hang), ms. */
+const STALL_MS = 15_000;
 
 /**
  * @returns the absolute path of the model file.
@@ -35,18 +40,47 @@ export async function resolveModelPath(
       `model file ${spec.file} for ${model.id} is not in ${where}; set SWITCHYARD_MODELS_DIR to a folder that holds it`,
     );
   }
+  // Offline, connections to the hub can hang rather than fail: give up when no byte arrives
+  // for STALL_MS, and report progress in the log meanwhile.
+  const controller = new AbortController();
+  let watchdog = setTimeout(() => controller.abort(new Error(`no data for ${STALL_MS / 1000} s`)), STALL_MS);
+  let lastLogged = -1;
+  settings.logger?.info(
+    { model: model.id, source: spec.source, into: cacheDir },
+    "model file not found locally; downloading",
+  );
   try {
-    return await lib.resolveModelFile(spec.source, {
+    // The library does not honour the signal while it resolves the source: race the watchdog.
+    const aborted = new Promise<never>((_, reject) =>
+      controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true }),
+    );
+    const download = lib.resolveModelFile(spec.source, {
       directory: cacheDir,
       fileName: spec.file,
       download: "auto",
       cli: false,
-      signal: AbortSignal.timeout(30 * 60_000),
+      signal: controller.signal,
+      onProgress: ({ totalSize, downloadedSize }) => {
+        clearTimeout(watchdog);
+        watchdog = setTimeout(() => controller.abort(new Error(`no data for ${STALL_MS / 1000} s`)), STALL_MS);
+        const tenth = totalSize > 0 ? Math.floor((downloadedSize / totalSize) * 10) : 0;
+        if (tenth !== lastLogged) {
+          lastLogged = tenth;
+          settings.logger?.info(
+            { model: model.id, percent: tenth * 10, bytes: downloadedSize },
+            "downloading model file",
+          );
+        }
+      },
     });
+    return await Promise.race([download, aborted]);
   } catch (err) {
+    const reason = controller.signal.aborted ? (controller.signal.reason as Error).message : (err as Error).message;
     throw new ConfigError(
       `model file ${spec.file} for ${model.id} is not in ${where}, and downloading ${spec.source} failed ` +
-        `(${(err as Error).message}); set SWITCHYARD_MODELS_DIR to a folder that holds it`,
+        `(${reason}); set SWITCHYARD_MODELS_DIR to a folder that holds it`,
     );
+  } finally {
+    clearTimeout(watchdog);
   }
 }
