@@ -180,6 +180,50 @@ describe("chat completions", () => {
   });
 });
 
+describe("awkward input", () => {
+  test("when bodies carry NUL characters and lone surrogates, then they and the requests flushed with them are recorded", async () => {
+    const odd = [
+      { ...greedy("Tom", 4), user: "a\u0000b", metadata: { custom_id: "nul-\u0000" } },
+      { ...greedy("Tom", 4), metadata: { custom_id: "surrogate-\ud800" } },
+      { ...greedy("Tom", 4), metadata: { custom_id: "escaped-\\u0000" } },
+      { ...greedy("Tom", 4), metadata: { custom_id: "plain" } },
+    ];
+    const results = await Promise.all(
+      odd.map((body) => http(server.url, "POST", "/v1/chat/completions", { token: caller.key, body })),
+    );
+    expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    const ids = results.map((r) => (r.body.id as string).replace("chatcmpl-", ""));
+    const rows = await server.db<any>(
+      "SELECT id, custom_id FROM activity WHERE id = ANY($1::uuid[]) ORDER BY custom_id",
+      [ids],
+    );
+    expect(rows.map((r: any) => r.custom_id).sort()).toEqual([
+      "escaped-\\u0000",
+      "nul-\ufffd",
+      "plain",
+      "surrogate-\ufffd",
+    ]);
+  });
+
+  test("when a prompt nearly fills the context, then all of it is kept (a repeat reuses all but the last token)", async () => {
+    const prompt = "Once upon a time, ".repeat(94);
+    const first = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: greedy(prompt, 4),
+    });
+    expect(first.status).toBe(200);
+    const promptTokens = first.body.usage.prompt_tokens;
+    expect(promptTokens).toBeGreaterThan(460);
+    expect(promptTokens + 4).toBeLessThanOrEqual(512);
+    const second = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: greedy(prompt, 4),
+    });
+    expect(second.body.usage.prompt_tokens_details.cached_tokens).toBe(promptTokens - 1);
+    expect(second.body.choices[0].message.content).toBe(first.body.choices[0].message.content);
+  });
+});
+
 describe("chat completion errors", () => {
   test("when messages are missing or malformed, then 400 names the field", async () => {
     const post = (body: unknown) => http(server.url, "POST", "/v1/chat/completions", { token: caller.key, body });

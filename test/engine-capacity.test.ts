@@ -66,3 +66,29 @@ test("when the client goes away mid-stream, then generation stops and the reques
   expect(row.status).toBe("cancelled");
   expect(row.completion_tokens).toBeLessThan(480);
 });
+
+test("when the client goes away while its request waits for the engine, then it is recorded as cancelled, not failed", async () => {
+  const busy = Array.from({ length: 3 }, () =>
+    http(server.url, "POST", "/v1/chat/completions", { token: caller.key, body: long }),
+  );
+  const controller = new AbortController();
+  const waiting = fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${caller.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ ...long, metadata: { custom_id: "left-the-queue" } }),
+    signal: controller.signal,
+  }).catch(() => undefined);
+  await new Promise((r) => setTimeout(r, 30));
+  controller.abort();
+  await waiting;
+  await Promise.all(busy);
+  let row: any;
+  for (let i = 0; i < 50 && !row; i++) {
+    [row] = await server.db<any>(
+      "SELECT status, error_json, cost_micros FROM activity WHERE custom_id = 'left-the-queue'",
+    );
+    if (!row) await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(row).toMatchObject({ status: "cancelled", cost_micros: "0" });
+  expect(row.error_json.code).toBe("client_closed");
+});

@@ -14,6 +14,8 @@ export enum ErrorCode {
   Conflict = "conflict",
   PayloadTooLarge = "payload_too_large",
   RateLimited = "rate_limited",
+  /** The client went away before the answer (nginx's 499); nobody reads the status. */
+  ClientClosed = "client_closed",
   EngineFailure = "engine_failure",
   EngineUnavailable = "engine_unavailable",
   EngineTimeout = "engine_timeout",
@@ -39,6 +41,8 @@ export function statusForCode(code: ErrorCode): number {
       return 413;
     case ErrorCode.RateLimited:
       return 429;
+    case ErrorCode.ClientClosed:
+      return 499;
     case ErrorCode.EngineFailure:
       return 502;
     case ErrorCode.EngineUnavailable:

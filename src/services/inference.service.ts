@@ -156,14 +156,17 @@ export class InferenceService {
     return { result, costMicros: cost };
   }
 
-  /** Engine failures are recorded as failed requests (no charge); refusals (400/429) are not. */
+  /**
+   * Engine failures are recorded as failed requests, and clients that left before the engine
+   * started as cancelled ones (no charge either way); refusals (400/429) are not recorded.
+   */
   private async recordFailure(principal: Principal, call: RequestInfo, err: unknown): Promise<void> {
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
     if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited) return;
     await this.metering
       .record({
         ...usageRecord(principal, call),
-        status: "failed",
+        status: code === ErrorCode.ClientClosed ? "cancelled" : "failed",
         errorJson: { code, message: err instanceof AppError ? err.detail : "Internal error" },
       })
       .catch(() => undefined);

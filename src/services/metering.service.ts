@@ -12,7 +12,7 @@ import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryRows } from "../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
-import type { CacheBus } from "./cache-bus.js";
+import { CACHE_CHANNEL, type CacheBus } from "./cache-bus.js";
 import type { Principal } from "./context.js";
 import { AppError, ErrorCode } from "./errors.js";
 import type { TokenUsage } from "./money.js";
@@ -60,6 +60,10 @@ export interface MeteredCharge {
 
 interface Pending {
   record: UsageRecord;
+  /** The activity row as JSON text (serialised when queued, so flushes can be bounded by size). */
+  activityJson: string;
+  /** The stored Response row as JSON text, if any. */
+  responseJson: string | null;
   resolve: (charge: MeteredCharge) => void;
   reject: (err: unknown) => void;
 }
@@ -69,10 +73,26 @@ interface CachedBalance {
   at: number;
 }
 
+/** A flush carries at most this much JSON, whatever `maxRows` allows (V8 strings top out near 512 MB). */
+const MAX_FLUSH_BYTES = 32 * 1024 * 1024;
+
+/**
+ * JSON text that PostgreSQL's `jsonb` accepts: NUL characters and unpaired surrogates (which
+ * JSON.stringify writes as `\u0000` and `\udXXX` escapes, and jsonb refuses) become U+FFFD.
+ * Scanning escape by escape keeps an escaped backslash from being read as the start of one.
+ */
+export function toJsonbText(value: unknown): string {
+  return JSON.stringify(value).replace(/\\(\\|u0000|ud[89a-f][0-9a-f]{2})/gi, (match) =>
+    match === "\\\\" ? match : "\\ufffd",
+  );
+}
+
 export class MeteringService {
   private queue: Pending[] = [];
   private flushing = false;
   private readonly balances = new Map<string, CachedBalance>();
+  /** Balance lookups under way, shared by the requests of one team that miss the cache together. */
+  private readonly balanceLookups = new Map<string, Promise<bigint>>();
   /** When this process last refreshed each key's `last_used_at` (ms). */
   private readonly keysTouched = new Map<string, number>();
   /** Flushes done, rows written and time spent writing (ms), for logs and benchmarks. */
@@ -85,18 +105,25 @@ export class MeteringService {
     private readonly maxRows: number,
     private readonly balanceTtlMs: number,
   ) {
-    bus.on("balance", (teamId) => this.balances.delete(teamId));
+    // Every flush announces the teams' new balances (`balance:<team>=<micros>`, in commit order).
+    bus.on("balance", (key) => {
+      const [teamId, micros] = key.split("=");
+      if (micros === undefined) this.balances.delete(teamId);
+      else this.balances.set(teamId, { micros: BigInt(micros), at: Date.now() });
+    });
     bus.on("*", () => this.balances.clear());
   }
 
   /**
    * Queues `record` for the next group commit.
    * @returns once it is committed, with what the ledger charged.
-   * @throws AppError 503 when the database refused the flush twice (nothing of it was written).
+   * @throws AppError 503 when the database refused the record (nothing of it was written).
    */
   record(record: UsageRecord): Promise<MeteredCharge> {
+    const activityJson = toJsonbText(activityRow(record));
+    const responseJson = record.response ? toJsonbText(responseRow(record)) : null;
     return new Promise((resolve, reject) => {
-      this.queue.push({ record, resolve, reject });
+      this.queue.push({ record, activityJson, responseJson, resolve, reject });
       if (!this.flushing) {
         this.flushing = true;
         // Let the requests finishing in this turn of the event loop join the first flush.
@@ -107,7 +134,7 @@ export class MeteringService {
 
   /**
    * Raises 402 when the team has no credit (DESIGN §3 Money: "before any engine work").
-   * Reads the cached balance (refreshed by every flush, by NOTIFY, and after `balanceTtlMs`).
+   * Reads the cached balance (set by every flush here and, through NOTIFY, elsewhere).
    */
   async assertCredit(teamId: string): Promise<void> {
     const balance = await this.balance(teamId);
@@ -116,16 +143,22 @@ export class MeteringService {
     }
   }
 
-  /** The team's credit balance in micro-USD (cached). */
+  /** The team's credit balance in micro-USD (cached for `balanceTtlMs`). */
   async balance(teamId: string): Promise<bigint> {
     const cached = this.balances.get(teamId);
     if (cached && Date.now() - cached.at <= this.balanceTtlMs) return cached.micros;
-    const rows = await queryRows<{ b: string }>(this.ds, "SELECT credit_balance_micros AS b FROM teams WHERE id = $1", [
-      teamId,
-    ]);
-    const micros = rows[0] ? BigInt(rows[0].b) : 0n;
-    this.balances.set(teamId, { micros, at: Date.now() });
-    return micros;
+    let lookup = this.balanceLookups.get(teamId);
+    if (!lookup) {
+      lookup = queryRows<{ b: string }>(this.ds, "SELECT credit_balance_micros AS b FROM teams WHERE id = $1", [teamId])
+        .then((rows) => {
+          const micros = rows[0] ? BigInt(rows[0].b) : 0n;
+          this.balances.set(teamId, { micros, at: Date.now() });
+          return micros;
+        })
+        .finally(() => this.balanceLookups.delete(teamId));
+      this.balanceLookups.set(teamId, lookup);
+    }
+    return lookup;
   }
 
   /** Waits until everything queued so far is written. */
@@ -136,43 +169,65 @@ export class MeteringService {
   private async drain(): Promise<void> {
     try {
       while (this.queue.length > 0) {
-        const batch = this.queue.splice(0, this.maxRows);
-        let charges: Map<string, MeteredCharge> | undefined;
-        let lastError: unknown;
+        const batch = this.nextBatch();
         const started = performance.now();
-        for (let attempt = 0; attempt < 2 && !charges; attempt++) {
-          try {
-            charges = await this.ds.transaction((em) =>
-              this.write(
-                em,
-                batch.map((p) => p.record),
-              ),
-            );
-          } catch (err) {
-            lastError = err;
-            this.logger.warn({ err, rows: batch.length, attempt }, "metering flush failed");
-          }
-        }
-        if (!charges) {
-          this.logger.error({ err: lastError, rows: batch.length }, "metering flush failed twice; requests fail");
-          const error = new AppError(ErrorCode.EngineUnavailable, "Could not record the request; retry later");
-          for (const p of batch) p.reject(error);
+        const charges = await this.writeWithRetry(batch);
+        if (charges) {
+          this.settle(batch, charges, started);
           continue;
         }
-        this.stats.flushes++;
-        this.stats.rows += batch.length;
-        this.stats.flushMs += performance.now() - started;
-        const now = Date.now();
+        // The batch failed twice: write its records one by one so one bad record fails alone.
         for (const p of batch) {
-          const after = charges.get(p.record.id)?.balanceAfterMicros;
-          if (after !== undefined && after !== null)
-            this.balances.set(p.record.principal.teamId, { micros: after, at: now });
+          const one = await this.writeWithRetry([p]);
+          if (one) this.settle([p], one, performance.now());
+          else p.reject(new AppError(ErrorCode.EngineUnavailable, "Could not record the request; retry later"));
         }
-        for (const p of batch) p.resolve(charges.get(p.record.id) ?? { chargedMicros: 0n, balanceAfterMicros: null });
       }
     } finally {
       this.flushing = false;
     }
+  }
+
+  /** Takes queued records up to `maxRows` and `MAX_FLUSH_BYTES` (always at least one). */
+  private nextBatch(): Pending[] {
+    let bytes = 0;
+    let n = 0;
+    while (n < this.queue.length && n < this.maxRows) {
+      const size = this.queue[n].activityJson.length + (this.queue[n].responseJson?.length ?? 0);
+      if (n > 0 && bytes + size > MAX_FLUSH_BYTES) break;
+      bytes += size;
+      n++;
+    }
+    return this.queue.splice(0, n);
+  }
+
+  private async writeWithRetry(batch: Pending[]): Promise<Map<string, MeteredCharge> | undefined> {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        return await this.write(this.ds, batch);
+      } catch (err) {
+        const level = attempt === 0 ? "warn" : "error";
+        this.logger[level]({ err, rows: batch.length, attempt }, "metering flush failed");
+      }
+    }
+    return undefined;
+  }
+
+  private settle(batch: Pending[], charges: Map<string, MeteredCharge>, started: number): void {
+    this.stats.flushes++;
+    this.stats.rows += batch.length;
+    this.stats.flushMs += performance.now() - started;
+    // A team's balance after the flush is the lowest `balance_after` of its charges (they only
+    // go down); other processes learn it from the flush's NOTIFY.
+    const lowest = new Map<string, bigint>();
+    for (const p of batch) {
+      const after = charges.get(p.record.id)?.balanceAfterMicros;
+      const team = p.record.principal.teamId;
+      if (after != null && (lowest.get(team) === undefined || after < lowest.get(team)!)) lowest.set(team, after);
+    }
+    const now = Date.now();
+    for (const [team, micros] of lowest) this.balances.set(team, { micros, at: now });
+    for (const p of batch) p.resolve(charges.get(p.record.id) ?? { chargedMicros: 0n, balanceAfterMicros: null });
   }
 
   /**
@@ -185,50 +240,10 @@ export class MeteringService {
    * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
    * it is capped. Only requests whose activity row is new are charged (exactly once per id).
    */
-  private async write(db: Queryable, records: UsageRecord[]): Promise<Map<string, MeteredCharge>> {
-    const activity = records.map((r) => ({
-      id: r.id,
-      ledger_id: uuidv7(),
-      team_id: r.principal.teamId,
-      user_id: r.principal.userId,
-      api_key_id: r.principal.apiKey?.id ?? null,
-      api_key_name: r.principal.apiKey?.name ?? null,
-      api_key_prefix: r.principal.apiKey?.prefix ?? null,
-      type: r.type,
-      status: r.status,
-      endpoint: r.endpoint,
-      model: r.model,
-      custom_id: r.customId,
-      stream_id: r.streamId,
-      prompt_tokens: r.usage.promptTokens,
-      completion_tokens: r.usage.completionTokens,
-      total_tokens: r.usage.promptTokens + r.usage.completionTokens,
-      cached_prompt_tokens: r.usage.cachedPromptTokens,
-      cost_micros: r.costMicros.toString(),
-      body_json: r.bodyJson ?? null,
-      result_json: r.resultJson ?? null,
-      error_json: r.errorJson ?? null,
-      engine_ms: r.engineMs === null ? null : Math.round(r.engineMs),
-      created_at: r.createdAt.toISOString(),
-      completed_at: r.completedAt?.toISOString() ?? null,
-    }));
-    const responses = records
-      .filter((r) => r.response)
-      .map((r) => ({
-        id: r.id,
-        team_id: r.principal.teamId,
-        user_id: r.principal.userId,
-        api_key_id: r.principal.apiKey?.id ?? null,
-        model: r.model,
-        status: r.response!.status,
-        background: r.response!.background,
-        stream_id: r.streamId,
-        metadata: r.response!.metadata,
-        request_json: r.response!.requestJson,
-        response_json: r.response!.responseJson,
-        created_at: r.createdAt.toISOString(),
-        completed_at: r.completedAt?.toISOString() ?? null,
-      }));
+  private async write(db: Queryable, batch: Pending[]): Promise<Map<string, MeteredCharge>> {
+    const records = batch.map((p) => p.record);
+    const activity = `[${batch.map((p) => p.activityJson).join(",")}]`;
+    const responses = `[${batch.flatMap((p) => (p.responseJson ? [p.responseJson] : [])).join(",")}]`;
     const keyIds = this.keysToTouch(records);
     const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
       db,
@@ -292,13 +307,18 @@ export class MeteringService {
            FROM locked l JOIN (SELECT team_id, sum(cost_micros) AS total FROM billable GROUP BY team_id) s
                 ON s.team_id = l.id
           WHERE t.id = l.id
+         RETURNING t.id, t.credit_balance_micros
+       ),
+       announced AS (
+         SELECT pg_notify('${CACHE_CHANNEL}', 'balance:' || id || '=' || credit_balance_micros) FROM balances
        ),
        used AS (
          UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[])
        )
-       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
+       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after,
+              (SELECT count(*) FROM announced) AS announced
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
-      [JSON.stringify(activity), JSON.stringify(responses), keyIds],
+      [activity, responses, keyIds],
     );
     return new Map(
       rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),
@@ -318,4 +338,54 @@ export class MeteringService {
     if (this.keysTouched.size > 100_000) this.keysTouched.clear();
     return [...ids].sort();
   }
+}
+
+/** The activity row of a record, as `jsonb_to_recordset` reads it (bigints as strings). */
+function activityRow(r: UsageRecord) {
+  return {
+    id: r.id,
+    ledger_id: uuidv7(),
+    team_id: r.principal.teamId,
+    user_id: r.principal.userId,
+    api_key_id: r.principal.apiKey?.id ?? null,
+    api_key_name: r.principal.apiKey?.name ?? null,
+    api_key_prefix: r.principal.apiKey?.prefix ?? null,
+    type: r.type,
+    status: r.status,
+    endpoint: r.endpoint,
+    model: r.model,
+    custom_id: r.customId,
+    stream_id: r.streamId,
+    prompt_tokens: r.usage.promptTokens,
+    completion_tokens: r.usage.completionTokens,
+    total_tokens: r.usage.promptTokens + r.usage.completionTokens,
+    cached_prompt_tokens: r.usage.cachedPromptTokens,
+    cost_micros: r.costMicros.toString(),
+    body_json: r.bodyJson ?? null,
+    result_json: r.resultJson ?? null,
+    error_json: r.errorJson ?? null,
+    engine_ms: r.engineMs === null ? null : Math.round(r.engineMs),
+    created_at: r.createdAt.toISOString(),
+    completed_at: r.completedAt?.toISOString() ?? null,
+  };
+}
+
+/** The stored Response row of a record that has one. */
+function responseRow(r: UsageRecord) {
+  const response = r.response!;
+  return {
+    id: r.id,
+    team_id: r.principal.teamId,
+    user_id: r.principal.userId,
+    api_key_id: r.principal.apiKey?.id ?? null,
+    model: r.model,
+    status: response.status,
+    background: response.background,
+    stream_id: r.streamId,
+    metadata: response.metadata,
+    request_json: response.requestJson,
+    response_json: response.responseJson,
+    created_at: r.createdAt.toISOString(),
+    completed_at: r.completedAt?.toISOString() ?? null,
+  };
 }

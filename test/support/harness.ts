@@ -75,14 +75,21 @@ export async function createTestDatabase(): Promise<{
 export interface TestServer {
   app: Switchyard;
   url: string;
+  databaseUrl: string;
   /** SQL against this file's database (assertions and test data). */
   db: <T = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<T[]>;
   close(): Promise<void>;
 }
 
 /** Starts Switchyard on a fresh database. `overrides` change any config setting. */
-export async function startTestServer(overrides: Partial<ConfigInput> = {}): Promise<TestServer> {
-  const database = await createTestDatabase();
+export async function startTestServer(
+  overrides: Partial<ConfigInput> = {},
+  /** Share another server's database (a second API process); by default a fresh one. */
+  shareWith?: TestServer,
+): Promise<TestServer> {
+  const database = shareWith
+    ? { url: shareWith.databaseUrl, query: shareWith.db, close: async () => {} }
+    : await createTestDatabase();
   const config = loadConfig(
     {},
     {
@@ -102,6 +109,7 @@ export async function startTestServer(overrides: Partial<ConfigInput> = {}): Pro
   return {
     app,
     url: app.url,
+    databaseUrl: database.url,
     db: database.query,
     async close() {
       await app.close();

@@ -5,7 +5,7 @@
  */
 import type { Response } from "express";
 import type { RequestContext } from "../../services/context.js";
-import { AppError } from "../../services/errors.js";
+import { AppError, ErrorCode } from "../../services/errors.js";
 import type { GenerationCall } from "../../services/inference.service.js";
 import { type SseDialect, streamGeneration } from "../sse.js";
 import type { DataPlaneDeps } from "./deps.js";
@@ -14,7 +14,9 @@ import type { DataPlaneDeps } from "./deps.js";
 export function abortOnClose(res: Response): AbortSignal {
   const controller = new AbortController();
   res.on("close", () => {
-    if (!res.writableFinished) controller.abort(new Error("client closed the connection"));
+    if (!res.writableFinished) {
+      controller.abort(new AppError(ErrorCode.ClientClosed, "The client closed the connection"));
+    }
   });
   return controller.signal;
 }

@@ -146,6 +146,10 @@ export class LlamaCppEngine implements InferenceEngine {
         signal,
         stopOnAbortSignal: true,
         disableContextShift: true,
+        // No room is kept for a context shift (there is none): the whole prompt stays in context,
+        // as the budget check above promised. The library's default reserves 10 % and drops the
+        // prompt's first tokens to make it.
+        contextShiftSize: 0,
         repeatPenalty: penalties
           ? { penalty: 1, frequencyPenalty: req.frequencyPenalty, presencePenalty: req.presencePenalty }
           : false,
@@ -219,6 +223,7 @@ export class LlamaCppEngine implements InferenceEngine {
       const vectors: number[][] = [];
       let promptTokens = 0;
       for (const tokens of tokenised) {
+        if (req.signal?.aborted) throw req.signal.reason;
         const embedding = await ctx.getEmbeddingFor(tokens);
         vectors.push(normalise(embedding.vector));
         promptTokens += tokens.length;

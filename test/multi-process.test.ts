@@ -1,0 +1,66 @@
+/**
+ * Two API processes on one database (DESIGN §1: API processes are stateless, caches are
+ * invalidated through NOTIFY): a key revoked on one is refused on the other, and a team that
+ * spends its credit on one gets 402 on the other, both without waiting for cache expiry.
+ */
+import {
+  CHAT_MODEL,
+  type TestServer,
+  createTestCaller,
+  expectEnvelope,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+
+let a: TestServer;
+let b: TestServer;
+
+beforeAll(async () => {
+  a = await startTestServer({ authCacheTtlMs: 3_600_000 });
+  b = await startTestServer({ authCacheTtlMs: 3_600_000 }, a);
+});
+afterAll(async () => {
+  await b.close();
+  await a.close();
+});
+
+const chat = { model: CHAT_MODEL, messages: [{ role: "user", content: "Tom" }], max_tokens: 8, temperature: 0 };
+
+async function eventually(check: () => Promise<boolean>): Promise<boolean> {
+  for (let i = 0; i < 40; i++) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
+}
+
+test("when a key is revoked on one process, then the other refuses it without waiting for its cache to expire", async () => {
+  const caller = await createTestCaller(a.url);
+  expect((await http(b.url, "GET", "/v1/auth/me", { token: caller.key })).status).toBe(200); // cached on b
+  expect(
+    (await http(a.url, "DELETE", `/control/v1/auth/api-keys/${caller.keyId}`, { token: caller.token })).status,
+  ).toBe(204);
+  expect(
+    await eventually(async () => (await http(b.url, "GET", "/v1/auth/me", { token: caller.key })).status === 401),
+  ).toBe(true);
+});
+
+test("when a team's credit runs out on one process, then the other answers 402 without waiting for its cache to expire", async () => {
+  const caller = await createTestCaller(a.url);
+  expect((await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat })).status).toBe(200); // b caches 5 USD
+  // Leave 1 µUSD, then spend more than that on `a` (40 tokens at 0.05 µUSD each): the charge is capped.
+  await a.db("UPDATE teams SET credit_balance_micros = 1 WHERE id = $1", [caller.teamId]);
+  const spend = await http(a.url, "POST", "/v1/chat/completions", {
+    token: caller.key,
+    body: { ...chat, max_tokens: 40 },
+  });
+  expect(spend.status).toBe(200);
+  const [team] = await a.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [caller.teamId]);
+  expect(team.credit_balance_micros).toBe("0");
+  expect(
+    await eventually(
+      async () => (await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat })).status === 402,
+    ),
+  ).toBe(true);
+  expectEnvelope(await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat }), 402);
+});
