@@ -182,6 +182,8 @@ export class LlamaCppEngine implements InferenceEngine {
       };
     } catch (err) {
       if (err instanceof AppError) throw err;
+      // Aborted before generation began (the library then throws its own abort error).
+      if (req.signal?.aborted) throw clientGone(req.signal);
       // The sequence's state is unknown after a failure: forget its tokens before reuse.
       await seq.clearHistory().catch(() => undefined);
       this.opts.logger.error({ err, model: req.model.id }, "llama.cpp generation failed");
@@ -223,7 +225,7 @@ export class LlamaCppEngine implements InferenceEngine {
       const vectors: number[][] = [];
       let promptTokens = 0;
       for (const tokens of tokenised) {
-        if (req.signal?.aborted) throw req.signal.reason;
+        if (req.signal?.aborted) throw clientGone(req.signal);
         const embedding = await ctx.getEmbeddingFor(tokens);
         vectors.push(normalise(embedding.vector));
         promptTokens += tokens.length;
@@ -231,6 +233,7 @@ export class LlamaCppEngine implements InferenceEngine {
       return { vectors, promptTokens, engineMs: performance.now() - started, queueMs: started - queued };
     } catch (err) {
       if (err instanceof AppError) throw err;
+      if (req.signal?.aborted) throw clientGone(req.signal);
       this.opts.logger.error({ err, model: req.model.id }, "llama.cpp embedding failed");
       throw new AppError(ErrorCode.EngineFailure, "The engine failed to compute embeddings");
     } finally {
@@ -400,6 +403,13 @@ function longestPrefix(free: LlamaContextSequence[], prompt: Token[], bosCount: 
     }
   }
   return best;
+}
+
+/** The abort reason when it is an `AppError` (the HTTP layer's ClientClosed), else a ClientClosed. */
+function clientGone(signal: AbortSignal): AppError {
+  return signal.reason instanceof AppError
+    ? signal.reason
+    : new AppError(ErrorCode.ClientClosed, "The client closed the connection");
 }
 
 function normalise(vector: readonly number[]): number[] {
