@@ -13,7 +13,6 @@ import { ApolloServer } from "@apollo/server";
 import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
 import { expressMiddleware } from "@as-integrations/express5";
 import express from "express";
-import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
 import { pino, type Logger } from "pino";
 import type { DataSource } from "typeorm";
@@ -111,6 +110,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         logger,
       }),
     });
+    // Failures recorded while the engines shut down are written by a second drain, after them.
+    let drainAfterEngines = async () => {};
+    cleanup.push(["metering (after engines)", () => drainAfterEngines()]);
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
     await engines.loadAll(catalog.all().filter((m) => m.platformStatus !== "coming_soon"));
@@ -120,6 +122,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
     const metering = new MeteringService(ds, bus, logger, config.groupCommitMaxRows, config.authCacheTtlMs);
     cleanup.push(["metering", () => metering.drainAll()]);
+    drainAfterEngines = () => metering.drainAll();
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
@@ -138,6 +141,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     server.keepAliveTimeout = 65_000;
     const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false);
 
+    // Refused credentials fail only the operations that need a caller (login works with a stale token).
     const contextFromCredential = async (
       credential: string | undefined,
       requestId: string,
@@ -145,11 +149,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       try {
         return { requestId, principal: await credentials.authenticate(credential) };
       } catch (err) {
-        if (err instanceof AppError) {
-          throw new GraphQLError(err.detail, {
-            extensions: { code: "UNAUTHENTICATED", status_code: 401, http: { status: 401 } },
-          });
-        }
+        if (err instanceof AppError) return { requestId, credentialError: err };
         throw err;
       }
     };

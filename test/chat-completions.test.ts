@@ -281,6 +281,21 @@ describe("chat completion errors", () => {
     expectInvalid(wrong, "model");
   });
 
+  test("when a proxy's Basic Authorization comes with an x-api-key, then the key is used", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      headers: { authorization: "Basic dXNlcjpwYXNz", "x-api-key": caller.key },
+      body: greedy("hi", 4),
+    });
+    expect(res.status).toBe(200);
+    expectEnvelope(
+      await http(server.url, "POST", "/v1/chat/completions", {
+        headers: { authorization: "Basic dXNlcjpwYXNz" },
+        body: greedy("hi"),
+      }),
+      401,
+    );
+  });
+
   test("when no or a wrong key is sent, then 401 with the envelope", async () => {
     expectEnvelope(await http(server.url, "POST", "/v1/chat/completions", { body: greedy("hi") }), 401);
     expectEnvelope(

@@ -177,6 +177,10 @@ describe("POST /v1/messages: the message object", () => {
       await http(server.url, "POST", "/v1/messages?beta=maybe", { token: caller.key, body: params }),
       "beta",
     );
+    // `beta` may be null: an empty value is accepted.
+    expect((await http(server.url, "POST", "/v1/messages?beta=", { token: caller.key, body: params })).status).toBe(
+      200,
+    );
   });
 
   test("when the answer is sent, then it carries x-switchyard-overhead-ms", async () => {

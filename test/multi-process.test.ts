@@ -64,3 +64,28 @@ test("when a team's credit runs out on one process, then the other answers 402 w
   ).toBe(true);
   expectEnvelope(await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat }), 402);
 });
+
+test("when a process's listening connection is killed, then it reconnects and still hears revocations", async () => {
+  const caller = await createTestCaller(a.url);
+  expect((await http(b.url, "GET", "/v1/auth/me", { token: caller.key })).status).toBe(200);
+  // Kill every listening connection of both processes (the database side of a network blip).
+  const killed = await a.db<any>(
+    "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'switchyard-listen' AND datname = current_database()",
+  );
+  expect(killed.length).toBe(2);
+  expect(
+    await eventually(async () => {
+      const rows = await a.db<any>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'switchyard-listen' AND datname = current_database()",
+      );
+      return rows[0].n === 2;
+    }),
+  ).toBe(true);
+  expect((await http(b.url, "GET", "/v1/auth/me", { token: caller.key })).status).toBe(200); // cached again on b
+  expect(
+    (await http(a.url, "DELETE", `/control/v1/auth/api-keys/${caller.keyId}`, { token: caller.token })).status,
+  ).toBe(204);
+  expect(
+    await eventually(async () => (await http(b.url, "GET", "/v1/auth/me", { token: caller.key })).status === 401),
+  ).toBe(true);
+});

@@ -184,6 +184,14 @@ describe("response errors", () => {
     expectInvalid(await post({ model: CHAT_MODEL, input: "hi", store: "yes" }), "store");
     expectInvalid(await post({ model: CHAT_MODEL, input: "hi", max_queue_wait_s: 1 }), "max_queue_wait_s");
     expectInvalid(await post({ model: CHAT_MODEL, input: "hi", metadata: "x" }), "metadata");
+    expectInvalid(
+      await post({ model: CHAT_MODEL, input: "hi", metadata: { completion_window: "24h" } }),
+      "metadata.completion_window",
+    );
+    expectInvalid(
+      await post({ model: CHAT_MODEL, input: "hi", metadata: { completion_window: "1h" } }),
+      "metadata.completion_window",
+    );
   });
 
   test("when background is asked for, then 400 says it is not available yet and nothing is stored", async () => {

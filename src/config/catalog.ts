@@ -110,8 +110,15 @@ export function loadCatalog(file: string): Catalog {
       .join("; ");
     throw new ConfigError(`invalid model catalog ${file}: ${detail}`);
   }
-  const models = parsed.data.models.map((m): CatalogModel => {
-    const input = usdToMicros(m.pricing.input_per_million_usd);
+  const models = parsed.data.models.map((m, i): CatalogModel => {
+    const price = (field: keyof typeof m.pricing) => {
+      try {
+        return usdToMicros(m.pricing[field]!);
+      } catch (err) {
+        throw new ConfigError(`invalid model catalog ${file}: models.${i}.pricing.${field}: ${(err as Error).message}`);
+      }
+    };
+    const input = price("input_per_million_usd");
     return {
       id: m.id,
       displayName: m.display_name,
@@ -124,11 +131,9 @@ export function loadCatalog(file: string): Catalog {
       deprecated: m.deprecated,
       prices: {
         inputPerMillionMicros: input,
-        outputPerMillionMicros: usdToMicros(m.pricing.output_per_million_usd),
+        outputPerMillionMicros: price("output_per_million_usd"),
         cachedInputPerMillionMicros:
-          m.pricing.cached_input_per_million_usd === undefined
-            ? input
-            : usdToMicros(m.pricing.cached_input_per_million_usd),
+          m.pricing.cached_input_per_million_usd === undefined ? input : price("cached_input_per_million_usd"),
       },
       capabilities: {
         tools: m.capabilities.tools,

@@ -22,12 +22,9 @@ export interface AppOptions {
 
 /** The credential a request presents: `Authorization: Bearer …`, else `x-api-key`. */
 export function presentedCredential(req: Pick<Request, "get">): string | undefined {
-  const authorization = req.get("authorization");
-  if (authorization) {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-    return match ? match[1] : "";
-  }
-  return req.get("x-api-key") ?? undefined;
+  const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.get("authorization") ?? "")?.[1];
+  // A non-Bearer Authorization (e.g. a proxy's Basic) does not hide an x-api-key.
+  return bearer ?? req.get("x-api-key") ?? (req.get("authorization") ? "" : undefined);
 }
 
 /** Builds the request context; with `auth: required`, 401 unless valid credentials came. */

@@ -22,7 +22,12 @@ export class CacheBus {
     private readonly logger: Logger,
   ) {}
 
-  /** Opens the listening connection; reconnects after errors until `close`. */
+  /**
+   * Opens the listening connection. After a lost connection it reconnects with backoff (1 s
+   * doubling to 30 s) until `close`, and once listening again runs the `*` handlers: whatever was
+   * announced while it was away is unknown, so caches start over.
+   * @throws the driver's error when the first connection fails.
+   */
   async start(): Promise<void> {
     const client = new pg.Client({ connectionString: this.databaseUrl, application_name: "switchyard-listen" });
     client.on("notification", (msg) => {
@@ -31,14 +36,36 @@ export class CacheBus {
       this.deliverLocally(msg.payload.slice(0, sep), msg.payload.slice(sep + 1));
     });
     client.on("error", (err) => {
+      if (this.client !== client) return;
+      this.client = undefined;
       this.logger.warn({ err }, "cache listener lost its connection; reconnecting");
-      this.handlers.get("*")?.forEach((h) => h(""));
+      this.deliverLocally("*", "");
       void client.end().catch(() => undefined);
-      if (!this.closed) setTimeout(() => void this.start().catch(() => undefined), 1000).unref();
+      void this.reconnect();
     });
-    await client.connect();
-    await client.query(`LISTEN ${CACHE_CHANNEL}`);
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${CACHE_CHANNEL}`);
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      throw err;
+    }
     this.client = client;
+  }
+
+  private async reconnect(): Promise<void> {
+    for (let delay = 1000; !this.closed; delay = Math.min(delay * 2, 30_000)) {
+      await new Promise((r) => setTimeout(r, delay).unref());
+      if (this.closed) return;
+      try {
+        await this.start();
+        this.deliverLocally("*", "");
+        this.logger.info("cache listener reconnected");
+        return;
+      } catch (err) {
+        this.logger.warn({ err, retryInMs: Math.min(delay * 2, 30_000) }, "cache listener could not reconnect");
+      }
+    }
   }
 
   /** Registers `handler` for messages `topic:key`. Topic `*` is called (with "") after a reconnect. */
@@ -60,6 +87,8 @@ export class CacheBus {
 
   async close(): Promise<void> {
     this.closed = true;
-    await this.client?.end().catch(() => undefined);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
   }
 }

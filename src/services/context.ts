@@ -24,6 +24,8 @@ export interface Principal {
 export interface RequestContext {
   /** Absent on unauthenticated requests (signup, login, health). */
   principal?: Principal;
+  /** Why presented credentials were refused; raised only by operations that need a caller. */
+  credentialError?: AppError;
   /** Unique per HTTP request (also the `x-request-id` response header). */
   requestId: string;
 }
@@ -33,7 +35,7 @@ export interface RequestContext {
  * @throws AppError 401 when the request carried no valid credentials.
  */
 export function requirePrincipal(ctx: RequestContext): Principal {
-  if (!ctx.principal) throw AppError.unauthenticated();
+  if (!ctx.principal) throw ctx.credentialError ?? AppError.unauthenticated();
   return ctx.principal;
 }
 

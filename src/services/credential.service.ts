@@ -31,6 +31,8 @@ interface CachedUser {
 }
 
 const MAX_CACHE = 50_000;
+/** How long an unknown key is remembered as unknown (spares the database key-guessing loads), ms. */
+const UNKNOWN_KEY_TTL_MS = 5_000;
 
 /** SHA-256 of an API key, the only form in which keys are stored. */
 export function hashApiKey(key: string): Buffer {
@@ -40,6 +42,13 @@ export function hashApiKey(key: string): Buffer {
 export class CredentialService {
   private readonly keys = new Map<string, CachedKey>();
   private readonly users = new Map<string, CachedUser>();
+  /** Hashes of keys found in no row, with when they were looked up. */
+  private readonly unknownKeys = new Map<string, number>();
+  /**
+   * Bumped by every invalidation. A lookup caches its row only if no invalidation happened while
+   * it ran: a row read before a revoke committed must not outlive the revoke in the cache.
+   */
+  private generation = 0;
 
   constructor(
     private readonly ds: DataSource,
@@ -47,12 +56,17 @@ export class CredentialService {
     bus: CacheBus,
     private readonly ttlMs: number,
   ) {
-    bus.on("api_key", (hashHex) => this.keys.delete(hashHex));
+    bus.on("api_key", (hashHex) => {
+      this.generation++;
+      this.keys.delete(hashHex);
+    });
     bus.on("user", (userId) => {
+      this.generation++;
       this.users.delete(userId);
       for (const [k, v] of this.keys) if (v.principal.userId === userId) this.keys.delete(k);
     });
     bus.on("*", () => {
+      this.generation++;
       this.keys.clear();
       this.users.clear();
     });
@@ -74,7 +88,11 @@ export class CredentialService {
     const hex = hash.toString("hex");
     const now = Date.now();
     let entry = this.keys.get(hex);
+    if (!entry && now - (this.unknownKeys.get(hex) ?? -Infinity) < UNKNOWN_KEY_TTL_MS) {
+      throw AppError.unauthenticated("Invalid API key");
+    }
     if (!entry || now - entry.cachedAt > this.ttlMs) {
+      const generation = this.generation;
       const rows: Array<{
         id: string;
         name: string;
@@ -93,6 +111,10 @@ export class CredentialService {
         [hash],
       );
       const row = rows[0];
+      if (!row) {
+        if (this.unknownKeys.size >= MAX_CACHE) this.unknownKeys.clear();
+        this.unknownKeys.set(hex, now);
+      }
       if (!row || !row.is_active) throw AppError.unauthenticated("Invalid API key");
       entry = {
         principal: {
@@ -107,7 +129,7 @@ export class CredentialService {
         cachedAt: now,
       };
       if (this.keys.size >= MAX_CACHE) this.keys.clear();
-      this.keys.set(hex, entry);
+      if (generation === this.generation) this.keys.set(hex, entry);
     }
     if (entry.revoked) throw AppError.unauthenticated("API key has been revoked");
     if (entry.expiresAt !== null && entry.expiresAt <= now) throw AppError.unauthenticated("API key has expired");
@@ -128,6 +150,7 @@ export class CredentialService {
     const now = Date.now();
     const cached = this.users.get(userId);
     if (cached && now - cached.cachedAt <= this.ttlMs) return cached;
+    const generation = this.generation;
     const rows: Array<{
       email: string;
       team_id: string;
@@ -152,7 +175,7 @@ export class CredentialService {
       cachedAt: now,
     };
     if (this.users.size >= MAX_CACHE) this.users.clear();
-    this.users.set(userId, entry);
+    if (generation === this.generation) this.users.set(userId, entry);
     return entry;
   }
 }

@@ -8,6 +8,9 @@ import { AppError, ErrorCode } from "./errors.js";
 import type { ModelCatalogService } from "./model-catalog.service.js";
 
 export class HealthService {
+  /** Set once every migration was seen applied (they are only added at deploys, which restart). */
+  private migrated = false;
+
   constructor(
     private readonly ds: DataSource,
     private readonly engines: EngineRouter,
@@ -27,7 +30,10 @@ export class HealthService {
     const checks: Record<string, string> = { database: "ok", migrations: "ok", engine: "ok" };
     try {
       await this.ds.query("SELECT 1");
-      if (await this.ds.showMigrations()) checks.migrations = "pending";
+      if (!this.migrated) {
+        if (await this.ds.showMigrations()) checks.migrations = "pending";
+        else this.migrated = true;
+      }
     } catch {
       checks.database = "unreachable";
       checks.migrations = "unknown";

@@ -70,6 +70,7 @@ export interface GenerationOutcome<T> {
 
 export interface EmbeddingCall extends RequestInfo {
   inputs: Array<string | number[]>;
+  maxQueueWaitS?: number | null;
   signal?: AbortSignal;
 }
 
@@ -138,7 +139,7 @@ export class InferenceService {
         model: call.model,
         inputs: call.inputs,
         signal: call.signal,
-        maxQueueWaitMs: this.defaultQueueWaitS * 1000,
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
       });
     } catch (err) {
       await this.recordFailure(principal, call, err);

@@ -38,8 +38,11 @@ export function microsToUsdNumber(micros: bigint): number {
 
 function numberToPlain(n: number): string {
   if (!Number.isFinite(n)) return String(n);
-  // toFixed(6) then trim keeps values like 0.000001 out of exponent notation.
-  return n.toFixed(6).replace(/\.?0+$/, "");
+  // toFixed(6) keeps values like 0.000001 out of exponent notation; a number it changes has more
+  // than 6 decimals and is refused rather than rounded through a float.
+  const fixed = n.toFixed(6);
+  if (Number(fixed) !== n) return String(n);
+  return fixed.replace(/\.?0+$/, "");
 }
 
 /**

@@ -70,6 +70,15 @@ test("when a catalog is invalid, then ConfigError says where", () => {
   expect(() => loadCatalog(file)).toThrow(/invalid model catalog .*models\.0/);
 });
 
+test("when a catalog price has more than 6 decimals, then ConfigError names the field", () => {
+  const file = path.join(tmp(), "catalog.json");
+  const shipped = JSON.parse(readFileSync(loadConfig({ SWITCHYARD_DATA_DIR: tmp() }).catalogPath, "utf8"));
+  shipped.models[0].pricing.output_per_million_usd = 0.1234567;
+  writeFileSync(file, JSON.stringify(shipped));
+  expect(() => loadCatalog(file)).toThrow(ConfigError);
+  expect(() => loadCatalog(file)).toThrow(/models\.0\.pricing\.output_per_million_usd/);
+});
+
 describe("model files", () => {
   const catalog = loadCatalog(loadConfig({ SWITCHYARD_DATA_DIR: tmp() }).catalogPath);
   const model = catalog.models[0];

@@ -14,6 +14,8 @@ describe("usdToMicros", () => {
     expect(() => usdToMicros("-1")).toThrow(RangeError);
     expect(() => usdToMicros("0.0000001")).toThrow(RangeError);
     expect(() => usdToMicros("abc")).toThrow(RangeError);
+    expect(() => usdToMicros(0.0000001)).toThrow(RangeError);
+    expect(() => usdToMicros(1.1234567)).toThrow(RangeError);
   });
 
   test("when micros go back to USD, then the number matches", () => {

@@ -44,7 +44,7 @@ export const createChatCompletion: DataPlaneHandler = async (deps, req, res, ctx
             return [{ data: chunks.finish(result) }, ...(usage ? [{ data: usage }] : []), { data: "[DONE]" }];
           },
           error: (status, detail) => [
-            { data: { error: { message: detail, type: "server_error", code: status } } },
+            { data: { error: { message: detail, type: "server_error", code: String(status) } } },
             { data: "[DONE]" },
           ],
         }

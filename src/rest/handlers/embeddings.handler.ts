@@ -27,6 +27,7 @@ export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) =>
     inputs: embeddingInputs(body),
     metadata: body.metadata,
     body: req.body,
+    maxQueueWaitS: body.max_queue_wait_s,
     signal: abortOnClose(res),
   });
   const vectors =

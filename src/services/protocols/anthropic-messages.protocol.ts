@@ -49,7 +49,7 @@ export const messagesRequest = z.object({
 export type MessagesRequest = z.infer<typeof messagesRequest>;
 
 /** `?beta=true` is accepted (the SDK's beta namespace sends it). */
-export const messagesQuery = z.object({ beta: z.enum(["true", "false"]).optional() });
+export const messagesQuery = z.object({ beta: z.enum(["true", "false", ""]).optional() });
 
 function blocksText(value: z.infer<typeof content>, field: string, unsupported: string[]): string {
   if (typeof value === "string") return value;

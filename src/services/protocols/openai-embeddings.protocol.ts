@@ -4,7 +4,7 @@
  * default); `dimensions` shortens vectors (truncate, then L2-normalise, as OpenAI does).
  */
 import { z } from "zod";
-import { requestMetadata } from "../inference.service.js";
+import { maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 const MAX_INPUTS = 2048;
 
@@ -23,6 +23,7 @@ export const embeddingRequest = z.object({
   dimensions: z.number().int().min(1).nullish(),
   user: z.string().nullish(),
   metadata: requestMetadata,
+  max_queue_wait_s: maxQueueWaitS,
 });
 export type EmbeddingRequest = z.infer<typeof embeddingRequest>;
 

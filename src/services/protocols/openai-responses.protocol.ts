@@ -39,6 +39,8 @@ export const responseRequest = z
     }
     if (r.metadata?.completion_window !== undefined && r.metadata.completion_window !== "24h") {
       ctx.addIssue({ code: "custom", path: ["metadata", "completion_window"], message: 'must be "24h"' });
+    } else if (r.metadata?.completion_window !== undefined && !r.background) {
+      ctx.addIssue({ code: "custom", path: ["metadata", "completion_window"], message: "requires background: true" });
     }
   });
 export type ResponseRequest = z.infer<typeof responseRequest>;
