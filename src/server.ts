@@ -86,6 +86,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         dir: path.join(config.dataDir, "pg"),
         database: "switchyard",
         onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
+        onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
       });
       cleanup.push(["embedded PostgreSQL", () => embedded.stop()]);
       databaseUrl = embedded.url;

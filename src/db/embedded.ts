@@ -29,6 +29,8 @@ export interface EmbeddedOptions {
   /** Trade durability for speed (fsync off): tests only. */
   ephemeral?: boolean;
   onLog?: (line: string) => void;
+  /** Called before a new cluster is initialised (takes a few seconds). */
+  onFirstStart?: (dir: string) => void;
 }
 
 /**
@@ -70,7 +72,10 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     },
   });
   try {
-    if (!existsSync(path.join(dir, "PG_VERSION"))) await server.initialise();
+    if (!existsSync(path.join(dir, "PG_VERSION"))) {
+      opts.onFirstStart?.(dir);
+      await server.initialise();
+    }
     await server.start();
   } catch (err) {
     throw new Error(

@@ -42,13 +42,21 @@ export interface SamplingParams {
   presencePenalty?: number;
 }
 
+/** What is known when generation starts. */
+export interface GenerationStart {
+  promptTokens: number;
+  cachedPromptTokens: number;
+  /** Time spent waiting for a slot, in ms. */
+  queueMs: number;
+}
+
 export interface GenerateRequest extends SamplingParams {
   model: CatalogModel;
   messages: ChatMessage[];
   /** Aborts generation: the result comes back with `finishReason: "cancelled"` and partial text. */
   signal?: AbortSignal;
   /** Called once generation starts (slot acquired, prompt counted), before any `onText`. */
-  onStart?: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+  onStart?: (start: GenerationStart) => void;
   /** Receives text as it is generated (streaming). */
   onText?: (delta: string) => void;
   /** Longest wait for a free slot, in ms, before `AppError(RateLimited)`. */

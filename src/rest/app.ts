@@ -13,6 +13,21 @@ import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 
+/** One log line per request at `debug` (method, path, status, ms): off at the default `info`. */
+function accessLog(logger: Logger): RequestHandler {
+  return (req, res, next) => {
+    if (!logger.isLevelEnabled("debug")) return next();
+    const started = performance.now();
+    res.on("finish", () =>
+      logger.debug(
+        { method: req.method, path: req.path, status: res.statusCode, ms: Math.round(performance.now() - started) },
+        "request",
+      ),
+    );
+    next();
+  };
+}
+
 export interface AppOptions {
   deps: DataPlaneDeps;
   credentials: CredentialService;
@@ -69,6 +84,7 @@ export function createApp(opts: AppOptions): Express {
   app.disable("x-powered-by");
   app.set("etag", false);
   app.use(timing);
+  app.use(accessLog(opts.logger));
   // Parse JSON whatever the content type says (curl -d sends form encoding by default).
   app.use(["/v1", "/control/v1"], express.json({ limit: opts.bodyLimitBytes, type: () => true }));
 

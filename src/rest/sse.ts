@@ -5,7 +5,7 @@
  * 402, 429) still answer as plain JSON errors with their status.
  */
 import type { Response } from "express";
-import type { GenerateResult } from "../inference/engine.js";
+import type { GenerateResult, GenerationStart } from "../inference/engine.js";
 import { toEnvelope } from "./error-envelope.js";
 
 /** One SSE frame: `data` is JSON-encoded unless it is a string. */
@@ -16,7 +16,7 @@ export interface SseFrame {
 
 /** How one protocol streams a generation. */
 export interface SseDialect<T> {
-  start(prompt: { promptTokens: number; cachedPromptTokens: number }): SseFrame[];
+  start(prompt: GenerationStart): SseFrame[];
   delta(text: string): SseFrame[];
   /** After the request is metered: the closing frames. */
   finish(result: GenerateResult, body: T): SseFrame[];
@@ -69,16 +69,18 @@ export async function streamGeneration<T>(
   res: Response,
   dialect: SseDialect<T>,
   generate: (hooks: {
-    onStart: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+    onStart: (start: GenerationStart) => void;
     onText: (text: string) => void;
   }) => Promise<{ result: GenerateResult; body: T }>,
 ): Promise<void> {
   const sse = new SseWriter(res);
   try {
     const { result, body } = await generate({
-      onStart: (prompt) => {
+      onStart: (start) => {
+        // The headers leave now: the overhead header counts the wait for a slot as engine time.
+        res.locals.engineMs = start.queueMs;
         sse.begin();
-        sse.write(dialect.start(prompt));
+        sse.write(dialect.start(start));
       },
       onText: (text) => {
         if (text) sse.write(dialect.delta(text));

@@ -6,7 +6,7 @@
 import { z } from "zod";
 import type { CatalogModel } from "../config/catalog.js";
 import type { EngineRouter } from "../inference/engine-router.js";
-import type { ChatMessage, EmbedResult, GenerateResult, SamplingParams } from "../inference/engine.js";
+import type { ChatMessage, EmbedResult, GenerateResult, GenerationStart, SamplingParams } from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, ErrorCode } from "./errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
@@ -57,7 +57,7 @@ export interface GenerationCall<T> extends RequestInfo {
   params: GenerationParams;
   maxQueueWaitS?: number | null;
   signal?: AbortSignal;
-  onStart?: (prompt: { promptTokens: number; cachedPromptTokens: number }) => void;
+  onStart?: (start: GenerationStart) => void;
   onText?: (delta: string) => void;
   render: (result: GenerateResult) => Rendered<T>;
 }

@@ -135,7 +135,7 @@ export class LlamaCppEngine implements InferenceEngine {
       req.onText?.(chunk);
     };
     try {
-      req.onStart?.({ promptTokens, cachedPromptTokens });
+      req.onStart?.({ promptTokens, cachedPromptTokens, queueMs: started - queued });
       const penalties = req.frequencyPenalty || req.presencePenalty;
       const result = await completion.generateCompletionWithMeta(prompt.tokens, {
         maxTokens: req.maxTokens ?? budget,
