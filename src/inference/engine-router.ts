@@ -5,6 +5,7 @@
 import type { CatalogModel } from "../config/catalog.js";
 import type { InferenceEngine } from "./engine.js";
 
+/** Maps catalog models to engine instances by `engine.type`. */
 export class EngineRouter {
   constructor(private readonly engines: Record<CatalogModel["engine"]["type"], InferenceEngine>) {}
 

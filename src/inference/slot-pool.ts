@@ -14,6 +14,7 @@ interface Waiter<T> {
   onAbort?: () => void;
 }
 
+/** A pool of `T` slots with a FIFO, time-bounded, abortable wait (429 when the wait runs out). */
 export class SlotPool<T> {
   private readonly free: T[];
   private readonly waiters: Waiter<T>[] = [];

@@ -79,6 +79,10 @@ const timing: RequestHandler = (req, res, next) => {
   next();
 };
 
+/**
+ * Builds the Express app with both REST tables mounted; the server adds `/graphql`, the 404 and
+ * the error middleware after it.
+ */
 export function createApp(opts: AppOptions): Express {
   const app = express();
   app.disable("x-powered-by");

@@ -44,6 +44,7 @@ export function sendError(res: Response, err: unknown): void {
   res.status(status).json(body);
 }
 
+/** Express error handler: answers the envelope; logs 5xx with the request's method and path (never bodies). */
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const { status } = toEnvelope(err);

@@ -24,6 +24,7 @@ export interface SseDialect<T> {
   error(status: number, detail: string): SseFrame[];
 }
 
+/** Writes one SSE response: `begin` sends 200 and the event-stream headers, `write` frames, `end` closes. */
 export class SseWriter {
   private open = false;
 

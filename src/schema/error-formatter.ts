@@ -8,6 +8,11 @@ import type { GraphQLFormattedError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
 import { AppError } from "../services/errors.js";
 
+/**
+ * Apollo `formatError`: `AppError` → message = detail, extensions `{code, status_code, extra}`; 4xx
+ * GraphQL errors keep their code and status; anything else becomes `{code: "INTERNAL", status_code: 500}`
+ * without internals.
+ */
 export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
   const original = unwrapResolverError(error);
   if (original instanceof AppError) {

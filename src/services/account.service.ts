@@ -78,6 +78,7 @@ interface UserRow {
 
 const USER_COLUMNS = "id, email, name, team_id, role, created_at, password_hash, is_active";
 
+/** Signup, login and the current user (DESIGN §3 Account schemas); passwords argon2id. */
 export class AccountService {
   constructor(
     private readonly ds: DataSource,

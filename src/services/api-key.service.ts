@@ -65,6 +65,7 @@ export function generateApiKey(): string {
 
 const KEY_COLUMNS = "id, name, prefix, created_at, last_used_at, expires_at, revoked_at";
 
+/** Creates, lists and revokes API keys (DESIGN §3 Credentials, Roles). */
 export class ApiKeyService {
   constructor(
     private readonly ds: DataSource,

@@ -12,6 +12,7 @@ export const CACHE_CHANNEL = "switchyard_cache";
 
 type Handler = (key: string) => void;
 
+/** One LISTEN connection per process on `switchyard_cache`; handlers by topic (`api_key`, `user`, `balance`, `*`). */
 export class CacheBus {
   private client?: pg.Client;
   private readonly handlers = new Map<string, Handler[]>();

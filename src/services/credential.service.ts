@@ -39,6 +39,7 @@ export function hashApiKey(key: string): Buffer {
   return createHash("sha256").update(key).digest();
 }
 
+/** Authenticates API keys and access tokens, with in-memory caches kept honest by NOTIFY. */
 export class CredentialService {
   private readonly keys = new Map<string, CachedKey>();
   private readonly users = new Map<string, CachedUser>();

@@ -56,6 +56,7 @@ export function statusForCode(code: ErrorCode): number {
   }
 }
 
+/** Exhaustiveness guard for `switch` over closed unions. @throws Error always. */
 export function assertUnreachable(value: never): never {
   throw new Error(`unreachable: ${String(value)}`);
 }

@@ -7,6 +7,7 @@ import type { EngineRouter } from "../inference/engine-router.js";
 import { AppError, ErrorCode } from "./errors.js";
 import type { ModelCatalogService } from "./model-catalog.service.js";
 
+/** Liveness and readiness (spec: Health). */
 export class HealthService {
   /** Set once every migration was seen applied (they are only added at deploys, which restart). */
   private migrated = false;

@@ -79,6 +79,7 @@ export interface EmbeddingOutcome {
   costMicros: bigint;
 }
 
+/** Runs generations and embeddings for the create operations and meters each request once. */
 export class InferenceService {
   constructor(
     private readonly engines: EngineRouter,

@@ -87,6 +87,10 @@ export function toJsonbText(value: unknown): string {
   );
 }
 
+/**
+ * Group-commit writer of activity rows, stored responses and ledger charges (amounts in micro-USD),
+ * and the per-team balance cache behind the 402 check. One per process; see the module header.
+ */
 export class MeteringService {
   private queue: Pending[] = [];
   private flushing = false;

@@ -42,6 +42,7 @@ export interface ModelDto {
 
 export const OWNED_BY = "switchyard";
 
+/** The loaded catalog: model list (spec: Model), lookup by id, the default model. */
 export class ModelCatalogService {
   private readonly byId: Map<string, CatalogModel>;
 

@@ -8,6 +8,7 @@ import { type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, parseUuidParam } from "./errors.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
 
+/** Reads stored Response objects, scoped to the caller's team. */
 export class ResponsesService {
   constructor(private readonly ds: DataSource) {}
 

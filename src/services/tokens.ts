@@ -21,6 +21,7 @@ export interface IssuedToken {
 
 const ISSUER = "switchyard";
 
+/** Issues and verifies access tokens (HS256, issuer `switchyard`, lifetime `ttlS` seconds). */
 export class TokenService {
   private readonly key: Uint8Array;
 

@@ -4,6 +4,7 @@
  */
 import type { MigrationInterface, QueryRunner } from "typeorm";
 
+/** Creates the initial tables, indexes and the ledger's append-only trigger (`down` drops them). */
 export class Initial1763769600000 implements MigrationInterface {
   name = "Initial1763769600000";
 

@@ -11,6 +11,11 @@ import {
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
+/**
+ * `POST /v1/chat/completions`: OpenAI body → generation → `chat.completion`, or `chat.completion.chunk`
+ * SSE ending with `[DONE]` when `stream: true`. Errors: 400 (body, non-text parts, context), 401,
+ * 402, 404 unknown model, 429, 502/503.
+ */
 export const createChatCompletion: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(chatCompletionRequest, req.body);
   const model = deps.catalog.resolve(body.model, "text_generation");

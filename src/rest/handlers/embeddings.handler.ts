@@ -10,6 +10,11 @@ import {
 import type { DataPlaneHandler } from "./deps.js";
 import { abortOnClose } from "./generation.js";
 
+/**
+ * `POST /v1/embeddings`: inputs → unit vectors (64 floats for the TinyStories model), `dimensions`
+ * shortens them, `encoding_format: base64` packs float32. Errors: 400 (body, `dimensions` above the
+ * model's width, too-long input), 401, 402, 404 unknown model, 429.
+ */
 export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(embeddingRequest, req.body);
   const model = deps.catalog.resolve(body.model, "text_embedding");

@@ -31,6 +31,10 @@ export function assertTextOnly(unsupported: string[]): void {
   }
 }
 
+/**
+ * Answers a generation call: JSON (with engine time in `res.locals.engineMs`) or, given a dialect,
+ * SSE. Throws what the call throws before any byte was sent; the caller's error middleware answers.
+ */
 export async function respondWithGeneration<T>(
   deps: DataPlaneDeps,
   res: Response,

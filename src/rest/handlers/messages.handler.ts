@@ -15,6 +15,11 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
 const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
 
+/**
+ * `POST /v1/messages`: Anthropic Messages body → generation → `message` object, or the SSE events
+ * with `stream: true`. Errors: 400 (body, query `beta`, non-text blocks, context), 401, 402, 404
+ * unknown model, 429, 502/503.
+ */
 export const createMessage: DataPlaneHandler = async (deps, req, res, ctx) => {
   parseInput(messagesQuery, req.query);
   const body = parseInput(messagesRequest, req.body);

@@ -15,6 +15,10 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
 const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
 
+/**
+ * `POST /v1/responses` (spec: Response): synchronous or streamed; stored unless `store: false`.
+ * Errors: 400 (body; `background` until the job queue lands), 401, 402, 404 unknown model, 429.
+ */
 export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(responseRequest, req.body);
   if (body.background) {
@@ -72,6 +76,7 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   );
 };
 
+/** `GET /v1/responses/{response_id}`: the stored Response. Errors: 400 non-uuid, 401, 404 (unknown or other team). */
 export const getResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   res.json(await deps.responses.get(ctx, req.params.response_id));
 };

@@ -62,6 +62,7 @@ function blocksText(value: z.infer<typeof content>, field: string, unsupported: 
     .join("");
 }
 
+/** `system` + messages → chat messages; `unsupported` lists non-text blocks (the caller answers 400). */
 export function anthropicMessages(req: MessagesRequest): { messages: ChatMessage[]; unsupported: string[] } {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
@@ -72,6 +73,7 @@ export function anthropicMessages(req: MessagesRequest): { messages: ChatMessage
   return { messages, unsupported };
 }
 
+/** Messages body → sampling parameters (`max_tokens` is required by the API). */
 export function anthropicParams(req: MessagesRequest): GenerationParams {
   return {
     maxTokens: req.max_tokens,
@@ -82,12 +84,14 @@ export function anthropicParams(req: MessagesRequest): GenerationParams {
   };
 }
 
+/** Engine finish reason → Anthropic `stop_reason`. */
 export function stopReason(reason: FinishReason): "end_turn" | "max_tokens" | "stop_sequence" {
   if (reason === "length") return "max_tokens";
   if (reason === "stop_sequence") return "stop_sequence";
   return "end_turn";
 }
 
+/** `msg_<request uuid without dashes>`. */
 export function messageId(requestId: string): string {
   return `msg_${requestId.replace(/-/g, "")}`;
 }

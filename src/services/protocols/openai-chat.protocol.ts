@@ -61,6 +61,7 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
   return { messages, unsupported };
 }
 
+/** Chat body → sampling parameters (`max_completion_tokens` wins over `max_tokens`; `stop` as a list). */
 export function chatParams(req: ChatCompletionRequest): GenerationParams {
   return {
     maxTokens: req.max_completion_tokens ?? req.max_tokens ?? undefined,
@@ -73,14 +74,17 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
   };
 }
 
+/** Engine finish reason → OpenAI `finish_reason` (a stop string is `stop`, as OpenAI reports it). */
 export function chatFinishReason(reason: FinishReason): "stop" | "length" {
   return reason === "length" ? "length" : "stop";
 }
 
+/** `chatcmpl-<request uuid>`: the activity id behind a completion is its id without the prefix. */
 export function chatCompletionId(requestId: string): string {
   return `chatcmpl-${requestId}`;
 }
 
+/** OpenAI `usage` (tokens) with the detail objects the SDK types expect. */
 export function chatUsage(result: GenerateResult) {
   const u = result.usage;
   return {

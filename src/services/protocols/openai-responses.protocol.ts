@@ -45,6 +45,7 @@ export const responseRequest = z
   });
 export type ResponseRequest = z.infer<typeof responseRequest>;
 
+/** `instructions` + `input` (string or message items) → chat messages; `unsupported` lists non-text parts. */
 export function responseMessages(req: ResponseRequest): { messages: ChatMessage[]; unsupported: string[] } {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
@@ -68,6 +69,7 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
   return { messages, unsupported };
 }
 
+/** Responses body → sampling parameters (`max_output_tokens` → max tokens). */
 export function responseParams(req: ResponseRequest): GenerationParams {
   return {
     maxTokens: req.max_output_tokens ?? undefined,

@@ -76,6 +76,7 @@ interface EmbeddingRuntime {
 
 type Runtime = GenerationRuntime | EmbeddingRuntime;
 
+/** The node-llama-cpp `InferenceEngine` (see the module header for pooling and prefix reuse). */
 export class LlamaCppEngine implements InferenceEngine {
   private lib?: NodeLlamaCpp;
   private llama?: Promise<Llama>;
