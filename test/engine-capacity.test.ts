@@ -26,13 +26,13 @@ const long = { model: CHAT_MODEL, messages: [{ role: "user", content: "Once upon
 
 test("when more requests arrive than the engine serves within the queue wait, then the rest get 429 with Retry-After and no charge", async () => {
   const results = await Promise.all(
-    Array.from({ length: 40 }, () =>
+    Array.from({ length: 60 }, () =>
       http(server.url, "POST", "/v1/chat/completions", { token: caller.key, body: long }),
     ),
   );
   const ok = results.filter((r) => r.status === 200);
   const limited = results.filter((r) => r.status === 429);
-  expect(ok.length + limited.length).toBe(40);
+  expect(ok.length + limited.length).toBe(60);
   expect(ok.length).toBeGreaterThan(0);
   expect(limited.length).toBeGreaterThan(0);
   for (const r of limited) {
