@@ -171,6 +171,80 @@ describe("stored responses", () => {
   });
 });
 
+describe("listing and deleting stored responses", () => {
+  test("when listed, then the team's responses come newest first with has_more past the limit", async () => {
+    const owner = await createTestCaller(server.url);
+    const streamId = crypto.randomUUID();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await http(server.url, "POST", "/v1/responses", {
+        token: owner.key,
+        body: {
+          model: CHAT_MODEL,
+          input: "Tom",
+          max_output_tokens: 16,
+          metadata: i < 2 ? { stream_id: streamId } : {},
+        },
+      });
+      ids.push(res.body.id);
+    }
+    await http(server.url, "POST", "/v1/responses", {
+      token: owner.key,
+      body: { model: CHAT_MODEL, input: "Tom", max_output_tokens: 16, store: false },
+    });
+    const all = await http(server.url, "GET", "/v1/responses", { token: owner.key });
+    expect(all.status).toBe(200);
+    expect(all.body).toEqual({
+      object: "list",
+      data: [...ids].reverse().map((id) => ({
+        id,
+        object: "response",
+        created_at: expect.any(Number),
+        model: CHAT_MODEL,
+        status: "incomplete",
+      })),
+      has_more: false,
+    });
+    const page = await http(server.url, "GET", "/v1/responses?limit=2", { token: owner.key });
+    expect(page.body.data.map((r: { id: string }) => r.id)).toEqual([ids[2], ids[1]]);
+    expect(page.body.has_more).toBe(true);
+    const inStream = await http(server.url, "GET", `/v1/responses?stream_id=${streamId}`, { token: owner.key });
+    expect(inStream.body.data.map((r: { id: string }) => r.id)).toEqual([ids[1], ids[0]]);
+    const stranger = await createTestCaller(server.url);
+    expect((await http(server.url, "GET", "/v1/responses", { token: stranger.key })).body.data).toEqual([]);
+  });
+
+  test("when the list query is out of range, then 400; without credentials, then 401", async () => {
+    expectInvalid(await http(server.url, "GET", "/v1/responses?limit=0", { token: caller.key }), "limit");
+    expectInvalid(await http(server.url, "GET", "/v1/responses?limit=1001", { token: caller.key }), "limit");
+    expectInvalid(await http(server.url, "GET", "/v1/responses?limit=ten", { token: caller.key }), "limit");
+    expectInvalid(await http(server.url, "GET", "/v1/responses?stream_id=abc", { token: caller.key }), "stream_id");
+    expect((await http(server.url, "GET", "/v1/responses?stream_id=null", { token: caller.key })).status).toBe(200);
+    expectEnvelope(await http(server.url, "GET", "/v1/responses"), 401);
+  });
+
+  test("when deleted, then the object comes back as it stood and later reads are 404", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const created = await client.responses.create({ model: CHAT_MODEL, input: "Lily", max_output_tokens: 16 });
+    const other = await createTestCaller(server.url);
+    expectEnvelope(await http(server.url, "DELETE", `/v1/responses/${created.id}`, { token: other.key }), 404);
+    const deleted = await http(server.url, "DELETE", `/v1/responses/${created.id}`, { token: caller.key });
+    expect(deleted.status).toBe(200);
+    const { output_text: _sdkAddition, ...wire } = created;
+    expect(deleted.body).toEqual(JSON.parse(JSON.stringify(wire)));
+    expectEnvelope(await http(server.url, "GET", `/v1/responses/${created.id}`, { token: caller.key }), 404);
+    expectEnvelope(await http(server.url, "DELETE", `/v1/responses/${created.id}`, { token: caller.key }), 404);
+    // The request stays metered: deleting the stored object does not undo its activity or charge.
+    const [activity] = await server.db<any>("SELECT status FROM activity WHERE id = $1", [created.id]);
+    expect(activity.status).toBe("completed");
+  });
+
+  test("when the id is not a uuid, then DELETE answers 400; without credentials, then 401", async () => {
+    expectInvalid(await http(server.url, "DELETE", "/v1/responses/abc", { token: caller.key }), "response_id");
+    expectEnvelope(await http(server.url, "DELETE", `/v1/responses/${crypto.randomUUID()}`), 401);
+  });
+});
+
 describe("response errors", () => {
   const post = (body: unknown, token = caller.key) => http(server.url, "POST", "/v1/responses", { token, body });
 

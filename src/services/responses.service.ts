@@ -1,14 +1,41 @@
 /**
- * Stored responses (spec: `GET /v1/responses/{response_id}`): reads the Response object a create
- * stored with `store: true`, for the caller's team only.
+ * Stored responses (spec: `GET /v1/responses`, `GET` and `DELETE /v1/responses/{response_id}`):
+ * the Response objects creates stored with `store: true`, for the caller's team only.
  */
 import type { DataSource } from "typeorm";
+import { z } from "zod";
 import { queryRows } from "../db/sql.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
-import { AppError, parseUuidParam } from "./errors.js";
+import { AppError, parseInput, parseUuidParam } from "./errors.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
 
-/** Reads stored Response objects, scoped to the caller's team. */
+/** Absent, empty and `null` query values all mean "not given". */
+const optional = <T extends z.ZodType>(schema: T) =>
+  z.preprocess((v) => (v === "" || v === "null" ? undefined : v), schema.optional());
+
+/** `GET /v1/responses` query (DESIGN §3 List limits: `limit` 1–1000, default 100). */
+export const listResponsesQuery = z.object({
+  limit: optional(z.coerce.number().int().min(1).max(1000)),
+  stream_id: optional(z.uuid()),
+});
+
+/** spec: Response list item. */
+export interface ResponseListItem {
+  id: string;
+  object: "response";
+  /** Unix seconds. */
+  created_at: number;
+  model: string;
+  status: string;
+}
+
+export interface ResponseList {
+  object: "list";
+  data: ResponseListItem[];
+  has_more: boolean;
+}
+
+/** Reads, lists and deletes stored Response objects, scoped to the caller's team. */
 export class ResponsesService {
   constructor(private readonly ds: DataSource) {}
 
@@ -22,6 +49,52 @@ export class ResponsesService {
     const rows = await queryRows<{ response_json: ResponseObject }>(
       this.ds,
       "SELECT response_json FROM responses WHERE id = $1 AND team_id = $2",
+      [responseId, principal.teamId],
+    );
+    if (!rows[0]) throw AppError.notFound("Response not found");
+    return rows[0].response_json;
+  }
+
+  /**
+   * The team's stored responses, newest first: up to `limit` (default 100), optionally of one
+   * `stream_id`; `has_more` when older ones exist.
+   * @throws AppError 400 for `limit` outside 1–1000 or a non-uuid `stream_id`; 401.
+   */
+  async list(ctx: RequestContext, query: unknown): Promise<ResponseList> {
+    const principal = requirePrincipal(ctx);
+    const q = parseInput(listResponsesQuery, query);
+    const limit = q.limit ?? 100;
+    const rows = await queryRows<{ id: string; created_at: Date; model: string; status: string }>(
+      this.ds,
+      `SELECT id, created_at, model, status FROM responses
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR stream_id = $2)
+        ORDER BY id DESC LIMIT $3`,
+      [principal.teamId, q.stream_id ?? null, limit + 1],
+    );
+    return {
+      object: "list",
+      data: rows.slice(0, limit).map((r) => ({
+        id: r.id,
+        object: "response",
+        created_at: Math.floor(r.created_at.getTime() / 1000),
+        model: r.model,
+        status: r.status,
+      })),
+      has_more: rows.length > limit,
+    };
+  }
+
+  /**
+   * Deletes a stored response and returns it as it stood (DESIGN §3 Responses); later reads 404.
+   * Every response of this build is finished when stored, so there is nothing to cancel.
+   * @throws AppError 400 when `id` is not a uuid; 401; 404 when unknown or another team's.
+   */
+  async delete(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    const rows = await queryRows<{ response_json: ResponseObject }>(
+      this.ds,
+      "DELETE FROM responses WHERE id = $1 AND team_id = $2 RETURNING response_json",
       [responseId, principal.teamId],
     );
     if (!rows[0]) throw AppError.notFound("Response not found");

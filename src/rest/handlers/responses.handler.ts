@@ -77,6 +77,16 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
 };
 
 /** `GET /v1/responses/{response_id}`: the stored Response. Errors: 400 non-uuid, 401, 404 (unknown or other team). */
+/** `GET /v1/responses`: `{object: "list", data, has_more}`, newest first. Errors: 400 (`limit`, `stream_id`), 401. */
+export const listResponses: DataPlaneHandler = async (deps, req, res, ctx) => {
+  res.json(await deps.responses.list(ctx, req.query));
+};
+
+/** `DELETE /v1/responses/{response_id}`: the Response as it stood. Errors: 400 non-uuid, 401, 404. */
+export const deleteResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
+  res.json(await deps.responses.delete(ctx, req.params.response_id));
+};
+
 export const getResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   res.json(await deps.responses.get(ctx, req.params.response_id));
 };
