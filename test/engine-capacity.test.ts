@@ -6,6 +6,7 @@
 import {
   CHAT_MODEL,
   type TestServer,
+  activityByCustomId,
   createTestCaller,
   expectEnvelope,
   http,
@@ -57,11 +58,7 @@ test("when the client goes away mid-stream, then generation stops and the reques
   const reader = res.body!.getReader();
   await reader.read();
   controller.abort();
-  let row: any;
-  for (let i = 0; i < 50 && !row; i++) {
-    [row] = await server.db<any>("SELECT status, completion_tokens FROM activity WHERE custom_id = 'walk-away'");
-    if (!row) await new Promise((r) => setTimeout(r, 100));
-  }
+  const row = await activityByCustomId(server, "walk-away");
   expect(row).toBeDefined();
   expect(row.status).toBe("cancelled");
   expect(row.completion_tokens).toBeLessThan(480);
@@ -82,13 +79,7 @@ test("when the client goes away while its request waits for the engine, then it 
   controller.abort();
   await waiting;
   await Promise.all(busy);
-  let row: any;
-  for (let i = 0; i < 50 && !row; i++) {
-    [row] = await server.db<any>(
-      "SELECT status, error_json, cost_micros FROM activity WHERE custom_id = 'left-the-queue'",
-    );
-    if (!row) await new Promise((r) => setTimeout(r, 100));
-  }
+  const row = await activityByCustomId(server, "left-the-queue");
   expect(row).toMatchObject({ status: "cancelled", cost_micros: "0" });
   expect(row.error_json.code).toBe("client_closed");
 });

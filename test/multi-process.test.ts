@@ -7,6 +7,7 @@ import {
   CHAT_MODEL,
   type TestServer,
   createTestCaller,
+  eventually,
   expectEnvelope,
   http,
   startTestServer,
@@ -25,14 +26,6 @@ afterAll(async () => {
 });
 
 const chat = { model: CHAT_MODEL, messages: [{ role: "user", content: "Tom" }], max_tokens: 8, temperature: 0 };
-
-async function eventually(check: () => Promise<boolean>): Promise<boolean> {
-  for (let i = 0; i < 40; i++) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
-}
 
 test("when a key is revoked on one process, then the other refuses it without waiting for its cache to expire", async () => {
   const caller = await createTestCaller(a.url);

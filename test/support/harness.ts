@@ -207,3 +207,22 @@ export function expectInvalid(res: { status: number; body: any }, field: string)
   expectEnvelope(res, 400);
   expect((res.body.extra as Array<{ field: string }>).map((i) => i.field)).toContain(field);
 }
+
+/** Polls `check` every 50 ms for up to `timeoutMs`; true as soon as it holds (for cross-process effects). */
+export async function eventually(check: () => Promise<boolean>, timeoutMs = 2_000): Promise<boolean> {
+  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline;) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return check();
+}
+
+/** The activity row with `custom_id`, once its group commit has landed (undefined after 5 s). */
+export async function activityByCustomId(server: TestServer, customId: string): Promise<any> {
+  let row: any;
+  await eventually(async () => {
+    [row] = await server.db<any>("SELECT * FROM activity WHERE custom_id = $1", [customId]);
+    return row !== undefined;
+  }, 5_000);
+  return row;
+}
