@@ -155,8 +155,10 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       }
     };
 
-    // graphql-ws: credentials are checked once, when the socket connects (4403 when invalid);
-    // errors leave through the same formatter as over HTTP.
+    // graphql-ws: credentials are checked once, when the socket connects, and a socket that
+    // presents refused ones is closed with 4403 (a long-lived subscription should not start on a
+    // bad token; over HTTP each request stands alone, so there only operations needing a caller
+    // fail). Errors leave through the same formatter as over HTTP.
     const wss = new WebSocketServer({ server, path: "/graphql" });
     const socketPrincipals = new WeakMap<object, Principal | undefined>();
     const wsServer = useServer<Record<string, unknown>, { socket: object }>(

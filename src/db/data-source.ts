@@ -19,7 +19,8 @@ export function createDataSource(url: string, poolSize = 20): DataSource {
     synchronize: false,
     migrationsRun: false,
     logging: false,
-    extra: { max: poolSize, application_name: "switchyard" },
+    // A connection that cannot be had in 10 s fails the query instead of hanging it (unreachable host).
+    extra: { max: poolSize, application_name: "switchyard", connectionTimeoutMillis: 10_000, keepAlive: true },
   });
 }
 

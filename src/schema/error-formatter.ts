@@ -1,8 +1,8 @@
 /**
  * GraphQL error mapping: an `AppError` becomes a GraphQL error whose extensions carry the same
- * `code`, `status_code` and `extra` as the REST envelope; errors raised as GraphQL errors with a
- * 4xx `status_code` (the context factory's 401 for bad credentials) and GraphQL's own request
- * errors keep their code with that status; anything else is an opaque internal error.
+ * `code`, `status_code` and `extra` as the REST envelope; GraphQL errors that carry a 4xx
+ * `status_code`, and GraphQL's own request errors (400), keep their code; anything else is an
+ * opaque internal error.
  */
 import type { GraphQLFormattedError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";

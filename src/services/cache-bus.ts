@@ -30,7 +30,13 @@ export class CacheBus {
    * @throws the driver's error when the first connection fails.
    */
   async start(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: "switchyard-listen" });
+    const client = new pg.Client({
+      connectionString: this.databaseUrl,
+      application_name: "switchyard-listen",
+      // TCP keepalive: a silently dropped connection errors (and reconnects) instead of going deaf.
+      keepAlive: true,
+      connectionTimeoutMillis: 10_000,
+    });
     client.on("notification", (msg) => {
       if (msg.channel !== CACHE_CHANNEL || !msg.payload) return;
       const sep = msg.payload.indexOf(":");
@@ -50,6 +56,11 @@ export class CacheBus {
     } catch (err) {
       await client.end().catch(() => undefined);
       throw err;
+    }
+    if (this.closed) {
+      // `close` ran while this connection was being made (during a reconnect).
+      await client.end().catch(() => undefined);
+      return;
     }
     this.client = client;
   }

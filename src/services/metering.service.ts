@@ -97,6 +97,8 @@ export class MeteringService {
   private readonly balances = new Map<string, CachedBalance>();
   /** Balance lookups under way, shared by the requests of one team that miss the cache together. */
   private readonly balanceLookups = new Map<string, Promise<bigint>>();
+  /** Bumped whenever a flush or a NOTIFY sets balances: a lookup that raced one is not cached. */
+  private balanceGeneration = 0;
   /** When this process last refreshed each key's `last_used_at` (ms). */
   private readonly keysTouched = new Map<string, number>();
   /** Flushes done, rows written and time spent writing (ms), for logs and benchmarks. */
@@ -112,6 +114,7 @@ export class MeteringService {
     // Every flush announces the teams' new balances (`balance:<team>=<micros>`, in commit order).
     bus.on("balance", (key) => {
       const [teamId, micros] = key.split("=");
+      this.balanceGeneration++;
       if (micros === undefined) this.balances.delete(teamId);
       else this.balances.set(teamId, { micros: BigInt(micros), at: Date.now() });
     });
@@ -153,10 +156,11 @@ export class MeteringService {
     if (cached && Date.now() - cached.at <= this.balanceTtlMs) return cached.micros;
     let lookup = this.balanceLookups.get(teamId);
     if (!lookup) {
+      const generation = this.balanceGeneration;
       lookup = queryRows<{ b: string }>(this.ds, "SELECT credit_balance_micros AS b FROM teams WHERE id = $1", [teamId])
         .then((rows) => {
           const micros = rows[0] ? BigInt(rows[0].b) : 0n;
-          this.balances.set(teamId, { micros, at: Date.now() });
+          if (generation === this.balanceGeneration) this.balances.set(teamId, { micros, at: Date.now() });
           return micros;
         })
         .finally(() => this.balanceLookups.delete(teamId));
@@ -175,16 +179,22 @@ export class MeteringService {
       while (this.queue.length > 0) {
         const batch = this.nextBatch();
         const started = performance.now();
-        const charges = await this.writeWithRetry(batch);
-        if (charges) {
-          this.settle(batch, charges, started);
+        const outcome = await this.writeWithRetry(batch);
+        if (outcome.charges) {
+          this.settle(batch, outcome.charges, started);
           continue;
         }
-        // The batch failed twice: write its records one by one so one bad record fails alone.
+        const refused = new AppError(ErrorCode.EngineUnavailable, "Could not record the request; retry later");
+        if (!isDataError(outcome.error)) {
+          // The database is unreachable or overloaded: every record would fail the same way.
+          for (const p of batch) p.reject(refused);
+          continue;
+        }
+        // A record's data was refused: write them one by one so that one fails alone.
         for (const p of batch) {
           const one = await this.writeWithRetry([p]);
-          if (one) this.settle([p], one, performance.now());
-          else p.reject(new AppError(ErrorCode.EngineUnavailable, "Could not record the request; retry later"));
+          if (one.charges) this.settle([p], one.charges, performance.now());
+          else p.reject(refused);
         }
       }
     } finally {
@@ -205,16 +215,20 @@ export class MeteringService {
     return this.queue.splice(0, n);
   }
 
-  private async writeWithRetry(batch: Pending[]): Promise<Map<string, MeteredCharge> | undefined> {
+  /** Two tries, 50 ms apart; the second failure is logged as an error and returned. */
+  private async writeWithRetry(batch: Pending[]): Promise<{ charges?: Map<string, MeteredCharge>; error?: unknown }> {
+    let error: unknown;
     for (let attempt = 0; attempt < 2; attempt++) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, 50));
       try {
-        return await this.write(this.ds, batch);
+        return { charges: await this.write(this.ds, batch) };
       } catch (err) {
+        error = err;
         const level = attempt === 0 ? "warn" : "error";
         this.logger[level]({ err, rows: batch.length, attempt }, "metering flush failed");
       }
     }
-    return undefined;
+    return { error };
   }
 
   private settle(batch: Pending[], charges: Map<string, MeteredCharge>, started: number): void {
@@ -230,6 +244,7 @@ export class MeteringService {
       if (after != null && (lowest.get(team) === undefined || after < lowest.get(team)!)) lowest.set(team, after);
     }
     const now = Date.now();
+    if (lowest.size > 0) this.balanceGeneration++;
     for (const [team, micros] of lowest) this.balances.set(team, { micros, at: now });
     for (const p of batch) p.resolve(charges.get(p.record.id) ?? { chargedMicros: 0n, balanceAfterMicros: null });
   }
@@ -239,7 +254,9 @@ export class MeteringService {
    * ledger charges, team balances and key use, as data-modifying CTEs.
    *
    * Charges: per team, rows are ordered by request id and `running` is the sum of costs so far;
-   * with `before` the team's balance (row locked FOR UPDATE, so concurrent flushes serialise),
+   * with `before` the team's balance (row locked FOR NO KEY UPDATE, so concurrent flushes
+   * serialise; FOR UPDATE would also block the foreign-key checks of other flushes' inserts,
+   * which hold FOR KEY SHARE on the same team rows, and deadlock),
    * a row charges `min(cost, max(0, before − (running − cost)))` and leaves
    * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
    * it is capped. Only requests whose activity row is new are charged (exactly once per id).
@@ -291,7 +308,7 @@ export class MeteringService {
          SELECT id, credit_balance_micros AS before FROM teams
           WHERE id IN (SELECT team_id FROM billable)
           ORDER BY id
-            FOR UPDATE
+            FOR NO KEY UPDATE
        ),
        charges AS (
          SELECT b.*, LEAST(b.cost_micros, GREATEST(0, l.before - (b.running - b.cost_micros))) AS charged,
@@ -311,16 +328,12 @@ export class MeteringService {
            FROM locked l JOIN (SELECT team_id, sum(cost_micros) AS total FROM billable GROUP BY team_id) s
                 ON s.team_id = l.id
           WHERE t.id = l.id
-         RETURNING t.id, t.credit_balance_micros
-       ),
-       announced AS (
-         SELECT pg_notify('${CACHE_CHANNEL}', 'balance:' || id || '=' || credit_balance_micros) FROM balances
+         RETURNING t.id, pg_notify('${CACHE_CHANNEL}', 'balance:' || t.id || '=' || t.credit_balance_micros)
        ),
        used AS (
          UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[])
        )
-       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after,
-              (SELECT count(*) FROM announced) AS announced
+       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
       [activity, responses, keyIds],
     );
@@ -392,4 +405,14 @@ function responseRow(r: UsageRecord) {
     created_at: r.createdAt.toISOString(),
     completed_at: r.completedAt?.toISOString() ?? null,
   };
+}
+
+/**
+ * True for errors about the data itself (SQLSTATE classes 22 data exception, 23 integrity
+ * constraint, 54 program limit), which retrying the records one by one can isolate; false for
+ * connection, resource and server errors, which would fail every record alike.
+ */
+function isDataError(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === "string" && /^(22|23|54)/.test(code);
 }

@@ -1,4 +1,4 @@
-/** `POST /v1/responses` (synchronous and streamed) and `GET /v1/responses/{response_id}`. */
+/** The Responses endpoints: create (synchronous and streamed), list, read and delete stored ones. */
 import { v7 as uuidv7 } from "uuid";
 import { AppError, parseInput } from "../../services/errors.js";
 import {
@@ -76,7 +76,6 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   );
 };
 
-/** `GET /v1/responses/{response_id}`: the stored Response. Errors: 400 non-uuid, 401, 404 (unknown or other team). */
 /** `GET /v1/responses`: `{object: "list", data, has_more}`, newest first. Errors: 400 (`limit`, `stream_id`), 401. */
 export const listResponses: DataPlaneHandler = async (deps, req, res, ctx) => {
   res.json(await deps.responses.list(ctx, req.query));
@@ -87,6 +86,7 @@ export const deleteResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   res.json(await deps.responses.delete(ctx, req.params.response_id));
 };
 
+/** `GET /v1/responses/{response_id}`: the stored Response. Errors: 400 non-uuid, 401, 404 (unknown or other team). */
 export const getResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   res.json(await deps.responses.get(ctx, req.params.response_id));
 };

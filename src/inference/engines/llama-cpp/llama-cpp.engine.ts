@@ -183,10 +183,10 @@ export class LlamaCppEngine implements InferenceEngine {
       };
     } catch (err) {
       if (err instanceof AppError) throw err;
-      // Aborted before generation began (the library then throws its own abort error).
-      if (req.signal?.aborted) throw clientGone(req.signal);
       // The sequence's state is unknown after a failure: forget its tokens before reuse.
       await seq.clearHistory().catch(() => undefined);
+      // Aborted before generation began: the library throws the signal's reason or its own error.
+      if (req.signal?.aborted) throw clientGone(req.signal);
       this.opts.logger.error({ err, model: req.model.id }, "llama.cpp generation failed");
       throw new AppError(ErrorCode.EngineFailure, "The engine failed to generate a completion");
     } finally {

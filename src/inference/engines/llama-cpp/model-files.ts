@@ -43,7 +43,10 @@ export async function resolveModelPath(
   // Offline, connections to the hub can hang rather than fail: give up when no byte arrives
   // for STALL_MS, and report progress in the log meanwhile.
   const controller = new AbortController();
-  let watchdog = setTimeout(() => controller.abort(new Error(`no data for ${STALL_MS / 1000} s`)), STALL_MS);
+  const stall = () => controller.abort(new Error(`no data for ${STALL_MS / 1000} s`));
+  let watchdog = setTimeout(stall, STALL_MS);
+  let done = false;
+  let received = 0;
   let lastLogged = -1;
   settings.logger?.info(
     { model: model.id, source: spec.source, into: cacheDir },
@@ -61,8 +64,10 @@ export async function resolveModelPath(
       cli: false,
       signal: controller.signal,
       onProgress: ({ totalSize, downloadedSize }) => {
+        if (done || downloadedSize <= received) return; // only arriving bytes feed the watchdog
+        received = downloadedSize;
         clearTimeout(watchdog);
-        watchdog = setTimeout(() => controller.abort(new Error(`no data for ${STALL_MS / 1000} s`)), STALL_MS);
+        watchdog = setTimeout(stall, STALL_MS);
         const tenth = totalSize > 0 ? Math.floor((downloadedSize / totalSize) * 10) : 0;
         if (tenth !== lastLogged) {
           lastLogged = tenth;
@@ -81,6 +86,7 @@ export async function resolveModelPath(
         `(${reason}); set SWITCHYARD_MODELS_DIR to a folder that holds it`,
     );
   } finally {
+    done = true;
     clearTimeout(watchdog);
   }
 }
