@@ -113,3 +113,27 @@ test("when anything tries to change a ledger row, then the database refuses", as
     /append-only/,
   );
 });
+
+test("when another transaction holds a foreign-key lock on the team, then a flush charging that team is not blocked by it", async () => {
+  // Another process's flush inserting a row that references the team holds FOR KEY SHARE on it
+  // until it commits. The flush must lock the team in a mode compatible with that (FOR NO KEY
+  // UPDATE); FOR UPDATE would wait here, and two processes doing this crosswise deadlock.
+  const principal = await principalFor();
+  const { default: pg } = await import("pg");
+  const other = new pg.Client({ connectionString: server.databaseUrl });
+  await other.connect();
+  try {
+    await other.query("BEGIN");
+    await other.query(
+      `INSERT INTO activity (id, team_id, type, status, endpoint, model, created_at)
+       VALUES ($1, $2, 'standalone', 'failed', '/v1/chat/completions', 'tinystories-260k', now())`,
+      [uuidv7(), principal.teamId],
+    );
+    const flushed = server.app.metering.record(record(principal, 100n)).then(() => "flushed");
+    const outcome = await Promise.race([flushed, new Promise((r) => setTimeout(() => r("blocked"), 5_000))]);
+    expect(outcome).toBe("flushed");
+  } finally {
+    await other.query("COMMIT");
+    await other.end();
+  }
+});
