@@ -24,6 +24,11 @@ export interface SseDialect<T> {
   error(status: number, detail: string): SseFrame[];
 }
 
+/** `[event, data]` pairs (as the protocol modules build them) → named SSE frames. */
+export function eventFrames(events: [string, unknown][]): SseFrame[] {
+  return events.map(([event, data]) => ({ event, data }));
+}
+
 /** Writes one SSE response: `begin` sends 200 and the event-stream headers, `write` frames, `end` closes. */
 export class SseWriter {
   private open = false;

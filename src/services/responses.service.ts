@@ -7,6 +7,7 @@ import { z } from "zod";
 import { queryRows } from "../db/sql.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, parseInput, parseUuidParam } from "./errors.js";
+import { unixSeconds } from "./protocols/common.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
 
 /** Absent, empty and `null` query values all mean "not given". */
@@ -76,7 +77,7 @@ export class ResponsesService {
       data: rows.slice(0, limit).map((r) => ({
         id: r.id,
         object: "response",
-        created_at: Math.floor(r.created_at.getTime() / 1000),
+        created_at: unixSeconds(r.created_at),
         model: r.model,
         status: r.status,
       })),

@@ -9,11 +9,9 @@ import {
   messagesQuery,
   messagesRequest,
 } from "../../services/protocols/anthropic-messages.protocol.js";
-import type { SseFrame } from "../sse.js";
+import { eventFrames } from "../sse.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
-
-const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
 
 /**
  * `POST /v1/messages`: Anthropic Messages body → generation → `message` object, or the SSE events
@@ -45,9 +43,9 @@ export const createMessage: DataPlaneHandler = async (deps, req, res, ctx) => {
     },
     body.stream
       ? {
-          start: (prompt) => frames(messageEvents.start(requestId, model.id, prompt)),
-          delta: (text) => frames([messageEvents.delta(text)]),
-          finish: (result) => frames(messageEvents.finish(result)),
+          start: (prompt) => eventFrames(messageEvents.start(requestId, model.id, prompt)),
+          delta: (text) => eventFrames([messageEvents.delta(text)]),
+          finish: (result) => eventFrames(messageEvents.finish(result)),
           error: (status, detail) => [
             {
               event: "error",

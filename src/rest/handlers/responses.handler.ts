@@ -9,11 +9,9 @@ import {
   responseParams,
   responseRequest,
 } from "../../services/protocols/openai-responses.protocol.js";
-import type { SseFrame } from "../sse.js";
+import { eventFrames } from "../sse.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
-
-const frames = (events: [string, unknown][]): SseFrame[] => events.map(([event, data]) => ({ event, data }));
 
 /**
  * `POST /v1/responses` (spec: Response): synchronous or streamed; stored unless `store: false`.
@@ -67,10 +65,10 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
     },
     body.stream
       ? {
-          start: () => frames(events.start()),
-          delta: (text) => frames(events.delta(text)),
-          finish: (_result, response) => frames(events.finish(response)),
-          error: (status, detail) => frames(events.error(detail, String(status))),
+          start: () => eventFrames(events.start()),
+          delta: (text) => eventFrames(events.delta(text)),
+          finish: (_result, response) => eventFrames(events.finish(response)),
+          error: (status, detail) => eventFrames(events.error(detail, String(status))),
         }
       : null,
   );

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../inference/engine.js";
+import { messageId } from "./common.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
@@ -89,11 +90,6 @@ export function stopReason(reason: FinishReason): "end_turn" | "max_tokens" | "s
   if (reason === "length") return "max_tokens";
   if (reason === "stop_sequence") return "stop_sequence";
   return "end_turn";
-}
-
-/** `msg_<request uuid without dashes>`. */
-export function messageId(requestId: string): string {
-  return `msg_${requestId.replace(/-/g, "")}`;
 }
 
 /** Anthropic counts cache reads apart from `input_tokens`. */

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../inference/engine.js";
+import { unixSeconds } from "./common.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
@@ -106,7 +107,7 @@ export function chatCompletion(requestId: string, createdAt: Date, model: string
   return {
     id: chatCompletionId(requestId),
     object: "chat.completion" as const,
-    created: Math.floor(createdAt.getTime() / 1000),
+    created: unixSeconds(createdAt),
     model,
     choices: [
       {
@@ -135,7 +136,7 @@ export class ChatChunkWriter {
     this.base = {
       id: chatCompletionId(requestId),
       object: "chat.completion.chunk",
-      created: Math.floor(createdAt.getTime() / 1000),
+      created: unixSeconds(createdAt),
       model,
     };
   }

@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import type { ChatMessage, GenerateResult } from "../../inference/engine.js";
+import { messageId, unixSeconds } from "./common.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
@@ -123,14 +124,14 @@ export function responseObject(
   return {
     id: requestId,
     object: "response",
-    created_at: Math.floor(createdAt.getTime() / 1000),
+    created_at: unixSeconds(createdAt),
     model,
     status,
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
     output: [
       {
         type: "message",
-        id: `msg_${requestId.replace(/-/g, "")}`,
+        id: messageId(requestId),
         role: "assistant",
         status: incomplete ? "incomplete" : "completed",
         content: [{ type: "output_text", text: result.text, annotations: [] }],
@@ -158,7 +159,7 @@ export function inProgressResponse(
   return {
     id: requestId,
     object: "response",
-    created_at: Math.floor(createdAt.getTime() / 1000),
+    created_at: unixSeconds(createdAt),
     model,
     status: "in_progress",
     incomplete_details: null,
@@ -184,7 +185,7 @@ export class ResponseStreamEvents {
     private readonly model: string,
     private readonly tier: "default" | "flex",
   ) {
-    this.itemId = `msg_${requestId.replace(/-/g, "")}`;
+    this.itemId = messageId(requestId);
   }
 
   private event(type: string, fields: Record<string, unknown>): [string, unknown] {
