@@ -34,6 +34,7 @@ import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { CacheBus } from "./services/cache-bus.js";
 import type { Principal, RequestContext } from "./services/context.js";
+import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
 import { AppError } from "./services/errors.js";
 import { HealthService } from "./services/health.service.js";
@@ -53,6 +54,7 @@ export interface Switchyard {
   engines: EngineRouter;
   catalog: ModelCatalogService;
   metering: MeteringService;
+  credit: CreditService;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -121,7 +123,17 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
     const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
-    const metering = new MeteringService(ds, bus, logger, config.groupCommitMaxRows, config.authCacheTtlMs);
+    const credit = new CreditService(ds, logger);
+    credit.start();
+    cleanup.push(["credit leases", () => credit.close()]);
+    const metering = new MeteringService(
+      ds,
+      bus,
+      logger,
+      config.groupCommitMaxRows,
+      config.authCacheTtlMs,
+      credit.holder,
+    );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
     const resolvers: Resolvers = {
@@ -132,7 +144,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const deps = {
       resolvers,
       catalog,
-      inference: new InferenceService(engines, metering, config.maxQueueWaitS),
+      inference: new InferenceService(engines, metering, credit, config.maxQueueWaitS),
       responses: new ResponsesService(ds),
       health: new HealthService(ds, engines, catalog),
     };
@@ -236,6 +248,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       engines,
       catalog,
       metering,
+      credit,
       close: closeAll,
     };
   } catch (err) {

@@ -41,8 +41,9 @@ test("when a key is revoked on one process, then the other refuses it without wa
 test("when a team's credit runs out on one process, then the other answers 402 without waiting for its cache to expire", async () => {
   const caller = await createTestCaller(a.url);
   expect((await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat })).status).toBe(200); // b caches 5 USD
-  // Leave 1 µUSD, then spend more than that on `a` (40 tokens at 0.05 µUSD each): the charge is capped.
-  await a.db("UPDATE teams SET credit_balance_micros = 1 WHERE id = $1", [caller.teamId]);
+  // Leave 2 µUSD, then spend exactly that on `a`: 3 prompt tokens at 0.02 and 40 completion tokens
+  // at 0.05 µUSD each (2.06, rounded), which is also the request's worst case, so it is admitted.
+  await a.db("UPDATE teams SET credit_balance_micros = 2 WHERE id = $1", [caller.teamId]);
   const spend = await http(a.url, "POST", "/v1/chat/completions", {
     token: caller.key,
     body: { ...chat, max_tokens: 40 },

@@ -1,10 +1,19 @@
 /** Every TypeORM entity, registered on the DataSource. */
 import { ActivityEntity } from "./activity.entity.js";
 import { ApiKeyEntity } from "./api-key.entity.js";
+import { CreditLeaseEntity } from "./credit-lease.entity.js";
 import { LedgerEntryEntity } from "./ledger-entry.entity.js";
 import { ResponseEntity } from "./response.entity.js";
 import { TeamEntity } from "./team.entity.js";
 import { UserEntity } from "./user.entity.js";
 
-export { ActivityEntity, ApiKeyEntity, LedgerEntryEntity, ResponseEntity, TeamEntity, UserEntity };
-export const entities = [TeamEntity, UserEntity, ApiKeyEntity, LedgerEntryEntity, ActivityEntity, ResponseEntity];
+export { ActivityEntity, ApiKeyEntity, CreditLeaseEntity, LedgerEntryEntity, ResponseEntity, TeamEntity, UserEntity };
+export const entities = [
+  TeamEntity,
+  UserEntity,
+  ApiKeyEntity,
+  LedgerEntryEntity,
+  ActivityEntity,
+  ResponseEntity,
+  CreditLeaseEntity,
+];

@@ -59,6 +59,12 @@ export interface GenerateRequest extends SamplingParams {
   onStart?: (start: GenerationStart) => void;
   /** Receives text as it is generated (streaming). */
   onText?: (delta: string) => void;
+  /**
+   * Called once the prompt is counted and fits the context, before a slot is taken, with the
+   * prompt's tokens and the most completion tokens the request may produce (`maxTokens`, else the
+   * rest of the context). It may refuse by throwing (402 when credit does not cover the worst case).
+   */
+  admit?: (promptTokens: number, maxCompletionTokens: number) => Promise<void>;
   /** Longest wait for a free slot, in ms, before `AppError(RateLimited)`. */
   maxQueueWaitMs: number;
 }
@@ -80,6 +86,8 @@ export interface EmbedRequest {
   /** Text inputs, or pre-tokenised inputs (token id arrays). */
   inputs: Array<string | number[]>;
   signal?: AbortSignal;
+  /** Called once every input is counted and fits, before a slot is taken (see `GenerateRequest.admit`). */
+  admit?: (promptTokens: number) => Promise<void>;
   maxQueueWaitMs: number;
 }
 

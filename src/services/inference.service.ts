@@ -8,6 +8,7 @@ import type { CatalogModel } from "../config/catalog.js";
 import type { EngineRouter } from "../inference/engine-router.js";
 import type { ChatMessage, EmbedResult, GenerateResult, GenerationStart, SamplingParams } from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
+import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "./errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
 import { costMicros } from "./money.js";
@@ -24,6 +25,12 @@ export const requestMetadata = z
     }
   })
   .nullish();
+
+/**
+ * Bounds on what one generation may ask for (issue 5, item 1): each message costs work before
+ * any token is counted, and each stop string is matched against every generated chunk.
+ */
+export const GENERATION_LIMITS = { messages: 10_000, stopSequences: 16, stopSequenceChars: 1_000 } as const;
 
 /** `max_queue_wait_s` (DESIGN §3 Responses: 5–300 s). */
 export const maxQueueWaitS = z.number().int().min(5).max(300).nullish();
@@ -55,6 +62,8 @@ export interface RequestInfo {
 export interface GenerationCall<T> extends RequestInfo {
   messages: ChatMessage[];
   params: GenerationParams;
+  /** The request's name for the stop strings in 400s (`stop`, Anthropic's `stop_sequences`). */
+  stopField?: string;
   maxQueueWaitS?: number | null;
   signal?: AbortSignal;
   onStart?: (start: GenerationStart) => void;
@@ -84,6 +93,7 @@ export class InferenceService {
   constructor(
     private readonly engines: EngineRouter,
     private readonly metering: MeteringService,
+    private readonly credit: CreditService,
     /** Default `max_queue_wait_s`, seconds. */
     private readonly defaultQueueWaitS: number,
   ) {}
@@ -91,13 +101,20 @@ export class InferenceService {
   /**
    * Runs one generation and meters it. Resolves after the activity row and the charge are
    * committed, so a delivered answer is always recorded and charged exactly once.
-   * @throws AppError 401; 402 without credit (before any engine work); 400 when the prompt does
-   *   not fit; 429 when no engine slot frees up within `max_queue_wait_s` (no charge);
-   *   502/503 on engine failure (recorded as a failed request, no charge).
+   * Credit (DESIGN §3 Money): 402 at once when the team has none; once the prompt is counted,
+   * the worst-case cost (prompt at the input price + `max_tokens`, or the rest of the context, at
+   * the output price) is reserved through `CreditService` before a slot is taken, and settled at
+   * the real cost when the record commits.
+   * @throws AppError 401; 402 without credit or when the worst case is not covered (before any
+   *   engine work); 400 when the prompt does not fit or breaks `GENERATION_LIMITS`; 429 when no
+   *   engine slot frees up within `max_queue_wait_s` (no charge); 502/503 on engine failure
+   *   (recorded as a failed request, no charge).
    */
   async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
     const principal = requirePrincipal(ctx);
+    assertGenerationLimits(call);
     await this.metering.assertCredit(principal.teamId);
+    let reservation: CreditReservation | undefined;
     let result: GenerateResult;
     try {
       result = await this.engines.engineFor(call.model).generate({
@@ -107,24 +124,37 @@ export class InferenceService {
         signal: call.signal,
         onStart: call.onStart,
         onText: call.onText,
+        admit: async (promptTokens, maxCompletionTokens) => {
+          const worst = costMicros(
+            { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
+            call.model.prices,
+          );
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
       });
     } catch (err) {
+      reservation?.release();
       await this.recordFailure(principal, call, err);
       throw err;
     }
     const cost = costMicros(result.usage, call.model.prices);
-    const rendered = call.render(result);
-    await this.metering.record({
-      ...usageRecord(principal, call),
-      status: result.finishReason === "cancelled" ? "cancelled" : "completed",
-      usage: result.usage,
-      costMicros: cost,
-      resultJson: call.body === null ? null : rendered.body,
-      engineMs: result.engineMs,
-      response: rendered.response,
-    });
-    return { result, body: rendered.body, costMicros: cost };
+    try {
+      const rendered = call.render(result);
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call),
+        status: result.finishReason === "cancelled" ? "cancelled" : "completed",
+        usage: result.usage,
+        costMicros: cost,
+        resultJson: call.body === null ? null : rendered.body,
+        engineMs: result.engineMs,
+        response: rendered.response,
+      });
+      reservation?.settle(charge.chargedMicros);
+      return { result, body: rendered.body, costMicros: cost };
+    } finally {
+      reservation?.release(); // no-op once settled
+    }
   }
 
   /**
@@ -134,28 +164,39 @@ export class InferenceService {
   async embed(ctx: RequestContext, call: EmbeddingCall): Promise<EmbeddingOutcome> {
     const principal = requirePrincipal(ctx);
     await this.metering.assertCredit(principal.teamId);
+    let reservation: CreditReservation | undefined;
     let result: EmbedResult;
     try {
       result = await this.engines.engineFor(call.model).embed({
         model: call.model,
         inputs: call.inputs,
         signal: call.signal,
+        admit: async (promptTokens) => {
+          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, call.model.prices);
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
       });
     } catch (err) {
+      reservation?.release();
       await this.recordFailure(principal, call, err);
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
     const cost = costMicros(usage, call.model.prices);
-    await this.metering.record({
-      ...usageRecord(principal, call),
-      status: "completed",
-      usage,
-      costMicros: cost,
-      engineMs: result.engineMs,
-    });
-    return { result, costMicros: cost };
+    try {
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call),
+        status: "completed",
+        usage,
+        costMicros: cost,
+        engineMs: result.engineMs,
+      });
+      reservation?.settle(charge.chargedMicros);
+      return { result, costMicros: cost };
+    } finally {
+      reservation?.release();
+    }
   }
 
   /**
@@ -164,7 +205,9 @@ export class InferenceService {
    */
   private async recordFailure(principal: Principal, call: RequestInfo, err: unknown): Promise<void> {
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
-    if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited) return;
+    if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited || code === ErrorCode.InsufficientCredit) {
+      return;
+    }
     await this.metering
       .record({
         ...usageRecord(principal, call),
@@ -173,6 +216,28 @@ export class InferenceService {
       })
       .catch(() => undefined);
   }
+}
+
+/** @throws AppError 400 naming `messages` or the stop field when a call breaks `GENERATION_LIMITS`. */
+function assertGenerationLimits(call: GenerationCall<unknown>): void {
+  const issues: Array<{ field: string; message: string }> = [];
+  if (call.messages.length > GENERATION_LIMITS.messages) {
+    issues.push({ field: "messages", message: `at most ${GENERATION_LIMITS.messages} messages` });
+  }
+  const stop = call.params.stop ?? [];
+  const stopField = call.stopField ?? "stop";
+  if (stop.length > GENERATION_LIMITS.stopSequences) {
+    issues.push({ field: stopField, message: `at most ${GENERATION_LIMITS.stopSequences} stop sequences` });
+  }
+  stop.forEach((s, i) => {
+    if (s.length > GENERATION_LIMITS.stopSequenceChars) {
+      issues.push({
+        field: `${stopField}[${i}]`,
+        message: `at most ${GENERATION_LIMITS.stopSequenceChars} characters`,
+      });
+    }
+  });
+  if (issues.length > 0) throw AppError.invalid("The request is over a limit", issues);
 }
 
 /** The parts of a usage record every outcome shares; outcomes override status, usage and results. */

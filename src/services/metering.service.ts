@@ -110,6 +110,8 @@ export class MeteringService {
     private readonly logger: Logger,
     private readonly maxRows: number,
     private readonly balanceTtlMs: number,
+    /** This process's credit-lease holder (`CreditService.holder`): charges come off its lease. */
+    private readonly leaseHolder: string | null = null,
   ) {
     // Every flush announces the teams' new balances (`balance:<team>=<micros>`, in commit order).
     bus.on("balance", (key) => {
@@ -260,6 +262,8 @@ export class MeteringService {
    * a row charges `min(cost, max(0, before − (running − cost)))` and leaves
    * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
    * it is capped. Only requests whose activity row is new are charged (exactly once per id).
+   * What is charged also comes off this process's credit lease (`credit.service.ts`), so the
+   * balance keeps covering every unexpired lease.
    */
   private async write(db: Queryable, batch: Pending[]): Promise<Map<string, MeteredCharge>> {
     const records = batch.map((p) => p.record);
@@ -332,10 +336,15 @@ export class MeteringService {
        ),
        used AS (
          UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[])
+       ),
+       leases AS (
+         UPDATE credit_leases c SET micros = GREATEST(0, c.micros - s.total), updated_at = now()
+           FROM (SELECT team_id, sum(charged) AS total FROM charges GROUP BY team_id) s
+          WHERE c.team_id = s.team_id AND c.holder = $4::uuid
        )
        SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
-      [activity, responses, keyIds],
+      [activity, responses, keyIds, this.leaseHolder],
     );
     return new Map(
       rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),

@@ -36,6 +36,7 @@ export const createMessage: DataPlaneHandler = async (deps, req, res, ctx) => {
       model,
       messages,
       params: anthropicParams(body),
+      stopField: "stop_sequences",
       metadata: body.metadata,
       body: req.body,
       maxQueueWaitS: body.max_queue_wait_s,

@@ -29,6 +29,13 @@ import type {
   GenerateResult,
   InferenceEngine,
 } from "../../engine.js";
+import {
+  TOKENIZE_CHUNK_CHARS,
+  longestTokenChars,
+  maxCharsFor,
+  mayFitTokens,
+  yieldToEventLoop,
+} from "../../input-bounds.js";
 import { SlotPool } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
@@ -59,6 +66,8 @@ interface GenerationRuntime {
   context: LlamaContext;
   pool: SlotPool<LlamaContextSequence>;
   contextSize: number;
+  /** Longest text that could fit the context (characters), see `input-bounds.ts`. */
+  maxPromptChars: number;
   bosCount: number;
   /** Extra end-of-turn tokens from the catalog, as llama.cpp stop triggers. */
   endTriggers: Token[][];
@@ -71,6 +80,8 @@ interface EmbeddingRuntime {
   pool: SlotPool<LlamaEmbeddingContext>;
   contexts: LlamaEmbeddingContext[];
   contextSize: number;
+  /** Longest input text that could fit the context (characters). */
+  maxInputChars: number;
   vocabularySize: number;
 }
 
@@ -102,6 +113,23 @@ export class LlamaCppEngine implements InferenceEngine {
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const rt = await this.runtime(req.model);
     if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+    // Refuse what cannot fit before tokenizing it all (issue 5, item 1): by length first, then
+    // by a chunked count that yields to other requests.
+    const chars = req.messages.reduce((n, m) => n + m.content.length + 1, 0);
+    if (
+      chars > rt.maxPromptChars ||
+      (chars > TOKENIZE_CHUNK_CHARS &&
+        !(await mayFitTokens(
+          req.messages.map((m) => m.content).join("\n"),
+          rt.contextSize,
+          (t) => rt.model.tokenize(t).length,
+        )))
+    ) {
+      throw AppError.invalid(
+        `This model's context is ${rt.contextSize} tokens; the prompt (${chars} characters) is longer`,
+        [{ field: "messages", message: "context_length_exceeded" }],
+      );
+    }
     const prompt = rt.formatPrompt(req.messages);
     const promptTokens = prompt.tokens.length + rt.bosCount;
     const budget = rt.contextSize - promptTokens;
@@ -112,6 +140,7 @@ export class LlamaCppEngine implements InferenceEngine {
         [{ field: "messages", message: "context_length_exceeded" }],
       );
     }
+    await req.admit?.(promptTokens, req.maxTokens ?? budget);
     const queued = performance.now();
     const seq = await rt.pool.acquire(
       req.maxQueueWaitMs,
@@ -203,7 +232,24 @@ export class LlamaCppEngine implements InferenceEngine {
   async embed(req: EmbedRequest): Promise<EmbedResult> {
     const rt = await this.runtime(req.model);
     if (rt.kind !== "embedding") throw AppError.invalid(`Model ${req.model.id} does not produce embeddings`);
-    const tokenised = req.inputs.map((input, i) => {
+    // Inputs are counted one by one, yielding to other requests every TOKENIZE_CHUNK_CHARS.
+    const tokenised: Token[][] = [];
+    let sinceYield = 0;
+    for (let i = 0; i < req.inputs.length; i++) {
+      const input = req.inputs[i];
+      if (typeof input === "string") {
+        const tooLong = () =>
+          AppError.invalid(`Input is longer than this model's context of ${rt.contextSize} tokens`, [
+            { field: inputField(req, i), message: "context_length_exceeded" },
+          ]);
+        if (input.length > rt.maxInputChars) throw tooLong();
+        if (!(await mayFitTokens(input, rt.contextSize, (t) => rt.model.tokenize(t).length))) throw tooLong();
+        sinceYield += input.length;
+        if (sinceYield > TOKENIZE_CHUNK_CHARS) {
+          await yieldToEventLoop();
+          sinceYield = 0;
+        }
+      }
       const tokens = typeof input === "string" ? rt.model.tokenize(input) : (input as Token[]);
       if (tokens.length === 0)
         throw AppError.invalid("Input is empty", [{ field: inputField(req, i), message: "empty" }]);
@@ -217,8 +263,9 @@ export class LlamaCppEngine implements InferenceEngine {
           { field: inputField(req, i), message: "token id out of range" },
         ]);
       }
-      return tokens;
-    });
+      tokenised.push(tokens);
+    }
+    await req.admit?.(tokenised.reduce((n, t) => n + t.length, 0));
     const queued = performance.now();
     const ctx = await rt.pool.acquire(req.maxQueueWaitMs, undefined, req.signal);
     const started = performance.now();
@@ -286,13 +333,15 @@ export class LlamaCppEngine implements InferenceEngine {
       for (let i = 0; i < this.opts.embeddingContexts; i++) {
         contexts.push(await llamaModel.createEmbeddingContext({ contextSize, threads: this.opts.threads }));
       }
-      const vocabularySize = llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? Number.MAX_SAFE_INTEGER;
+      const vocabulary = llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens as string[] | undefined;
+      const vocabularySize = vocabulary?.length ?? Number.MAX_SAFE_INTEGER;
       return {
         kind: "embedding",
         model: llamaModel,
         contexts,
         pool: new SlotPool(contexts),
         contextSize,
+        maxInputChars: maxCharsFor(contextSize, longestTokenChars(vocabulary)),
         vocabularySize,
       };
     }
@@ -313,6 +362,10 @@ export class LlamaCppEngine implements InferenceEngine {
       context,
       pool: new SlotPool(sequences),
       contextSize: context.contextSize,
+      maxPromptChars: maxCharsFor(
+        context.contextSize,
+        longestTokenChars(llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens as string[] | undefined),
+      ),
       bosCount,
       endTriggers: spec.eog_token_ids.map((id) => [id as Token]),
       formatPrompt: this.promptFormatter(llamaModel, spec),

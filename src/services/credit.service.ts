@@ -1,0 +1,275 @@
+/**
+ * Credit reservations: nothing is ever served unpaid (DESIGN §3 Money; issue 5, item 2).
+ *
+ * The rule. A create operation may start engine work only when its worst-case cost — the prompt
+ * at the input price plus `max_tokens` (or, without one, the rest of the context) at the output
+ * price, in micro-USD — is covered by credit not already promised to other in-flight requests,
+ * in every API process on the database. It then settles at its real cost (≤ the worst case) and
+ * releases the rest.
+ *
+ * The protocol: leases. Each process (a `holder`, a random UUID per start) holds per team a
+ * lease row in `credit_leases`: micro-USD of the team's balance set aside for that process. The
+ * invariant kept in the database is
+ *
+ *     teams.credit_balance_micros ≥ Σ micros of the team's unexpired leases
+ *
+ * and each process keeps, per team, `leased` (its lease as far as it knows; never more than the
+ * row) and `promised` (the worst cases of its in-flight requests). A request reserves its worst
+ * case locally — no database round trip — when `leased − promised` covers it. Otherwise the
+ * process *acquires*: in one transaction it locks the team row (`FOR NO KEY UPDATE`, the lock the
+ * metering flush takes, so acquires and charges of every process serialise per team), then, in a
+ * new statement (a fresh snapshot after the lock, so no other holder's committed lease is missed),
+ * sets its lease to `min(free, need + min(headroom, (free − need) / 2))`, where `free` is the
+ * balance less every other unexpired lease, `need` is `promised` plus this request's worst case,
+ * and `headroom` is 32 worst cases. The headroom is what keeps the common case local; taking at
+ * most half of what is left beyond the need leaves credit for the other processes of a team
+ * running low. An acquire never lowers the holder's own row (which covers its in-flight requests).
+ * If the new lease still cannot cover the request, it gets 402 naming what is available.
+ *
+ * Charging. The metering group commit (`MeteringService.write`) debits a request's real cost
+ * from the balance and from the charging process's lease in the same statement, so the invariant
+ * holds after every commit. Locally a settled request gives back its whole worst case to
+ * `promised` and takes its real charge off `leased`. `leased` only ever under-counts the row
+ * (an acquire overwrites it with the row's value; a charge that committed before that acquire but
+ * settles after it is taken off twice), which errs on the side of refusing, never of overspending.
+ *
+ * Releasing. A team idle in this process (nothing promised) for `idleReleaseMs` gives its lease
+ * back (row deleted), so other processes can use that credit. Leases are renewed every
+ * `renewEveryMs` and expire after `ttlMs`: the lease of a process that died stops counting then.
+ * Lease operations of one team are serialised in-process (`TeamLease.busy`), so a release cannot
+ * delete a lease an acquire has just granted. Shutdown deletes every lease of the holder.
+ *
+ * Residual risk, by design: a process that stops renewing for longer than `ttlMs` (an event loop
+ * frozen for 30 s) while requests are in flight could see its credit leased elsewhere; the
+ * group commit then still caps charges at the balance (`balance_after_micros` never below zero),
+ * so the ledger stays consistent and the loss is bounded by those requests.
+ */
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import type { DataSource } from "typeorm";
+import { queryRows } from "../db/sql.js";
+import { AppError, ErrorCode } from "./errors.js";
+
+/** Settings of the lease protocol (milliseconds; `headroomRequests` in worst cases). */
+export interface CreditLeaseOptions {
+  ttlMs: number;
+  renewEveryMs: number;
+  idleReleaseMs: number;
+  headroomRequests: number;
+}
+
+const DEFAULTS: CreditLeaseOptions = {
+  ttlMs: 30_000,
+  renewEveryMs: 10_000,
+  idleReleaseMs: 2_000,
+  headroomRequests: 32,
+};
+
+/** A request's hold on credit; settle or release it exactly once (later calls do nothing). */
+export interface CreditReservation {
+  /** The worst-case cost reserved, micro-USD. */
+  readonly micros: bigint;
+  /** The request was charged `chargedMicros` (≤ `micros`): the rest goes back. */
+  settle(chargedMicros: bigint): void;
+  /** The request was not charged (refused, failed, or its record was not written). */
+  release(): void;
+}
+
+interface TeamLease {
+  /** Micro-USD of this holder's lease row, as far as this process knows (≤ the row). */
+  leased: bigint;
+  /** Σ worst cases of this process's in-flight requests of the team. */
+  promised: bigint;
+  /** The lease operation (acquire, release) under way; others wait for it. */
+  busy?: Promise<void>;
+  /** When `promised` last dropped to zero (ms); null while requests are in flight. */
+  idleSince: number | null;
+}
+
+/** A reservation of nothing: free requests (zero prices) never touch the lease. */
+const FREE: CreditReservation = { micros: 0n, settle() {}, release() {} };
+
+/** The per-process side of the credit lease protocol (see the module header). */
+export class CreditService {
+  /** This process's holder id, also passed to the metering group commit. */
+  readonly holder = randomUUID();
+  private readonly teams = new Map<string, TeamLease>();
+  private readonly opts: CreditLeaseOptions;
+  private timer?: NodeJS.Timeout;
+  private lastSweep = 0;
+  private lastRenew = 0;
+  private ticking?: Promise<void>;
+  /** Round trips to the database for leases (acquire, renew, release), for tests and benchmarks. */
+  readonly stats = { acquires: 0, releases: 0, renewals: 0 };
+
+  constructor(
+    private readonly ds: DataSource,
+    private readonly logger: Logger,
+    opts: Partial<CreditLeaseOptions> = {},
+  ) {
+    this.opts = { ...DEFAULTS, ...opts };
+  }
+
+  /** Starts renewing and releasing leases in the background. */
+  start(): void {
+    const every = Math.max(50, Math.min(this.opts.renewEveryMs, this.opts.idleReleaseMs / 2));
+    this.timer = setInterval(() => {
+      if (!this.ticking) this.ticking = this.tick().finally(() => (this.ticking = undefined));
+    }, every);
+    this.timer.unref();
+  }
+
+  /**
+   * Reserves `worstMicros` of the team's credit for one request.
+   * @throws AppError 402 (`extra`: `required_micros`, `available_micros`) when the credit not
+   *   promised to other in-flight requests, in every process, does not cover it; the database's
+   *   error when the lease cannot be read.
+   */
+  async reserve(teamId: string, worstMicros: bigint): Promise<CreditReservation> {
+    if (worstMicros <= 0n) return FREE;
+    const t = this.team(teamId);
+    let acquired = false;
+    for (;;) {
+      // While a lease operation runs, wait even if the old lease has room: an acquire sets the
+      // lease to what was promised when it started, so a hold taken meanwhile would be uncovered.
+      if (t.busy) {
+        await t.busy.catch(() => undefined);
+        continue;
+      }
+      if (t.leased - t.promised >= worstMicros) return this.hold(t, worstMicros);
+      if (acquired) {
+        const available = t.leased > t.promised ? t.leased - t.promised : 0n;
+        throw new AppError(
+          ErrorCode.InsufficientCredit,
+          `Insufficient credit: this request may cost up to ${worstMicros} micro-USD (the prompt at the input ` +
+            `price plus max_tokens, or the rest of the context, at the output price) and ${available} micro-USD ` +
+            `is available; a smaller max_tokens may fit, or add credit`,
+          { required_micros: Number(worstMicros), available_micros: Number(available) },
+        );
+      }
+      await this.serialised(t, () => this.acquire(teamId, t, worstMicros));
+      acquired = true;
+    }
+  }
+
+  /** Stops the background work and gives back every lease of this holder. */
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.ticking;
+    await Promise.allSettled([...this.teams.values()].map((t) => t.busy));
+    this.teams.clear();
+    await this.ds
+      .query("DELETE FROM credit_leases WHERE holder = $1", [this.holder])
+      .catch((err: unknown) => this.logger.warn({ err }, "could not release credit leases"));
+  }
+
+  private team(teamId: string): TeamLease {
+    let t = this.teams.get(teamId);
+    if (!t) {
+      t = { leased: 0n, promised: 0n, idleSince: Date.now() };
+      this.teams.set(teamId, t);
+    }
+    return t;
+  }
+
+  private hold(t: TeamLease, micros: bigint): CreditReservation {
+    t.promised += micros;
+    t.idleSince = null;
+    let done = false;
+    const finish = (charged: bigint) => {
+      if (done) return;
+      done = true;
+      t.promised -= micros;
+      t.leased = t.leased > charged ? t.leased - charged : 0n;
+      if (t.promised === 0n) t.idleSince = Date.now();
+    };
+    return { micros, settle: (charged) => finish(charged), release: () => finish(0n) };
+  }
+
+  /** Runs one lease operation of a team at a time. */
+  private async serialised(t: TeamLease, op: () => Promise<void>): Promise<void> {
+    const run = op();
+    t.busy = run;
+    try {
+      await run;
+    } finally {
+      if (t.busy === run) t.busy = undefined;
+    }
+  }
+
+  /** Sets this holder's lease to what the request and headroom need, within the free credit. */
+  private async acquire(teamId: string, t: TeamLease, worstMicros: bigint): Promise<void> {
+    this.stats.acquires++;
+    const need = t.promised + worstMicros;
+    const headroom = worstMicros * BigInt(this.opts.headroomRequests);
+    const granted = await this.ds.transaction(async (em) => {
+      await em.query("SELECT 1 FROM teams WHERE id = $1 FOR NO KEY UPDATE", [teamId]);
+      // A new statement, so a fresh snapshot: every lease committed before the lock is seen.
+      const rows = await queryRows<{ micros: string }>(
+        em,
+        `WITH held AS (
+           SELECT coalesce(sum(micros), 0) AS micros FROM credit_leases
+            WHERE team_id = $1 AND holder <> $2 AND expires_at > now()
+         ),
+         free AS (
+           SELECT t.id, GREATEST(0, t.credit_balance_micros - held.micros) AS micros
+             FROM teams t, held WHERE t.id = $1
+         )
+         INSERT INTO credit_leases (team_id, holder, micros, expires_at, updated_at)
+         SELECT id, $2, LEAST(micros, $3::bigint + LEAST($5::bigint, GREATEST(0, (micros - $3::bigint) / 2))),
+                now() + $4::integer * interval '1 millisecond', now()
+           FROM free
+         ON CONFLICT (team_id, holder)
+         DO UPDATE SET micros = GREATEST(credit_leases.micros, EXCLUDED.micros), expires_at = EXCLUDED.expires_at,
+                       updated_at = now()
+         RETURNING micros::text AS micros`,
+        [teamId, this.holder, need.toString(), this.opts.ttlMs, headroom.toString()],
+      );
+      return rows[0] ? BigInt(rows[0].micros) : 0n;
+    });
+    t.leased = granted;
+  }
+
+  /** Gives back idle leases, renews the others, and now and then sweeps long-expired rows. */
+  private async tick(): Promise<void> {
+    const now = Date.now();
+    const renew: string[] = [];
+    const releases: Array<Promise<void>> = [];
+    for (const [teamId, t] of this.teams) {
+      if (t.busy) continue;
+      const idle = t.promised === 0n && t.idleSince !== null && now - t.idleSince >= this.opts.idleReleaseMs;
+      // Forgotten only when nothing refers to it: no operation under way (a waiting request
+      // would be waiting on one), nothing leased, nothing promised.
+      if (idle && t.leased === 0n) this.teams.delete(teamId);
+      else if (idle) releases.push(this.serialised(t, () => this.release(teamId, t)));
+      else if (t.leased > 0n) renew.push(teamId);
+    }
+    try {
+      await Promise.all(releases);
+      if (renew.length > 0 && now - this.lastRenew >= this.opts.renewEveryMs) {
+        this.lastRenew = now;
+        this.stats.renewals++;
+        await this.ds.query(
+          `UPDATE credit_leases SET expires_at = now() + $3::integer * interval '1 millisecond'
+            WHERE holder = $1 AND team_id = ANY($2::uuid[])`,
+          [this.holder, renew, this.opts.ttlMs],
+        );
+      }
+      if (now - this.lastSweep >= 60_000) {
+        this.lastSweep = now;
+        await this.ds.query("DELETE FROM credit_leases WHERE expires_at < now() - interval '10 minutes'");
+      }
+    } catch (err) {
+      this.logger.warn({ err: { code: (err as { code?: string }).code } }, "credit lease upkeep failed");
+    }
+  }
+
+  private async release(teamId: string, t: TeamLease): Promise<void> {
+    if (t.promised !== 0n) return;
+    this.stats.releases++;
+    // Before the round trip: a request arriving meanwhile must not reserve from the lease being
+    // deleted; it waits for this operation and acquires anew.
+    t.leased = 0n;
+    await this.ds.query("DELETE FROM credit_leases WHERE team_id = $1 AND holder = $2", [teamId, this.holder]);
+  }
+}
