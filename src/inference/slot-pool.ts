@@ -14,13 +14,23 @@ interface Waiter<T> {
   onAbort?: () => void;
 }
 
+/** How many slots a pool has, how many are free right now, and how many requests wait. */
+export interface SlotPoolStats {
+  size: number;
+  available: number;
+  waiting: number;
+}
+
 /** A pool of `T` slots with a FIFO, time-bounded, abortable wait (429 when the wait runs out). */
 export class SlotPool<T> {
   private readonly free: T[];
   private readonly waiters: Waiter<T>[] = [];
+  /** Slots the pool was built with. */
+  readonly size: number;
 
   constructor(slots: T[]) {
     this.free = [...slots];
+    this.size = slots.length;
   }
 
   /** Slots not in use right now. */
@@ -31,6 +41,11 @@ export class SlotPool<T> {
   /** Requests waiting for a slot. */
   get waiting(): number {
     return this.waiters.length;
+  }
+
+  /** A read-only snapshot of the counts above (observability and tests: issue 14, item 2). */
+  stats(): SlotPoolStats {
+    return { size: this.size, available: this.free.length, waiting: this.waiters.length };
   }
 
   /**

@@ -36,7 +36,7 @@ import {
   mayFitTokens,
   yieldToEventLoop,
 } from "../../input-bounds.js";
-import { SlotPool } from "../../slot-pool.js";
+import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
 
@@ -287,6 +287,16 @@ export class LlamaCppEngine implements InferenceEngine {
     } finally {
       rt.pool.release(ctx);
     }
+  }
+
+  /**
+   * The slot pool of `model` (sequences for generation, contexts for embeddings) as it stands:
+   * `{size, available, waiting}`; undefined until the model is loaded. Read-only; lets tests see
+   * that every request gives its slot back (issue 14, item 2).
+   */
+  async slots(model: CatalogModel): Promise<SlotPoolStats | undefined> {
+    if (!this.loaded.has(model.id)) return undefined;
+    return (await this.runtimes.get(model.id))?.pool.stats();
   }
 
   async countTokens(model: CatalogModel, text: string): Promise<number> {

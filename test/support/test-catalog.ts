@@ -1,0 +1,33 @@
+/**
+ * Test catalogs: the shipped `src/config/catalog.json` with one model's prices replaced, written to
+ * a temporary file for `startTestServer({ catalogPath })`. The shipped prices are tiny (a short
+ * request costs 0 or 1 micro-USD), too small for price arithmetic to show in a test.
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { packageRoot } from "../../src/config/config.js";
+
+/** Catalog prices in USD per million tokens (= micro-USD per token), as decimal strings. */
+export interface TestPrices {
+  input: string;
+  cachedInput: string;
+  output: string;
+}
+
+/** Writes the shipped catalog with `modelId`'s pricing set to `prices`; returns the file's path. */
+export function writeTestCatalog(modelId: string, prices: TestPrices): string {
+  const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catalog.json"), "utf8")) as {
+    models: Array<{ id: string; pricing: Record<string, unknown> }>;
+  };
+  const model = catalog.models.find((m) => m.id === modelId);
+  if (!model) throw new Error(`no model ${modelId} in the shipped catalog`);
+  model.pricing = {
+    input_per_million_usd: prices.input,
+    cached_input_per_million_usd: prices.cachedInput,
+    output_per_million_usd: prices.output,
+  };
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), "switchyard-catalog-")), "catalog.json");
+  writeFileSync(file, JSON.stringify(catalog, null, 2));
+  return file;
+}
