@@ -137,3 +137,21 @@ test("when another transaction holds a foreign-key lock on the team, then a flus
     await other.end();
   }
 });
+
+test("when the same request id is queued twice in one flush, then it is recorded and charged once", async () => {
+  const principal = await principalFor();
+  const id = uuidv7();
+  const flushes = server.app.metering.stats.flushes;
+  await Promise.all([
+    server.app.metering.record(record(principal, 300n, id)),
+    server.app.metering.record(record(principal, 300n, id)),
+  ]);
+  expect(server.app.metering.stats.flushes - flushes).toBe(1); // one statement, no retry one by one
+  const ledger = await server.db<any>(
+    "SELECT amount_micros FROM credit_ledger WHERE type = 'usage' AND source_id = $1",
+    [id],
+  );
+  expect(ledger).toEqual([{ amount_micros: "-300" }]);
+  const [team] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [principal.teamId]);
+  expect(team.credit_balance_micros).toBe(String(5_000_000 - 300));
+});

@@ -273,7 +273,8 @@ export class MeteringService {
     const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
       db,
       `WITH input AS (
-         SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
+         -- One row per request id, even if a caller queued the same record twice in one flush.
+         SELECT DISTINCT ON (id) * FROM jsonb_to_recordset($1::jsonb) AS x(
            id uuid, ledger_id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text,
            api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
            prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
