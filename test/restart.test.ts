@@ -6,7 +6,7 @@
  * The tests run in order on one data folder (initialising a cluster costs seconds): each leaves
  * it with a running Switchyard (`current`) or none, and creates its own caller.
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -112,6 +112,18 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * A live process that PostgreSQL itself cannot tell from a postmaster holding its lock: one of
+ * the user PostgreSQL runs as (`postgres` when we are root; PostgreSQL takes a process it may not
+ * signal for a stale lock's).
+ */
+function livePostgresUserProcess(): { pid: number; kill(): void } {
+  const asRoot = process.getuid?.() === 0;
+  const id = (flag: string) => Number.parseInt(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }), 10);
+  const sleeper = spawn("sleep", ["120"], { stdio: "ignore", ...(asRoot ? { uid: id("-u"), gid: id("-g") } : {}) });
+  return { pid: sleeper.pid!, kill: () => sleeper.kill("SIGKILL") };
 }
 
 /** SQL against the embedded cluster of `running` (superuser; the password lives beside the cluster). */
@@ -276,22 +288,26 @@ describe("restart safety of the embedded PostgreSQL", () => {
   }, 60_000);
 
   test.each([
-    ["a dead process", () => spawnSync("true").pid],
-    ["a live process that is not PostgreSQL (its pid was reused)", () => process.pid],
+    ["a dead process", () => ({ pid: spawnSync("true").pid, kill: () => undefined })],
+    ["a live process that is not PostgreSQL (its pid was reused)", livePostgresUserProcess],
   ])(
     "when postmaster.pid names %s, then Switchyard starts anyway",
-    async (_what, stalePid) => {
+    async (_what, staleProcess) => {
       const running = current ?? (await launch());
       current = undefined;
       const lockFile = path.join(dataDir, "pg", "postmaster.pid");
       const lock = readFileSync(lockFile, "utf8").split("\n");
       running.child.kill("SIGTERM");
       expect(await running.exited).toEqual({ code: 0, signal: null });
-      lock[0] = String(stalePid());
-      writeFileSync(lockFile, lock.join("\n"));
-
-      current = await launch();
-      expect((await http(current.url, "GET", "/v1/health/ready")).status).toBe(200);
+      const stale = staleProcess();
+      try {
+        lock[0] = String(stale.pid);
+        writeFileSync(lockFile, lock.join("\n"));
+        current = await launch();
+        expect((await http(current.url, "GET", "/v1/health/ready")).status).toBe(200);
+      } finally {
+        stale.kill();
+      }
     },
     60_000,
   );
