@@ -1,9 +1,11 @@
 /**
  * `npm start`: reads the configuration, starts Switchyard, and shuts it down cleanly on SIGINT or
  * SIGTERM (in-flight metering written, engines released, embedded PostgreSQL stopped).
- * Configuration problems print one line naming the setting, not a stack trace.
+ * Configuration problems print one line naming the setting, not a stack trace; so does an
+ * embedded PostgreSQL that cannot start (e.g. its folder is in use by another Switchyard).
  */
 import { ConfigError, loadConfig } from "./config/config.js";
+import { EmbeddedPostgresError } from "./db/embedded.js";
 import { startSwitchyard } from "./server.js";
 
 async function main(): Promise<void> {
@@ -29,7 +31,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  if (err instanceof ConfigError) {
+  if (err instanceof ConfigError || err instanceof EmbeddedPostgresError) {
     process.stderr.write(`switchyard: ${err.message}\n`);
   } else {
     process.stderr.write(`switchyard: failed to start: ${err instanceof Error ? err.stack : String(err)}\n`);

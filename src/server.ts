@@ -89,10 +89,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         database: "switchyard",
         onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
         onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
+        onLeftover: (pid) =>
+          logger.warn({ postgresPid: pid }, "stopping the embedded PostgreSQL a previous Switchyard left running"),
       });
       cleanup.push(["embedded PostgreSQL", () => embedded.stop()]);
       databaseUrl = embedded.url;
-      logger.info({ port: embedded.port, ms: Date.now() - started }, "embedded PostgreSQL started");
+      logger.info(
+        { port: embedded.port, postgresPid: embedded.pid, ms: Date.now() - started },
+        "embedded PostgreSQL started",
+      );
     }
     const ds = await openDatabase(databaseUrl);
     cleanup.push(["database pool", () => ds.destroy()]);
