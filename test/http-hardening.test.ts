@@ -71,7 +71,7 @@ function parseAnswer(buf: Buffer, closed: boolean): { answer: RawAnswer; rest: B
 
 /** A raw TCP connection to a test server, reading HTTP answers one at a time. */
 class RawConnection {
-  private buf = Buffer.alloc(0);
+  private buf: Buffer = Buffer.alloc(0);
   private waiters: Array<() => void> = [];
   readonly socket: net.Socket;
   closed = false;
@@ -269,6 +269,13 @@ describe("timeouts and the connection cap", () => {
     const conn = new RawConnection(tuned.url);
     await conn.connected;
     conn.write("GET /v1/health HTTP/1.1\r\nHost: x\r\n");
+    expectRawEnvelope((await conn.answer())!, 408);
+    await conn.whenClosed();
+  });
+
+  test("when a connection sends nothing at all, then it is closed after the headers timeout", async () => {
+    const conn = new RawConnection(tuned.url);
+    await conn.connected;
     expectRawEnvelope((await conn.answer())!, 408);
     await conn.whenClosed();
   });
