@@ -6,9 +6,10 @@
  * 2. graphql-js `parse` with `maxTokens`, so parsing (and its recursion) stays bounded;
  * 3. a shape check over the parsed document — nesting depth, aliases and field selections, with
  *    fragments expanded (memoised, cycle-safe) — that keeps graphql-js's own validation rules
- *    from looking at a document that fails it, because some of them cost more than linear time (OverlappingFieldsCanBeMerged compares
- *    selections pairwise: 400 repeated `me { id }` took ~150 ms to validate, 800 fragment-chained
- *    ones ~500 ms), so a document must be known to be small before they see it;
+ *    from looking at a document that fails it, because some of them cost more than linear time
+ *    (OverlappingFieldsCanBeMerged compares selections pairwise: 400 repeated `me { id }` took
+ *    ~150 ms to validate, 800 fragment-chained ones ~500 ms), so a document must be known to be
+ *    small before they see it;
  * 4. the specified validation rules.
  *
  * The shape check is written here rather than taken from `@escape.tech/graphql-armor`: armor's
