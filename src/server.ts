@@ -1,8 +1,10 @@
 /**
  * The composition root (DESIGN §2 "Components and how they start"): database (embedded when
  * `DATABASE_URL` is unset) with migrations, model catalog and engines, services, resolvers,
- * GraphQL (HTTP and graphql-ws on `/graphql`), the REST tables, one HTTP server. `close` stops
- * them in reverse order after in-flight metering is written.
+ * GraphQL (HTTP and graphql-ws on `/graphql`, both behind the limits of
+ * `schema/graphql-limits.ts`), the REST tables, one HTTP server with timeouts, a connection cap
+ * and the error envelope on Node's own refusals (issue 5). `close` stops them in reverse order
+ * after in-flight metering is written.
  */
 import "reflect-metadata";
 import { randomUUID } from "node:crypto";
@@ -26,10 +28,17 @@ import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.j
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
-import { createApp, presentedCredential } from "./rest/app.js";
-import { errorMiddleware, notFoundHandler } from "./rest/error-envelope.js";
+import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
+import {
+  clientErrorHandler,
+  errorMiddleware,
+  expectationFailedHandler,
+  graphqlErrorMiddleware,
+  notFoundHandler,
+} from "./rest/error-envelope.js";
 import { type Resolvers, buildGraphqlSchema } from "./schema/build-schema.js";
 import { formatGraphqlError } from "./schema/error-formatter.js";
+import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRule } from "./schema/graphql-limits.js";
 import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { CacheBus } from "./services/cache-bus.js";
@@ -154,18 +163,38 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       health: new HealthService(ds, engines, catalog),
     };
 
-    const app = createApp({ deps, credentials, logger, bodyLimitBytes: config.bodyLimitBytes });
-    const server = http.createServer(app);
+    const app = createApp({
+      deps,
+      credentials,
+      logger,
+      bodyLimitBytes: config.bodyLimitBytes,
+      corsOrigins: config.corsOrigins,
+    });
+    // requestTimeout bounds receiving a request (headers and body), never the answer, so long
+    // SSE streams are not cut; Node checks both timeouts every connectionsCheckingInterval.
+    const server = http.createServer(
+      {
+        requestTimeout: config.requestTimeoutMs,
+        headersTimeout: config.headersTimeoutMs,
+        connectionsCheckingInterval: Math.min(30_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
+      },
+      app,
+    );
     server.keepAliveTimeout = 65_000;
+    server.maxConnections = config.maxConnections;
+    server.on("clientError", clientErrorHandler());
+    server.on("checkExpectation", expectationFailedHandler);
+    const limits = DEFAULT_GRAPHQL_LIMITS;
     const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false);
 
     // Refused credentials fail only the operations that need a caller (login works with a stale token).
     const contextFromCredential = async (
-      credential: string | undefined,
+      credential: PresentedCredential | undefined,
       requestId: string,
     ): Promise<RequestContext> => {
       try {
-        return { requestId, principal: await credentials.authenticate(credential) };
+        const principal = await credentials.authenticate(credential?.value, { apiKeyOnly: credential?.apiKeyOnly });
+        return { requestId, principal };
       } catch (err) {
         if (err instanceof AppError) return { requestId, credentialError: err };
         throw err;
@@ -175,8 +204,11 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // graphql-ws: credentials are checked once, when the socket connects, and a socket that
     // presents refused ones is closed with 4403 (a long-lived subscription should not start on a
     // bad token; over HTTP each request stands alone, so there only operations needing a caller
-    // fail). Errors leave through the same formatter as over HTTP.
-    const wss = new WebSocketServer({ server, path: "/graphql" });
+    // fail). Each operation passes the same limits as over HTTP (`prepareDocument`); a refused one
+    // gets a graphql-ws `error` message, the socket stays open. Frames above
+    // graphqlMaxPayloadBytes close the socket (1009) before they are read. Errors leave through
+    // the same formatter as over HTTP.
+    const wss = new WebSocketServer({ server, path: "/graphql", maxPayload: config.graphqlMaxPayloadBytes });
     const socketPrincipals = new WeakMap<object, Principal | undefined>();
     const wsServer = useServer<Record<string, unknown>, { socket: object }>(
       {
@@ -192,6 +224,17 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
             throw err;
           }
         },
+        onSubscribe: (_ctx, _id, payload) => {
+          const prepared = prepareDocument(schema, payload.query, limits);
+          if ("errors" in prepared) return prepared.errors;
+          return {
+            schema,
+            document: prepared.document,
+            operationName: payload.operationName,
+            variableValues: payload.variables,
+          };
+        },
+        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatGraphqlError(e.toJSON(), e)),
         context: (ctx): RequestContext => ({
           requestId: randomUUID(),
           principal: socketPrincipals.get(ctx.extra.socket),
@@ -206,6 +249,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const apollo = new ApolloServer<RequestContext>({
       schema,
       formatError: formatGraphqlError,
+      includeStacktraceInErrorResponses: false,
+      parseOptions: { maxTokens: limits.maxTokens },
+      validationRules: [shapeLimitRule(limits)],
       introspection: true,
       // Shutdown is ours (main.ts): Apollo's own signal handlers would stop it and re-raise the signal.
       stopOnTerminationSignals: false,
@@ -226,12 +272,14 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["HTTP and GraphQL", () => apollo.stop()]);
     app.use(
       "/graphql",
-      express.json({ limit: config.bodyLimitBytes }),
+      express.json({ limit: config.graphqlMaxPayloadBytes }),
+      graphqlSizeGuard(limits),
       expressMiddleware(apollo, {
         context: async ({ req, res }) =>
           contextFromCredential(presentedCredential(req), res.locals.requestId as string),
       }),
     );
+    app.use("/graphql", graphqlErrorMiddleware(logger));
     app.use(notFoundHandler);
     app.use(errorMiddleware(logger));
 

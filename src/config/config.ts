@@ -55,6 +55,29 @@ export const configSchema = z.object({
   signupCreditMicros: z.coerce.bigint().nonnegative().default(5_000_000n),
   /** Largest accepted request body. */
   bodyLimitBytes: intFromEnv(1024, 512 * 1024 * 1024).default(16 * 1024 * 1024),
+  /**
+   * Largest GraphQL request: the HTTP body on `/graphql` and one graphql-ws frame (issue 5,
+   * item 1: well under `bodyLimitBytes`; a larger frame closes the socket with 1009).
+   */
+  graphqlMaxPayloadBytes: intFromEnv(1024, 64 * 1024 * 1024).default(1024 * 1024),
+  /**
+   * Browser origins allowed by CORS (issue 5, item 6): a comma list of origins such as
+   * `https://app.example.com`, or `*` for any; empty (the default) answers no CORS headers.
+   */
+  corsOrigins: z
+    .union([z.array(z.string()), z.string()])
+    .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((o) => o.trim()).filter((o) => o !== ""))
+    .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s,]+)$/, "expected * or origins like https://app.example.com")))
+    .default([]),
+  /**
+   * Most time to receive a whole request (headers and body), ms; then 408 and the connection
+   * closes. Answers, streamed ones too, are not limited by it (Node's `server.requestTimeout`).
+   */
+  requestTimeoutMs: intFromEnv(1000, 3_600_000).default(120_000),
+  /** Most time to receive a request's headers, ms (Node's `server.headersTimeout`); ≤ requestTimeoutMs. */
+  headersTimeoutMs: intFromEnv(1000, 3_600_000).default(30_000),
+  /** Most open connections (HTTP and websocket); further ones are closed at once (`server.maxConnections`). */
+  maxConnections: intFromEnv(1, 1_000_000).default(10_000),
   /** Group commit: most rows per flush. */
   groupCommitMaxRows: intFromEnv(1, 10_000).default(500),
   /** Cache lifetime of API-key and balance lookups, in ms (also invalidated through NOTIFY). */
@@ -86,6 +109,11 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   catalogPath: "SWITCHYARD_CATALOG",
   signupCreditMicros: "SWITCHYARD_SIGNUP_CREDIT_MICROS",
   bodyLimitBytes: "SWITCHYARD_BODY_LIMIT_BYTES",
+  graphqlMaxPayloadBytes: "SWITCHYARD_GRAPHQL_MAX_PAYLOAD_BYTES",
+  corsOrigins: "SWITCHYARD_CORS_ORIGINS",
+  requestTimeoutMs: "SWITCHYARD_REQUEST_TIMEOUT_MS",
+  headersTimeoutMs: "SWITCHYARD_HEADERS_TIMEOUT_MS",
+  maxConnections: "SWITCHYARD_MAX_CONNECTIONS",
   groupCommitMaxRows: "SWITCHYARD_GROUP_COMMIT_MAX_ROWS",
   authCacheTtlMs: "SWITCHYARD_AUTH_CACHE_TTL_MS",
   logLevel: "LOG_LEVEL",
@@ -129,6 +157,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
   }
   const cfg = parsed.data;
+  if (cfg.headersTimeoutMs > cfg.requestTimeoutMs) {
+    throw new ConfigError(
+      `invalid configuration: SWITCHYARD_HEADERS_TIMEOUT_MS (${cfg.headersTimeoutMs}) must not exceed SWITCHYARD_REQUEST_TIMEOUT_MS (${cfg.requestTimeoutMs})`,
+    );
+  }
   const dataDir = path.resolve(cfg.dataDir);
   const modelsDir = cfg.modelsDir ? path.resolve(cfg.modelsDir) : undefined;
   const jwtSecret = cfg.jwtSecret ?? persistedSecret(dataDir);

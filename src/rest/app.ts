@@ -1,7 +1,8 @@
 /**
- * The Express application: request ids and the `x-switchyard-overhead-ms` header, JSON bodies
- * with a size limit, credentials, the two REST tables, and the error envelope for everything
- * else. GraphQL is mounted by the server on the same app (`/graphql`).
+ * The Express application: request ids and the `x-switchyard-overhead-ms` header, the headers
+ * every answer carries and CORS (`http-headers.ts`), JSON bodies with a size limit, credentials,
+ * the two REST tables, and the error envelope for everything else. GraphQL is mounted by the
+ * server on the same app (`/graphql`).
  */
 import { randomUUID } from "node:crypto";
 import express, { type Express, type Request, type RequestHandler, type Response } from "express";
@@ -12,6 +13,7 @@ import { AppError } from "../services/errors.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
+import { cors, securityHeaders } from "./http-headers.js";
 
 /** One log line per request at `debug` (method, path, status, ms): off at the default `info`. */
 function accessLog(logger: Logger): RequestHandler {
@@ -33,13 +35,26 @@ export interface AppOptions {
   credentials: CredentialService;
   logger: Logger;
   bodyLimitBytes: number;
+  /** Origins allowed by CORS (config `corsOrigins`); empty = CORS off. */
+  corsOrigins: readonly string[];
 }
 
-/** The credential a request presents: `Authorization: Bearer …`, else `x-api-key`. */
-export function presentedCredential(req: Pick<Request, "get">): string | undefined {
+/** A credential as presented: its value, and whether the header it came in takes API keys only. */
+export interface PresentedCredential {
+  /** Empty when an Authorization header came that is not `Bearer` (and no `x-api-key`). */
+  value: string;
+  /** True for `x-api-key`, which takes API keys only (issue 5, item 6), never access tokens. */
+  apiKeyOnly: boolean;
+}
+
+/** The credential a request presents: `Authorization: Bearer …`, else `x-api-key`; undefined = none. */
+export function presentedCredential(req: Pick<Request, "get">): PresentedCredential | undefined {
   const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.get("authorization") ?? "")?.[1];
+  if (bearer !== undefined) return { value: bearer, apiKeyOnly: false };
   // A non-Bearer Authorization (e.g. a proxy's Basic) does not hide an x-api-key.
-  return bearer ?? req.get("x-api-key") ?? (req.get("authorization") ? "" : undefined);
+  const apiKey = req.get("x-api-key");
+  if (apiKey !== undefined) return { value: apiKey, apiKeyOnly: true };
+  return req.get("authorization") ? { value: "", apiKeyOnly: false } : undefined;
 }
 
 /** Builds the request context; with `auth: required`, 401 unless valid credentials came. */
@@ -53,7 +68,7 @@ async function contextFor(
   if (auth === "none") return ctx;
   const credential = presentedCredential(req);
   if (credential === undefined) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
-  ctx.principal = await credentials.authenticate(credential);
+  ctx.principal = await credentials.authenticate(credential.value, { apiKeyOnly: credential.apiKeyOnly });
   if (!ctx.principal) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
   return ctx;
 }
@@ -88,6 +103,8 @@ export function createApp(opts: AppOptions): Express {
   app.disable("x-powered-by");
   app.set("etag", false);
   app.use(timing);
+  app.use(securityHeaders);
+  app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger));
   // Parse JSON whatever the content type says (curl -d sends form encoding by default).
   app.use(["/v1", "/control/v1"], express.json({ limit: opts.bodyLimitBytes, type: () => true }));

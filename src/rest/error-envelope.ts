@@ -1,8 +1,12 @@
 /**
  * The REST error mapping (spec: Errors): every failure answers `{status_code, detail, extra?}`.
  * `AppError`s keep their status, detail and extra; body-parser failures become 400 (malformed
- * JSON) and 413 (too large); anything else is a 500 without internals.
+ * JSON) and 413 (too large); anything else is a 500 without internals. Node's own refusals of
+ * malformed HTTP, before any route runs (parser errors, timeouts, an unknown `Expect`), carry the
+ * same envelope (issue 5, item 3): `clientErrorHandler` and `expectationFailedHandler`.
  */
+import { type IncomingMessage, STATUS_CODES, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
 import type { ErrorRequestHandler, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
 import { AppError, ErrorCode } from "../services/errors.js";
@@ -57,7 +61,89 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   };
 }
 
+/**
+ * Express error handler for `/graphql`: failures before Apollo runs (malformed JSON, a body over
+ * `graphqlMaxPayloadBytes`) answer in the GraphQL error format, `{errors: [{message, extensions:
+ * {code, status_code, extra}}]}`, with the envelope's status and detail (issue 5, item 1).
+ */
+export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
+  return (err, req, res, _next) => {
+    const { status, body } = toEnvelope(err);
+    if (status >= 500) logger.error({ err, method: req.method, path: req.path }, "request failed");
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    const code = status === 413 ? "PAYLOAD_TOO_LARGE" : status < 500 ? "BAD_REQUEST" : "INTERNAL";
+    res
+      .status(status)
+      .json({ errors: [{ message: body.detail, extensions: { code, status_code: status, extra: null } }] });
+  };
+}
+
 /** Unknown paths: 404 with the envelope. */
 export const notFoundHandler: RequestHandler = (req, _res, next) => {
   next(new AppError(ErrorCode.NotFound, `No route for ${req.method} ${req.path}`));
 };
+
+/** Headers of answers written outside Express (the ones `http-headers.ts` sets inside it). */
+function rawHeaders(body: string): Record<string, string> {
+  return {
+    "Content-Type": "application/json; charset=utf-8",
+    "Content-Length": String(Buffer.byteLength(body)),
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    Connection: "close",
+  };
+}
+
+/** Status and envelope for an error Node's HTTP parser or timers raised (codes as Node maps them). */
+export function clientErrorEnvelope(code: string | undefined): ErrorEnvelope {
+  switch (code) {
+    case "HPE_HEADER_OVERFLOW":
+      return { status_code: 431, detail: "Request headers too large" };
+    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
+      return { status_code: 413, detail: "Chunk extensions too large" };
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return { status_code: 408, detail: "Request not received in time" };
+    default:
+      return { status_code: 400, detail: "Malformed HTTP request" };
+  }
+}
+
+/**
+ * `server.on("clientError")`: answers the envelope as a raw HTTP/1.1 response and closes the
+ * connection, unless the socket is gone or an answer already started on it (then it only closes,
+ * as Node does).
+ */
+export function clientErrorHandler(): (err: Error & { code?: string }, socket: Duplex) => void {
+  return (err, socket) => {
+    if (err.code === "ECONNRESET" || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
+    if (inFlight?.headersSent) {
+      socket.destroy();
+      return;
+    }
+    const envelope = clientErrorEnvelope(err.code);
+    const body = JSON.stringify(envelope);
+    const head = Object.entries(rawHeaders(body))
+      .map(([k, v]) => `${k}: ${v}\r\n`)
+      .join("");
+    socket.end(`HTTP/1.1 ${envelope.status_code} ${STATUS_CODES[envelope.status_code]}\r\n${head}\r\n${body}`);
+    // A peer that keeps sending would hold the half-closed socket open: close it soon regardless.
+    setTimeout(() => socket.destroy(), 1_000).unref();
+  };
+}
+
+/** `server.on("checkExpectation")`: an `Expect` other than `100-continue` gets 417 with the envelope. */
+export function expectationFailedHandler(_req: IncomingMessage, res: ServerResponse): void {
+  const body = JSON.stringify({
+    status_code: 417,
+    detail: "Unsupported Expect header: only 100-continue is supported",
+  });
+  res.writeHead(417, rawHeaders(body));
+  res.end(body);
+}

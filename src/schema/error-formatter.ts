@@ -1,17 +1,44 @@
 /**
  * GraphQL error mapping: an `AppError` becomes a GraphQL error whose extensions carry the same
- * `code`, `status_code` and `extra` as the REST envelope; GraphQL errors that carry a 4xx
- * `status_code`, and GraphQL's own request errors (400), keep their code; anything else is an
- * opaque internal error.
+ * `code`, `status_code` and `extra` as the REST envelope; a request error (Apollo's own
+ * `BAD_REQUEST` refusals — empty or batched bodies, CSRF —, parse and validation failures, the
+ * limits of `graphql-limits.ts`, bad variables) keeps its real message and code with its 4xx
+ * `status_code` (issue 5, item 1); anything else is an opaque internal error. The output carries
+ * exactly `message`, `locations`, `path` and `extensions {code, status_code, extra}` — never a
+ * stack trace.
  */
 import type { GraphQLFormattedError } from "graphql";
+import { GraphQLError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
 import { AppError } from "../services/errors.js";
 
+/** Codes of errors in the request itself, answered 400 when they carry no HTTP status of their own. */
+const REQUEST_ERROR_CODES = new Set([
+  "BAD_REQUEST",
+  "BAD_USER_INPUT",
+  "GRAPHQL_PARSE_FAILED",
+  "GRAPHQL_VALIDATION_FAILED",
+  "OPERATION_RESOLUTION_FAILURE",
+  "PERSISTED_QUERY_NOT_FOUND",
+  "PERSISTED_QUERY_NOT_SUPPORTED",
+]);
+
+/** The 4xx status an error asks for: `extensions.status_code`, else Apollo's `extensions.http.status`. */
+function clientStatus(formatted: GraphQLFormattedError, original: unknown): number | undefined {
+  const fromExtensions = formatted.extensions?.status_code;
+  const http = original instanceof GraphQLError ? original.extensions.http : undefined;
+  const fromHttp = typeof http === "object" && http !== null ? (http as { status?: unknown }).status : undefined;
+  for (const status of [fromExtensions, fromHttp]) {
+    if (typeof status === "number" && status >= 400 && status < 500) return status;
+  }
+  return undefined;
+}
+
 /**
- * Apollo `formatError`: `AppError` → message = detail, extensions `{code, status_code, extra}`; 4xx
- * GraphQL errors keep their code and status; anything else becomes `{code: "INTERNAL", status_code: 500}`
- * without internals.
+ * Apollo `formatError` (and graphql-ws `onNext`/`onError`): `AppError` → message = detail,
+ * extensions `{code, status_code, extra}`; request errors keep message and code with their 4xx
+ * status (400 by default); anything else becomes `{code: "INTERNAL", status_code: 500}` without
+ * internals.
  */
 export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
   const original = unwrapResolverError(error);
@@ -22,13 +49,16 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
       extensions: { code: original.code.toUpperCase(), status_code: original.status, extra: original.extra ?? null },
     };
   }
-  const code = formatted.extensions?.code;
-  const statusCode = formatted.extensions?.status_code;
-  if (typeof statusCode === "number" && statusCode >= 400 && statusCode < 500) {
-    return { ...formatted, extensions: { code, status_code: statusCode, extra: formatted.extensions?.extra ?? null } };
-  }
-  if (code === "GRAPHQL_VALIDATION_FAILED" || code === "BAD_USER_INPUT" || code === "GRAPHQL_PARSE_FAILED") {
-    return { ...formatted, extensions: { ...formatted.extensions, status_code: 400 } };
+  const rawCode = formatted.extensions?.code;
+  const code = typeof rawCode === "string" ? rawCode : undefined;
+  const status = clientStatus(formatted, error) ?? (code && REQUEST_ERROR_CODES.has(code) ? 400 : undefined);
+  if (status !== undefined) {
+    return {
+      message: formatted.message,
+      locations: formatted.locations,
+      path: formatted.path,
+      extensions: { code: code ?? "BAD_REQUEST", status_code: status, extra: formatted.extensions?.extra ?? null },
+    };
   }
   return {
     message: "Internal error",

@@ -75,12 +75,21 @@ export class CredentialService {
 
   /**
    * Authenticates a raw credential (the Bearer token or `x-api-key` value).
+   * @param opts.apiKeyOnly the credential came in a header that takes API keys only (`x-api-key`,
+   *   issue 5, item 6): anything else there is refused, an access token included.
    * @returns the caller, or undefined when no credential was presented.
-   * @throws AppError 401 for an unknown, revoked or expired key, or an invalid token.
+   * @throws AppError 401 for an unknown, revoked or expired key, an invalid token, or a non-key
+   *   where only keys are taken.
    */
-  async authenticate(credential: string | undefined): Promise<Principal | undefined> {
+  async authenticate(
+    credential: string | undefined,
+    opts: { apiKeyOnly?: boolean } = {},
+  ): Promise<Principal | undefined> {
     if (credential === undefined || credential === "") return undefined;
     if (credential.startsWith(API_KEY_PREFIX)) return this.fromApiKey(credential);
+    if (opts.apiKeyOnly) {
+      throw AppError.unauthenticated("x-api-key takes API keys only; send access tokens as Authorization: Bearer");
+    }
     return this.fromAccessToken(credential);
   }
 
