@@ -99,7 +99,7 @@ const heavies: Heavy[] = [
       ),
   },
   {
-    name: "embeddings, 2,048 inputs that fit (about 2.5 MB)",
+    name: "embeddings, 2,048 inputs that fit (about 2 MB)",
     run: async (base, key) =>
       String(
         await send(
@@ -108,7 +108,7 @@ const heavies: Heavy[] = [
           "/v1/embeddings",
           JSON.stringify({
             model: "tinystories-260k-embed",
-            input: Array.from({ length: 2048 }, () => "Tom had a red ball. ".repeat(60)),
+            input: Array.from({ length: 2048 }, () => "Tom had a red ball. ".repeat(50)),
           }),
           key,
         ),
