@@ -11,6 +11,7 @@ import type { RequestContext } from "../services/context.js";
 import { AppError } from "../services/errors.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { jsonBody } from "./json-body.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 
 /** One log line per request at `debug` (method, path, status, ms): off at the default `info`. */
@@ -89,8 +90,7 @@ export function createApp(opts: AppOptions): Express {
   app.set("etag", false);
   app.use(timing);
   app.use(accessLog(opts.logger));
-  // Parse JSON whatever the content type says (curl -d sends form encoding by default).
-  app.use(["/v1", "/control/v1"], express.json({ limit: opts.bodyLimitBytes, type: () => true }));
+  app.use(["/v1", "/control/v1"], jsonBody(opts.bodyLimitBytes));
 
   for (const route of dataPlaneRoutes) {
     app[route.method](route.path, async (req, res) => {
