@@ -57,8 +57,11 @@ class BodyCharsetError extends Error {
   readonly type = "charset.unsupported";
 }
 
-/** body-parser's `verify` hook: throws before parsing when the body nests too deep. */
-function verifyDepth(_req: IncomingMessage, _res: unknown, buf: Buffer, encoding: string): void {
+/**
+ * body-parser's `verify` hook: throws before parsing when the body nests deeper than
+ * `MAX_JSON_DEPTH` (a 400 through `toEnvelope`). Exported for other JSON parsers (`/graphql`).
+ */
+export function verifyJsonDepth(_req: IncomingMessage, _res: unknown, buf: Buffer, encoding: string): void {
   const charset = (encoding || "utf-8").toLowerCase();
   if (charset === "utf-8" || charset === "utf8") {
     if (jsonDeeperThan(buf, MAX_JSON_DEPTH)) throw new BodyTooDeepError(MAX_JSON_DEPTH);
@@ -79,5 +82,5 @@ function verifyDepth(_req: IncomingMessage, _res: unknown, buf: Buffer, encoding
  * encoding by default), up to `limitBytes` (413 above), nested at most `MAX_JSON_DEPTH` (400).
  */
 export function jsonBody(limitBytes: number): RequestHandler {
-  return express.json({ limit: limitBytes, type: () => true, verify: verifyDepth });
+  return express.json({ limit: limitBytes, type: () => true, verify: verifyJsonDepth });
 }
