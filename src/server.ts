@@ -24,6 +24,7 @@ import { type Config, packageRoot } from "./config/config.js";
 import { openDatabase } from "./db/data-source.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
+import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
@@ -80,7 +81,8 @@ export interface StartOptions {
  *   driver's error when PostgreSQL is unreachable.
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
-  const logger = opts.logger ?? pino({ level: config.logLevel });
+  // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
+  const logger = withSafeErrors(opts.logger ?? pino({ level: config.logLevel }));
   const cleanup: Array<[string, () => Promise<void>]> = [];
   const closeAll = async () => {
     for (const [name, step] of cleanup.splice(0).reverse()) {

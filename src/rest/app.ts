@@ -12,6 +12,7 @@ import type { RequestContext } from "../services/context.js";
 import { AppError } from "../services/errors.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { jsonBody } from "./json-body.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
 
@@ -106,8 +107,7 @@ export function createApp(opts: AppOptions): Express {
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger));
-  // Parse JSON whatever the content type says (curl -d sends form encoding by default).
-  app.use(["/v1", "/control/v1"], express.json({ limit: opts.bodyLimitBytes, type: () => true }));
+  app.use(["/v1", "/control/v1"], jsonBody(opts.bodyLimitBytes));
 
   for (const route of dataPlaneRoutes) {
     app[route.method](route.path, async (req, res) => {

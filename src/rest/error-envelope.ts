@@ -1,9 +1,9 @@
 /**
  * The REST error mapping (spec: Errors): every failure answers `{status_code, detail, extra?}`.
  * `AppError`s keep their status, detail and extra; body-parser failures become 400 (malformed
- * JSON) and 413 (too large); anything else is a 500 without internals. Node's own refusals of
- * malformed HTTP, before any route runs (parser errors, timeouts, an unknown `Expect`), carry the
- * same envelope (issue 5, item 3): `clientErrorHandler` and `expectationFailedHandler`.
+ * JSON, nested too deep) and 413 (too large); anything else is a 500 without internals. Node's own
+ * refusals of malformed HTTP, before any route runs (parser errors, timeouts, an unknown `Expect`),
+ * carry the same envelope (issue 5, item 3): `clientErrorHandler` and `expectationFailedHandler`.
  */
 import { type IncomingMessage, STATUS_CODES, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
@@ -27,6 +27,10 @@ export function toEnvelope(err: unknown): { status: number; body: ErrorEnvelope;
   const type = (err as { type?: string })?.type;
   if (type === "entity.parse.failed") {
     return { status: 400, body: { status_code: 400, detail: "Malformed JSON body" } };
+  }
+  if (type === "entity.too.deep") {
+    const detail = (err as Error).message;
+    return { status: 400, body: { status_code: 400, detail, extra: [{ field: "body", message: detail }] } };
   }
   if (type === "entity.too.large") {
     return { status: 413, body: { status_code: 413, detail: "Request body too large" } };

@@ -10,6 +10,7 @@ import { type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, parseInput } from "./errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
 import type { IssuedToken, TokenService } from "./tokens.js";
+import { pgText } from "./validation.js";
 
 /** UserResponse: `username` is the email, `role` the team role. */
 export interface UserDto {
@@ -37,27 +38,26 @@ export interface SignupResultDto extends LoginResultDto {
   next_step: "login";
 }
 
-const email = z
-  .string()
+const email = pgText()
   .trim()
   .max(320)
   .email()
   .transform((e) => e.toLowerCase());
-const password = z.string().min(8).max(128);
+const password = pgText().min(8).max(128);
 
 export const signupInput = z.object({
   email,
   password,
-  name: z.string().trim().max(200).optional(),
-  invite_token: z.string().min(1).max(512).optional(),
+  name: pgText().trim().max(200).optional(),
+  invite_token: pgText().min(1).max(512).optional(),
 });
 export type SignupInput = z.input<typeof signupInput>;
 
 export const loginInput = z
   .object({
-    username: z.string().max(320).optional(),
-    email: z.string().max(320).optional(),
-    password: z.string().max(128),
+    username: pgText().max(320).optional(),
+    email: pgText().max(320).optional(),
+    password: pgText().max(128),
   })
   .refine((v) => v.username !== undefined || v.email !== undefined, {
     message: "username or email is required",

@@ -12,6 +12,7 @@ import type { CacheBus } from "./cache-bus.js";
 import { type RequestContext, isTeamAdmin, requirePrincipal } from "./context.js";
 import { API_KEY_PREFIX, hashApiKey } from "./credential.service.js";
 import { AppError, parseInput, parseUuidParam } from "./errors.js";
+import { pgText } from "./validation.js";
 
 export interface ApiKeyDto {
   id: string;
@@ -38,7 +39,7 @@ export interface CreatedApiKeyDto {
 }
 
 export const createApiKeyInput = z.object({
-  name: z.string().trim().min(1).max(200),
+  name: pgText().trim().min(1).max(200),
   expires_at: z.iso
     .datetime({ offset: true })
     .nullish()

@@ -101,9 +101,23 @@ export class AppError extends Error {
   }
 }
 
+type Issue = ZodError["issues"][number];
+
+/**
+ * A failed union names what went wrong inside the one option the value has the shape of (an
+ * array given where "string or array of items" is asked names `input[0].content`, not `input`);
+ * when no single option fits the value's shape, the union itself is named.
+ */
+function unionBranchIssues(issue: Issue): Issue[] {
+  if (issue.code !== "invalid_union" || !Array.isArray(issue.errors)) return [issue];
+  const shaped = issue.errors.filter((branch) => !branch.some((i) => i.code === "invalid_type" && i.path.length === 0));
+  if (shaped.length !== 1) return [issue];
+  return shaped[0].flatMap((inner) => unionBranchIssues({ ...inner, path: [...issue.path, ...inner.path] }));
+}
+
 /** Converts zod issues to the envelope's field list (`messages[0].role`, …). */
 export function zodIssues(error: ZodError, prefix = ""): FieldIssue[] {
-  return error.issues.map((issue) => ({
+  return error.issues.flatMap(unionBranchIssues).map((issue) => ({
     field: prefix + formatPath(issue.path),
     message: issue.message,
   }));

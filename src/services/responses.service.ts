@@ -9,15 +9,12 @@ import { type RequestContext, requirePrincipal } from "./context.js";
 import { AppError, parseInput, parseUuidParam } from "./errors.js";
 import { unixSeconds } from "./protocols/common.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
-
-/** Absent, empty and `null` query values all mean "not given". */
-const optional = <T extends z.ZodType>(schema: T) =>
-  z.preprocess((v) => (v === "" || v === "null" ? undefined : v), schema.optional());
+import { optionalQuery, queryInt } from "./validation.js";
 
 /** `GET /v1/responses` query (DESIGN §3 List limits: `limit` 1–1000, default 100). */
 export const listResponsesQuery = z.object({
-  limit: optional(z.coerce.number().int().min(1).max(1000)),
-  stream_id: optional(z.uuid()),
+  limit: optionalQuery(queryInt(1, 1000)),
+  stream_id: optionalQuery(z.uuid()),
 });
 
 /** spec: Response list item. */

@@ -4,6 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { SignJWT, errors as joseErrors, jwtVerify } from "jose";
+import { z } from "zod";
 
 export interface AccessTokenClaims {
   userId: string;
@@ -20,6 +21,17 @@ export interface IssuedToken {
 }
 
 const ISSUER = "switchyard";
+
+/**
+ * The claims a token must carry to be honoured (issue 5, item 3): ids that are UUIDs (they reach
+ * SQL as `uuid` parameters) and numeric times. Anything else is a 401, never a 500.
+ */
+const accessClaims = z.object({
+  sub: z.uuid(),
+  tid: z.uuid(),
+  iat: z.number().finite(),
+  exp: z.number().finite(),
+});
 
 /** Issues and verifies access tokens (HS256, issuer `switchyard`, lifetime `ttlS` seconds). */
 export class TokenService {
@@ -45,14 +57,20 @@ export class TokenService {
     return { access_token: token, token_type: "bearer", expires_in: this.ttlS };
   }
 
-  /** @returns the claims, or null for a malformed, forged or expired token. */
+  /**
+   * @returns the claims, or null for a malformed, forged or expired token, and for one without
+   *   `exp` or whose `sub`/`tid` are not UUIDs.
+   */
   async verify(token: string): Promise<AccessTokenClaims | null> {
     try {
-      const { payload } = await jwtVerify(token, this.key, { issuer: ISSUER, algorithms: ["HS256"] });
-      if (typeof payload.sub !== "string" || typeof payload.tid !== "string" || typeof payload.iat !== "number") {
-        return null;
-      }
-      return { userId: payload.sub, teamId: payload.tid, issuedAt: payload.iat };
+      const { payload } = await jwtVerify(token, this.key, {
+        issuer: ISSUER,
+        algorithms: ["HS256"],
+        requiredClaims: ["exp", "iat", "sub"],
+      });
+      const claims = accessClaims.safeParse(payload);
+      if (!claims.success) return null;
+      return { userId: claims.data.sub, teamId: claims.data.tid, issuedAt: claims.data.iat };
     } catch (err) {
       if (err instanceof joseErrors.JOSEError) return null;
       throw err;

@@ -11,7 +11,14 @@ import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../infere
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
 
-const chatContent = z.union([z.string(), z.array(z.union([textPart, otherPart])), z.null()]);
+/**
+ * Required on every message (issue 5, item 3). OpenAI lets an assistant message leave it out or
+ * null only when it carries `tool_calls`/`function_call`, and this service has no tools.
+ */
+const chatContent = z.union([z.string(), z.array(z.union([textPart, otherPart]))], {
+  error: (issue) =>
+    issue.input === undefined || issue.input === null ? "is required" : "must be a string or an array of content parts",
+});
 
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
@@ -19,7 +26,7 @@ export const chatCompletionRequest = z.object({
     .array(
       z.object({
         role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
-        content: chatContent.optional(),
+        content: chatContent,
         name: z.string().optional(),
       }),
     )
