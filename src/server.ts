@@ -12,9 +12,11 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { ApolloServer } from "@apollo/server";
+import { unwrapResolverError } from "@apollo/server/errors";
 import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
 import { expressMiddleware } from "@as-integrations/express5";
 import express from "express";
+import type { GraphQLFormattedError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
 import { pino, type Logger } from "pino";
 import type { DataSource } from "typeorm";
@@ -30,6 +32,7 @@ import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
+import { verifyJsonDepth } from "./rest/json-body.js";
 import {
   clientErrorHandler,
   errorMiddleware,
@@ -210,6 +213,13 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // gets a graphql-ws `error` message, the socket stays open. Frames above
     // graphqlMaxPayloadBytes close the socket (1009) before they are read. Errors leave through
     // the same formatter as over HTTP.
+    // Internal errors leave as an opaque 500; the log keeps what happened (safe fields only).
+    const formatError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
+      const out = formatGraphqlError(formatted, error);
+      if (out.extensions?.code === "INTERNAL")
+        logger.error({ err: unwrapResolverError(error) }, "GraphQL operation failed");
+      return out;
+    };
     const wss = new WebSocketServer({ server, path: "/graphql", maxPayload: config.graphqlMaxPayloadBytes });
     const socketPrincipals = new WeakMap<object, Principal | undefined>();
     const wsServer = useServer<Record<string, unknown>, { socket: object }>(
@@ -236,21 +246,21 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
             variableValues: payload.variables,
           };
         },
-        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatGraphqlError(e.toJSON(), e)),
+        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatError(e.toJSON(), e)),
         context: (ctx): RequestContext => ({
           requestId: randomUUID(),
           principal: socketPrincipals.get(ctx.extra.socket),
         }),
         onNext: (_ctx, _id, _payload, _args, result) =>
           "errors" in result && result.errors
-            ? { ...result, errors: result.errors.map((e) => formatGraphqlError(e.toJSON(), e)) }
+            ? { ...result, errors: result.errors.map((e) => formatError(e.toJSON(), e)) }
             : undefined,
       },
       wss,
     );
     const apollo = new ApolloServer<RequestContext>({
       schema,
-      formatError: formatGraphqlError,
+      formatError,
       includeStacktraceInErrorResponses: false,
       parseOptions: { maxTokens: limits.maxTokens },
       validationRules: [shapeLimitRule(limits)],
@@ -274,7 +284,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["HTTP and GraphQL", () => apollo.stop()]);
     app.use(
       "/graphql",
-      express.json({ limit: config.graphqlMaxPayloadBytes }),
+      express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),
       graphqlSizeGuard(limits),
       expressMiddleware(apollo, {
         context: async ({ req, res }) =>

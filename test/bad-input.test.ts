@@ -90,6 +90,15 @@ describe("JSON nesting", () => {
     expectInvalid(res, "body");
     expect(await count("SELECT count(*) AS n FROM users WHERE email = $1", [email])).toBe(0);
   });
+
+  it("when a GraphQL body nests too deep in its variables, then a 400 request error, not an internal one", async () => {
+    const res = await http(server.url, "POST", "/graphql", {
+      body: `{"query":"{ models { id } }","variables":{"x":${nested(10_000)}}}`,
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.errors[0].extensions).toEqual(expect.objectContaining({ status_code: 400 }));
+    expect(res.body.errors[0].extensions.code).not.toBe("INTERNAL");
+  });
 });
 
 describe("text PostgreSQL cannot store", () => {
