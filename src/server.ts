@@ -49,7 +49,7 @@ import { CacheBus } from "./services/cache-bus.js";
 import type { Principal, RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
-import { AppError } from "./services/errors.js";
+import { AppError } from "./shared/errors.js";
 import { HealthService } from "./services/health.service.js";
 import { InferenceService } from "./services/inference.service.js";
 import { MeteringService } from "./services/metering.service.js";

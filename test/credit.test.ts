@@ -192,7 +192,7 @@ test("when a process goes idle, then it gives its lease back and the other proce
   expect(
     await eventually(
       async () => (await a.db("SELECT 1 FROM credit_leases WHERE team_id = $1", [caller.teamId])).length === 0,
-      5_000,
+      15_000,
     ),
   ).toBe(true);
   // Now b may lease nearly everything that is left: a request whose worst case needs most of it.

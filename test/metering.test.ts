@@ -4,7 +4,7 @@
  */
 import { v7 as uuidv7 } from "uuid";
 import type { Principal } from "../src/services/context.js";
-import { AppError, ErrorCode } from "../src/services/errors.js";
+import { AppError, ErrorCode } from "../src/shared/errors.js";
 import type { UsageRecord } from "../src/services/metering.service.js";
 import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
 

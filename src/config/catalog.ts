@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { type TokenPrices, usdToMicros } from "../services/money.js";
+import { type TokenPrices, usdToMicros } from "../shared/money.js";
 import { ConfigError } from "./config.js";
 
 export const MODALITIES = ["text_generation", "text_embedding", "decisions"] as const;

@@ -3,7 +3,7 @@
  * time, with a FIFO wait queue bounded in time. Requests never share a slot, so concurrent work
  * cannot corrupt each other's state, and N slots serve N requests at once.
  */
-import { AppError, ErrorCode } from "../services/errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
 
 interface Waiter<T> {
   pick?: (free: T[]) => T;

@@ -9,7 +9,7 @@ import express, { type Express, type Request, type RequestHandler, type Response
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/credential.service.js";
 import type { RequestContext } from "../services/context.js";
-import { AppError } from "../services/errors.js";
+import { AppError } from "../shared/errors.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { jsonBody } from "./json-body.js";

@@ -9,7 +9,7 @@ import { type IncomingMessage, STATUS_CODES, type ServerResponse } from "node:ht
 import type { Duplex } from "node:stream";
 import type { ErrorRequestHandler, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
-import { AppError, ErrorCode } from "../services/errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
 
 export interface ErrorEnvelope {
   status_code: number;

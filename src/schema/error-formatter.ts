@@ -10,7 +10,7 @@
 import type { GraphQLFormattedError } from "graphql";
 import { GraphQLError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
-import { AppError } from "../services/errors.js";
+import { AppError } from "../shared/errors.js";
 
 /** Codes of errors in the request itself, answered 400 when they carry no HTTP status of their own. */
 const REQUEST_ERROR_CODES = new Set([

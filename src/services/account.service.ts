@@ -7,7 +7,7 @@ import type { DataSource } from "typeorm";
 import { z } from "zod";
 import type { TeamRole } from "../entities/user.entity.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
-import { AppError, parseInput } from "./errors.js";
+import { AppError, parseInput } from "../shared/errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
 import type { IssuedToken, TokenService } from "./tokens.js";
 import { pgText } from "./validation.js";

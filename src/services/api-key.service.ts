@@ -11,7 +11,7 @@ import { queryRows } from "../db/sql.js";
 import type { CacheBus } from "./cache-bus.js";
 import { type RequestContext, isTeamAdmin, requirePrincipal } from "./context.js";
 import { API_KEY_PREFIX, hashApiKey } from "./credential.service.js";
-import { AppError, parseInput, parseUuidParam } from "./errors.js";
+import { AppError, parseInput, parseUuidParam } from "../shared/errors.js";
 import { pgText } from "./validation.js";
 
 export interface ApiKeyDto {

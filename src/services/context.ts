@@ -3,7 +3,7 @@
  * and the request's id. Built by the REST layer and the GraphQL context factory alike.
  */
 import type { TeamRole } from "../entities/user.entity.js";
-import { AppError } from "./errors.js";
+import { AppError } from "../shared/errors.js";
 
 /** The API key a request was made with (spec: activity `api_key_id`, `api_key_name`, `api_key_prefix`). */
 export interface ApiKeyIdentity {

@@ -8,7 +8,7 @@ import type { DataSource } from "typeorm";
 import type { TeamRole } from "../entities/user.entity.js";
 import type { CacheBus } from "./cache-bus.js";
 import type { Principal } from "./context.js";
-import { AppError } from "./errors.js";
+import { AppError } from "../shared/errors.js";
 import type { TokenService } from "./tokens.js";
 
 export const API_KEY_PREFIX = "sk_";

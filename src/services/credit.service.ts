@@ -48,7 +48,7 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { queryRows } from "../db/sql.js";
-import { AppError, ErrorCode } from "./errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
 
 /** Settings of the lease protocol (milliseconds; `headroomRequests` in worst cases). */
 export interface CreditLeaseOptions {

@@ -4,7 +4,7 @@
  */
 import type { DataSource } from "typeorm";
 import type { EngineRouter } from "../inference/engine-router.js";
-import { AppError, ErrorCode } from "./errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
 import type { ModelCatalogService } from "./model-catalog.service.js";
 
 /** Liveness and readiness (spec: Health). */

@@ -9,9 +9,9 @@ import type { EngineRouter } from "../inference/engine-router.js";
 import type { ChatMessage, EmbedResult, GenerateResult, GenerationStart, SamplingParams } from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
 import type { CreditReservation, CreditService } from "./credit.service.js";
-import { AppError, ErrorCode } from "./errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
-import { costMicros } from "./money.js";
+import { costMicros } from "../shared/money.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z

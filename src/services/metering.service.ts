@@ -14,8 +14,8 @@ import { type Queryable, queryRows } from "../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "./cache-bus.js";
 import type { Principal } from "./context.js";
-import { AppError, ErrorCode } from "./errors.js";
-import type { TokenUsage } from "./money.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
+import type { TokenUsage } from "../shared/money.js";
 
 /** A Response object to store with its request (`store: true`). */
 export interface StoredResponse {

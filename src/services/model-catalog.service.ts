@@ -3,8 +3,8 @@
  * create operations (unknown model → 404, wrong modality → 400).
  */
 import type { Catalog, CatalogModel, Modality } from "../config/catalog.js";
-import { AppError, ErrorCode } from "./errors.js";
-import { microsToUsdNumber } from "./money.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
+import { microsToUsdNumber } from "../shared/money.js";
 
 export interface SupportedDto {
   supported: boolean;

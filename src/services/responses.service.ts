@@ -6,7 +6,7 @@ import type { DataSource } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../db/sql.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
-import { AppError, parseInput, parseUuidParam } from "./errors.js";
+import { AppError, parseInput, parseUuidParam } from "../shared/errors.js";
 import { unixSeconds } from "./protocols/common.js";
 import type { ResponseObject } from "./protocols/openai-responses.protocol.js";
 import { optionalQuery, queryInt } from "./validation.js";

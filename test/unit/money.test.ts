@@ -1,5 +1,5 @@
 /** Money arithmetic: exact micro-USD, rounding half up once per request (DESIGN §3 Money). */
-import { costMicros, microsToUsdNumber, usdToMicros } from "../../src/services/money.js";
+import { costMicros, microsToUsdNumber, usdToMicros } from "../../src/shared/money.js";
 
 describe("usdToMicros", () => {
   test("when given decimal USD, then it is exact micro-USD", () => {

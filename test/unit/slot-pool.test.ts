@@ -1,6 +1,6 @@
 /** Engine slots: one request per slot, FIFO waiting, bounded waits, aborts. */
 import { SlotPool } from "../../src/inference/slot-pool.js";
-import { AppError, ErrorCode } from "../../src/services/errors.js";
+import { AppError, ErrorCode } from "../../src/shared/errors.js";
 
 test("when slots are free, then acquire takes the preferred one at once", async () => {
   const pool = new SlotPool(["a", "b", "c"]);

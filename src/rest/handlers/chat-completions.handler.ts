@@ -1,6 +1,6 @@
 /** `POST /v1/chat/completions` (OpenAI Chat Completions, plain and streamed). */
 import { v7 as uuidv7 } from "uuid";
-import { parseInput } from "../../services/errors.js";
+import { parseInput } from "../../shared/errors.js";
 import {
   ChatChunkWriter,
   chatCompletion,

@@ -1,6 +1,6 @@
 /** `POST /v1/embeddings` (OpenAI Embeddings). */
 import { v7 as uuidv7 } from "uuid";
-import { AppError, parseInput } from "../../services/errors.js";
+import { AppError, parseInput } from "../../shared/errors.js";
 import {
   embeddingInputs,
   embeddingList,

@@ -5,7 +5,7 @@
  */
 import type { Response } from "express";
 import type { RequestContext } from "../../services/context.js";
-import { AppError, ErrorCode } from "../../services/errors.js";
+import { AppError, ErrorCode } from "../../shared/errors.js";
 import type { GenerationCall } from "../../services/inference.service.js";
 import { type SseDialect, streamGeneration } from "../sse.js";
 import type { DataPlaneDeps } from "./deps.js";

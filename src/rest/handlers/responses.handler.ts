@@ -1,6 +1,6 @@
 /** The Responses endpoints: create (synchronous and streamed), list, read and delete stored ones. */
 import { v7 as uuidv7 } from "uuid";
-import { AppError, parseInput } from "../../services/errors.js";
+import { AppError, parseInput } from "../../shared/errors.js";
 import {
   ResponseStreamEvents,
   answeredTier,

@@ -19,7 +19,7 @@ import type {
 import type * as NodeLlamaCppModule from "node-llama-cpp";
 import type { Logger } from "pino";
 import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
-import { AppError, ErrorCode } from "../../../services/errors.js";
+import { AppError, ErrorCode } from "../../../shared/errors.js";
 import type {
   ChatMessage,
   EmbedRequest,
