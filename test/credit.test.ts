@@ -200,4 +200,4 @@ test("when a process goes idle, then it gives its lease back and the other proce
   const maxTokens = Number((balance - 6n) / 10n);
   const big = await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(maxTokens) });
   expect(big.status).toBe(200);
-});
+}, 30_000);
