@@ -120,6 +120,12 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     await bus.start();
     cleanup.push(["cache listener", () => bus.close()]);
 
+    // Leases are given back only after the last charges are written (both metering drains run
+    // before this step), so no in-flight charge lands on credit another process leased meanwhile.
+    const credit = new CreditService(ds, bus, logger);
+    credit.start();
+    cleanup.push(["credit leases", () => credit.close()]);
+
     const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
     const engines = new EngineRouter({
       llama_cpp: new LlamaCppEngine({
@@ -142,9 +148,6 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
     const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
-    const credit = new CreditService(ds, logger);
-    credit.start();
-    cleanup.push(["credit leases", () => credit.close()]);
     const metering = new MeteringService(
       ds,
       bus,

@@ -201,3 +201,60 @@ test("when a process goes idle, then it gives its lease back and the other proce
   const big = await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(maxTokens) });
   expect(big.status).toBe(200);
 }, 30_000);
+
+test("when a request too big for the credit is refused on one process, then it takes no credit from the other", async () => {
+  const caller = await createTestCaller(a.url);
+  await setBalance(caller.teamId, 3000);
+  for (let i = 0; i < 3; i++) {
+    expectEnvelope(await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(490) }), 402);
+  }
+  const [lease] = await a.db<any>(
+    "SELECT coalesce(sum(micros), 0) AS micros FROM credit_leases WHERE team_id = $1 AND holder = $2",
+    [caller.teamId, b.app.credit.holder],
+  );
+  expect(BigInt(lease.micros)).toBe(0n);
+  expect((await http(a.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(8) })).status).toBe(200);
+});
+
+test("when another process holds an idle lease, then a request that needs that credit gets it without waiting for the idle release", async () => {
+  const caller = await createTestCaller(a.url);
+  await setBalance(caller.teamId, 3000);
+  expect((await http(a.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(8) })).status).toBe(200);
+  const [held] = await a.db<any>("SELECT micros FROM credit_leases WHERE team_id = $1 AND holder = $2", [
+    caller.teamId,
+    a.app.credit.holder,
+  ]);
+  expect(BigInt(held.micros)).toBeGreaterThan(1000n); // a holds about half of the credit
+  const releasesBefore = a.app.credit.stats.releases;
+  // Worst case 6 + 200 × 10 = 2006 µUSD: more than what a left free.
+  const big = await http(b.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(200) });
+  expect(big.status).toBe(200);
+  expect(a.app.credit.stats.releases).toBeGreaterThan(releasesBefore);
+});
+
+test("when a request fails in the engine or its client leaves, then its reserved credit comes back", async () => {
+  const { failNextGeneration } = await import("./support/engine-faults.js");
+  const caller = await createTestCaller(a.url);
+  await setBalance(caller.teamId, 90); // one worst case of chat(8): 86 µUSD
+  await failNextGeneration();
+  const failed = await http(a.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat(8) });
+  expect(failed.status).toBe(502);
+  // A client that leaves before the answer.
+  const controller = new AbortController();
+  const leaving = fetch(`${a.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${caller.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ ...chat(8), stream: true }),
+    signal: controller.signal,
+  }).then((r) => r.body?.getReader().read());
+  controller.abort();
+  await leaving.catch(() => undefined);
+  await a.app.metering.drainAll();
+  const { balance } = await ledgerAddsUp(caller.teamId);
+  // Whatever the aborted stream was charged, the rest of its reservation is free again.
+  const after = await http(a.url, "POST", "/v1/chat/completions", {
+    token: caller.key,
+    body: chat(Number((balance - 6n) / 10n)),
+  });
+  expect(after.status).toBe(200);
+});

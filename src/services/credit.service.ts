@@ -23,8 +23,12 @@
  * balance less every other unexpired lease, `need` is `promised` plus this request's worst case,
  * and `headroom` is 32 worst cases. The headroom is what keeps the common case local; taking at
  * most half of what is left beyond the need leaves credit for the other processes of a team
- * running low. An acquire never lowers the holder's own row (which covers its in-flight requests).
- * If the new lease still cannot cover the request, it gets 402 naming what is available.
+ * running low. An acquire never lowers the holder's own row (which covers its in-flight requests),
+ * and when the free credit does not cover the need it changes nothing: a refused request takes no
+ * credit from anyone. When other processes hold leases, the short process asks them (NOTIFY
+ * `credit-shrink:<team>`) to give back what they have not promised, and re-acquires after 50,
+ * 150 and 300 ms before it answers 402 with the credit available to it (`extra.available_micros`:
+ * the balance less every other lease and less its own promises).
  *
  * Charging. The metering group commit (`MeteringService.write`) debits a request's real cost
  * from the balance and from the charging process's lease in the same statement, so the invariant
@@ -34,7 +38,8 @@
  * settles after it is taken off twice), which errs on the side of refusing, never of overspending.
  *
  * Releasing. A team idle in this process (nothing promised) for `idleReleaseMs` gives its lease
- * back (row deleted), so other processes can use that credit. Leases are renewed every
+ * back (row deleted), so other processes can use that credit; a shrink request gives back at once
+ * what is not promised. Leases are renewed every
  * `renewEveryMs` and expire after `ttlMs`: the lease of a process that died stops counting then.
  * Lease operations of one team are serialised in-process (`TeamLease.busy`), so a release cannot
  * delete a lease an acquire has just granted. Shutdown deletes every lease of the holder.
@@ -49,6 +54,7 @@ import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { queryRows } from "../db/sql.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
+import type { CacheBus } from "./cache-bus.js";
 
 /** Settings of the lease protocol (milliseconds; `headroomRequests` in worst cases). */
 export interface CreditLeaseOptions {
@@ -86,6 +92,18 @@ interface TeamLease {
   idleSince: number | null;
 }
 
+/** What an acquire saw: this holder's lease, the credit not leased to others, and what others hold (µUSD). */
+interface LeaseView {
+  lease: bigint;
+  free: bigint;
+  heldByOthers: bigint;
+}
+
+/** NOTIFY topic asking every process to give back the unpromised part of a team's lease. */
+const SHRINK_TOPIC = "credit-shrink";
+/** Waits before the re-acquires that follow a shrink request, ms (total ≈ 0.5 s before a 402). */
+const SHRINK_RETRY_DELAYS_MS = [50, 150, 300];
+
 /** A reservation of nothing: free requests (zero prices) never touch the lease. */
 const FREE: CreditReservation = { micros: 0n, settle() {}, release() {} };
 
@@ -104,10 +122,16 @@ export class CreditService {
 
   constructor(
     private readonly ds: DataSource,
+    private readonly bus: CacheBus,
     private readonly logger: Logger,
     opts: Partial<CreditLeaseOptions> = {},
   ) {
     this.opts = { ...DEFAULTS, ...opts };
+    // Another process is short of credit that this one holds: give back what is not promised.
+    bus.on(SHRINK_TOPIC, (teamId) => {
+      const t = this.teams.get(teamId);
+      if (t && !t.busy && t.leased > t.promised) void this.serialised(t, () => this.shrink(teamId, t)).catch(() => {});
+    });
   }
 
   /** Starts renewing and releasing leases in the background. */
@@ -128,7 +152,8 @@ export class CreditService {
   async reserve(teamId: string, worstMicros: bigint): Promise<CreditReservation> {
     if (worstMicros <= 0n) return FREE;
     const t = this.team(teamId);
-    let acquired = false;
+    let tries = 0;
+    let last: LeaseView | undefined;
     for (;;) {
       // While a lease operation runs, wait even if the old lease has room: an acquire sets the
       // lease to what was promised when it started, so a hold taken meanwhile would be uncovered.
@@ -137,8 +162,14 @@ export class CreditService {
         continue;
       }
       if (t.leased - t.promised >= worstMicros) return this.hold(t, worstMicros);
-      if (acquired) {
-        const available = t.leased > t.promised ? t.leased - t.promised : 0n;
+      // Short because other processes hold leases: ask them to give back what they have not
+      // promised (NOTIFY), then try again a few times before refusing.
+      if (last && last.heldByOthers > 0n && tries <= SHRINK_RETRY_DELAYS_MS.length) {
+        if (tries === 1) await this.bus.publish(SHRINK_TOPIC, teamId, this.ds).catch(() => undefined);
+        await new Promise((r) => setTimeout(r, SHRINK_RETRY_DELAYS_MS[tries - 1]));
+      } else if (last) {
+        const free = last.free > t.promised ? last.free - t.promised : 0n;
+        const available = free > t.leased - t.promised ? free : t.leased - t.promised;
         throw new AppError(
           ErrorCode.InsufficientCredit,
           `Insufficient credit: this request may cost up to ${worstMicros} micro-USD (the prompt at the input ` +
@@ -147,8 +178,10 @@ export class CreditService {
           { required_micros: Number(worstMicros), available_micros: Number(available) },
         );
       }
-      await this.serialised(t, () => this.acquire(teamId, t, worstMicros));
-      acquired = true;
+      await this.serialised(t, async () => {
+        last = await this.acquire(teamId, t, worstMicros);
+      });
+      tries++;
     }
   }
 
@@ -197,37 +230,61 @@ export class CreditService {
     }
   }
 
-  /** Sets this holder's lease to what the request and headroom need, within the free credit. */
-  private async acquire(teamId: string, t: TeamLease, worstMicros: bigint): Promise<void> {
+  /**
+   * Sets this holder's lease to what the request and headroom need when the free credit covers
+   * the need; otherwise leaves the lease as it is (a refused request takes nothing from others).
+   */
+  private async acquire(teamId: string, t: TeamLease, worstMicros: bigint): Promise<LeaseView> {
     this.stats.acquires++;
     const need = t.promised + worstMicros;
     const headroom = worstMicros * BigInt(this.opts.headroomRequests);
-    const granted = await this.ds.transaction(async (em) => {
+    const view = await this.ds.transaction(async (em) => {
       await em.query("SELECT 1 FROM teams WHERE id = $1 FOR NO KEY UPDATE", [teamId]);
       // A new statement, so a fresh snapshot: every lease committed before the lock is seen.
-      const rows = await queryRows<{ micros: string }>(
+      const rows = await queryRows<{ micros: string; free: string; held: string }>(
         em,
         `WITH held AS (
            SELECT coalesce(sum(micros), 0) AS micros FROM credit_leases
             WHERE team_id = $1 AND holder <> $2 AND expires_at > now()
          ),
          free AS (
-           SELECT t.id, GREATEST(0, t.credit_balance_micros - held.micros) AS micros
+           SELECT t.id, GREATEST(0, t.credit_balance_micros - held.micros) AS micros, held.micros AS held
              FROM teams t, held WHERE t.id = $1
+         ),
+         lease AS (
+           INSERT INTO credit_leases (team_id, holder, micros, expires_at, updated_at)
+           SELECT id, $2,
+                  CASE WHEN micros >= $3::bigint
+                       THEN LEAST(micros, $3::bigint + LEAST($5::bigint, (micros - $3::bigint) / 2))
+                       ELSE 0 END,
+                  now() + $4::integer * interval '1 millisecond', now()
+             FROM free
+           ON CONFLICT (team_id, holder)
+           DO UPDATE SET micros = GREATEST(credit_leases.micros, EXCLUDED.micros), expires_at = EXCLUDED.expires_at,
+                         updated_at = now()
+           RETURNING micros
          )
-         INSERT INTO credit_leases (team_id, holder, micros, expires_at, updated_at)
-         SELECT id, $2, LEAST(micros, $3::bigint + LEAST($5::bigint, GREATEST(0, (micros - $3::bigint) / 2))),
-                now() + $4::integer * interval '1 millisecond', now()
-           FROM free
-         ON CONFLICT (team_id, holder)
-         DO UPDATE SET micros = GREATEST(credit_leases.micros, EXCLUDED.micros), expires_at = EXCLUDED.expires_at,
-                       updated_at = now()
-         RETURNING micros::text AS micros`,
+         SELECT lease.micros::text AS micros, free.micros::text AS free, free.held::text AS held FROM lease, free`,
         [teamId, this.holder, need.toString(), this.opts.ttlMs, headroom.toString()],
       );
-      return rows[0] ? BigInt(rows[0].micros) : 0n;
+      const row = rows[0];
+      return row
+        ? { lease: BigInt(row.micros), free: BigInt(row.free), heldByOthers: BigInt(row.held) }
+        : { lease: 0n, free: 0n, heldByOthers: 0n };
     });
-    t.leased = granted;
+    t.leased = view.lease;
+    return view;
+  }
+
+  /** Gives back the part of this holder's lease that no request of this process has promised. */
+  private async shrink(teamId: string, t: TeamLease): Promise<void> {
+    const keep = t.promised;
+    if (t.leased > keep) t.leased = keep; // before the round trip, as in `release`
+    this.stats.releases++;
+    await this.ds.query(
+      "UPDATE credit_leases SET micros = LEAST(micros, $3::bigint), updated_at = now() WHERE team_id = $1 AND holder = $2",
+      [teamId, this.holder, keep.toString()],
+    );
   }
 
   /** Gives back idle leases, renews the others, and now and then sweeps long-expired rows. */
