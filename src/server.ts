@@ -262,6 +262,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       wss,
     );
     const apollo = new ApolloServer<RequestContext>({
+      // No automatic persisted queries: every operation comes with its document (and its limits).
+      persistedQueries: false,
       schema,
       formatError,
       includeStacktraceInErrorResponses: false,

@@ -99,6 +99,16 @@ describe("JSON nesting", () => {
     expect(res.body.errors[0].extensions).toEqual(expect.objectContaining({ status_code: 400 }));
     expect(res.body.errors[0].extensions.code).not.toBe("INTERNAL");
   });
+
+  it("when a GraphQL request asks for a persisted query, then a 400 that does not say internal", async () => {
+    const res = await http(server.url, "POST", "/graphql", {
+      body: { extensions: { persistedQuery: { version: 1, sha256Hash: "x" } } },
+    });
+    // Apollo answers the persisted-query protocol with HTTP 200 (what APQ clients expect).
+    expect(res.body.errors[0].extensions).toEqual(
+      expect.objectContaining({ code: "PERSISTED_QUERY_NOT_SUPPORTED", status_code: 400 }),
+    );
+  });
 });
 
 describe("text PostgreSQL cannot store", () => {

@@ -108,3 +108,39 @@ test("when stop sequences are too many or too long, then 400 naming them in the 
   expect((err as { status?: number }).status).toBe(400);
   await nothingRecorded();
 });
+
+test("when a body has a million small members or values, then 400 before it is parsed", async () => {
+  const members = `{"model":"${CHAT_MODEL}","messages":[{"role":"user","content":"Tom"}],"metadata":{${Array.from(
+    { length: 200_000 },
+    (_, i) => `"k${i}":0`,
+  ).join(",")}}}`;
+  const many = await http(server.url, "POST", "/v1/chat/completions", { token: "sk_wrong", body: members });
+  expectInvalid(many, "body"); // refused before authentication: nothing was parsed
+  const values = `{"model":"${EMBED_MODEL}","input":[${Array.from({ length: 600_000 }, () => "5").join(",")}]}`;
+  expectInvalid(await http(server.url, "POST", "/v1/embeddings", { token: caller.key, body: values }), "body");
+});
+
+test("when a body has thousands of invalid items, then the 400 names the first ones only", async () => {
+  const messages = Array.from({ length: 9_000 }, () => ({ role: 5, content: 5 }));
+  const res = await http(server.url, "POST", "/v1/chat/completions", {
+    token: caller.key,
+    body: { model: CHAT_MODEL, messages },
+  });
+  expectInvalid(res, "messages[0].role");
+  expect(res.body.extra.length).toBeLessThanOrEqual(50);
+  expect(res.body.detail).toMatch(/and more/);
+});
+
+test("when an embeddings input fills the whole context, then 400, not an engine failure", async () => {
+  const res = await http(server.url, "POST", "/v1/embeddings", {
+    token: caller.key,
+    body: { model: EMBED_MODEL, input: [Array.from({ length: 511 }, () => 5)] },
+  });
+  expectInvalid(res, "input");
+  const ok = await http(server.url, "POST", "/v1/embeddings", {
+    token: caller.key,
+    body: { model: EMBED_MODEL, input: [Array.from({ length: 509 }, () => 5)] },
+  });
+  expect(ok.status).toBe(200);
+  await server.db("DELETE FROM activity WHERE team_id = $1", [caller.teamId]);
+});

@@ -57,7 +57,12 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
       message: formatted.message,
       locations: formatted.locations,
       path: formatted.path,
-      extensions: { code: code ?? "BAD_REQUEST", status_code: status, extra: formatted.extensions?.extra ?? null },
+      // A client error never says "internal" (Apollo labels some of its own 400s so).
+      extensions: {
+        code: !code || code === "INTERNAL_SERVER_ERROR" ? "BAD_REQUEST" : code,
+        status_code: status,
+        extra: formatted.extensions?.extra ?? null,
+      },
     };
   }
   return {

@@ -235,6 +235,7 @@ export class LlamaCppEngine implements InferenceEngine {
     // Inputs are counted one by one, yielding to other requests every TOKENIZE_CHUNK_CHARS.
     const tokenised: Token[][] = [];
     let sinceYield = 0;
+    let totalTokens = 0;
     for (let i = 0; i < req.inputs.length; i++) {
       const input = req.inputs[i];
       if (typeof input === "string") {
@@ -253,9 +254,17 @@ export class LlamaCppEngine implements InferenceEngine {
       const tokens = typeof input === "string" ? rt.model.tokenize(input) : (input as Token[]);
       if (tokens.length === 0)
         throw AppError.invalid("Input is empty", [{ field: inputField(req, i), message: "empty" }]);
-      if (tokens.length > rt.contextSize) {
-        throw AppError.invalid(`Input is ${tokens.length} tokens; this model's context is ${rt.contextSize}`, [
+      // node-llama-cpp adds BOS/EOS and needs the input strictly shorter than the context.
+      const usable = rt.contextSize - 3;
+      if (tokens.length > usable) {
+        throw AppError.invalid(`Input is ${tokens.length} tokens; this model embeds at most ${usable}`, [
           { field: inputField(req, i), message: "context_length_exceeded" },
+        ]);
+      }
+      totalTokens += tokens.length;
+      if (totalTokens > MAX_EMBEDDING_REQUEST_TOKENS) {
+        throw AppError.invalid(`At most ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all inputs of one request`, [
+          { field: "input", message: "too many tokens" },
         ]);
       }
       if (typeof input !== "string" && tokens.some((t) => t >= rt.vocabularySize)) {
@@ -447,6 +456,9 @@ export class LlamaCppEngine implements InferenceEngine {
     return this.llama;
   }
 }
+
+/** Most tokens over all inputs of one embeddings request (OpenAI's bound; one request holds a context). */
+export const MAX_EMBEDDING_REQUEST_TOKENS = 300_000;
 
 /** Index of the first differing token between a sequence's cached tokens and `[BOS?] + prompt`. */
 function commonPrefix(cached: readonly Token[], prompt: readonly Token[], bosCount: number): number {
