@@ -99,7 +99,7 @@ const heavies: Heavy[] = [
       ),
   },
   {
-    name: "embeddings, 2,048 inputs that fit (about 2 MB)",
+    name: "embeddings, 2,048 inputs (2 MB, over the 300k-token bound)",
     run: async (base, key) =>
       String(
         await send(
