@@ -33,6 +33,7 @@ import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
+import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -158,11 +159,6 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
-    const resolvers: Resolvers = {
-      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
-      apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
-      models: new ModelResolver(catalog),
-    };
     const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS);
     const responses = new ResponsesService(ds);
 
@@ -183,6 +179,13 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger.info({ concurrency: config.workerConcurrency }, "Switchyard worker started");
       return { url: "", port: 0, config, logger, dataSource: ds, engines, catalog, metering, credit, close: closeAll };
     }
+
+    const resolvers: Resolvers = {
+      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
+      apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
+      models: new ModelResolver(catalog),
+      responses: new ResponseResolver(background),
+    };
 
     const deps = {
       resolvers,

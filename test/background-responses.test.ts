@@ -294,3 +294,46 @@ describe("roles", () => {
     }
   }, 60_000);
 });
+
+describe("GraphQL", () => {
+  const gql = (query: string, variables: Record<string, unknown>, token?: string) =>
+    http(server.url, "POST", "/graphql", { body: { query, variables }, token });
+  const RESPONSE = "id status outputText incompleteReason error { code } usage { outputTokens }";
+
+  test("when cancelResponse names a running response, then it ends cancelled and response/responses show it", async () => {
+    const slow = await slowNextGeneration(20);
+    const res = await create(server.url, caller.key, { max_output_tokens: 200, temperature: 0 });
+    await slow.firstToken;
+    const cancelled = await gql(
+      `mutation ($id: ID!) { cancelResponse(id: $id) { ${RESPONSE} } }`,
+      { id: res.body.id },
+      caller.key,
+    );
+    expect(cancelled.body.errors).toBeUndefined();
+    expect(cancelled.body.data.cancelResponse).toMatchObject({ id: res.body.id, status: "cancelled" });
+    const read = await gql(`query ($id: ID!) { response(id: $id) { ${RESPONSE} } }`, { id: res.body.id }, caller.key);
+    expect(read.body.data.response.status).toBe("cancelled");
+    const list = await gql(`{ responses(limit: 100) { data { id status } hasMore } }`, {}, caller.key);
+    expect(list.body.data.responses.data).toContainEqual({ id: res.body.id, status: "cancelled" });
+  });
+
+  test("when another team or no caller uses response or cancelResponse, then NOT_FOUND or UNAUTHENTICATED", async () => {
+    const res = await create(server.url, caller.key, { max_output_tokens: 8 });
+    const cancel = await gql(`mutation ($id: ID!) { cancelResponse(id: $id) { id } }`, { id: res.body.id }, other.key);
+    expect(cancel.body.errors[0].extensions.code).toBe("NOT_FOUND");
+    const read = await gql(`query ($id: ID!) { response(id: $id) { id } }`, { id: res.body.id }, other.key);
+    expect(read.body.errors[0].extensions.code).toBe("NOT_FOUND");
+    const anonymous = await gql(`query ($id: ID!) { response(id: $id) { id } }`, { id: res.body.id });
+    expect(anonymous.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
+    const bad = await gql(`query { response(id: "nope") { id } }`, {}, caller.key);
+    expect(bad.body.errors[0].extensions.status_code).toBe(400);
+    const done = await untilTerminal(server.url, caller.key, res.body.id);
+    const again = await gql(`query ($id: ID!) { response(id: $id) { ${RESPONSE} } }`, { id: res.body.id }, caller.key);
+    expect(again.body.data.response).toMatchObject({
+      status: done.status,
+      incompleteReason: "max_output_tokens",
+      usage: { outputTokens: 8 },
+    });
+    expect(again.body.data.response.outputText.length).toBeGreaterThan(0);
+  });
+});
