@@ -245,6 +245,29 @@ describe("deadline", () => {
   });
 });
 
+describe("reconciler", () => {
+  test("when a response was cancelled but its worker died before recording it, then the reconciler writes its one activity record, uncharged", async () => {
+    const res = await create(server.url, caller.key, { max_output_tokens: 8 });
+    await untilTerminal(server.url, caller.key, res.body.id);
+    // A copy of it as a dead worker would leave it: ended by a cancel, claimed, never recorded.
+    const [copy] = await server.db<{ id: string }>(
+      `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, metadata, request_json,
+                              response_json, created_at, completed_at, updated_at, deadline_at, runner,
+                              runner_seen_at, principal_json)
+       SELECT gen_random_uuid(), team_id, user_id, api_key_id, model, 'cancelled', true, metadata, request_json,
+              response_json || '{"status": "cancelled"}', created_at, now() - interval '1 minute',
+              now() - interval '1 minute', deadline_at, gen_random_uuid(), now() - interval '1 minute', principal_json
+         FROM responses WHERE id = $1
+       RETURNING id`,
+      [res.body.id],
+    );
+    let rec = await recorded(server, copy.id);
+    await eventually(async () => (rec = await recorded(server, copy.id)).activity.length > 0, 40_000);
+    expect(rec.activity).toEqual([expect.objectContaining({ status: "cancelled", cost_micros: "0" })]);
+    expect(rec.charges).toEqual([]);
+  }, 60_000);
+});
+
 describe("roles", () => {
   test("when only an api process runs, then background responses wait, and a missed deadline still ends them failed/timeout", async () => {
     const api = await startTestServer({ catalogPath, role: "api" });

@@ -460,7 +460,7 @@ export class BackgroundResponsesService {
         await this.jobs.send("response-generate", { responseId: o.id }, { db: executor(m) });
       }
     });
-    if (this.ticks++ % 15 === 0) await this.recordUnrecorded();
+    if (this.ticks++ % 5 === 0) await this.recordUnrecorded();
   }
 
   /** Ended background responses without an activity record whose runner is gone (it died before recording). */
@@ -470,7 +470,8 @@ export class BackgroundResponsesService {
       `SELECT r.id, r.team_id, r.model, r.runner, r.principal_json, r.metadata, r.request_json, r.response_json,
               r.created_at, false AS runner_live
          FROM responses r
-        WHERE r.background AND r.status <> 'in_progress' AND r.updated_at < now() - interval '30 seconds'
+        WHERE r.background AND r.status <> 'in_progress'
+          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - interval '30 seconds'
           AND (r.runner IS NULL OR r.runner_seen_at < now() - interval '30 seconds')
           AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id)
         LIMIT 100`,

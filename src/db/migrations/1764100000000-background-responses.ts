@@ -17,9 +17,12 @@ export class BackgroundResponses1764100000000 implements MigrationInterface {
         ADD COLUMN runner_seen_at timestamptz,
         ADD COLUMN principal_json jsonb`);
     await q.query(`CREATE INDEX responses_in_progress_idx ON responses (deadline_at) WHERE status = 'in_progress'`);
+    // The reconciler's look for ended background responses that never got their activity record.
+    await q.query(`CREATE INDEX responses_background_updated_idx ON responses (updated_at) WHERE background`);
   }
 
   async down(q: QueryRunner): Promise<void> {
+    await q.query(`DROP INDEX responses_background_updated_idx`);
     await q.query(`DROP INDEX responses_in_progress_idx`);
     await q.query(`
       ALTER TABLE responses
