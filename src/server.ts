@@ -28,9 +28,12 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
+import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
+import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
+import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -45,6 +48,7 @@ import { formatGraphqlError } from "./schema/error-formatter.js";
 import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRule } from "./schema/graphql-limits.js";
 import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
+import { BackgroundResponsesService } from "./services/background-responses.service.js";
 import { CacheBus } from "./services/cache-bus.js";
 import type { Principal, RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
@@ -58,7 +62,7 @@ import { ResponsesService } from "./services/responses.service.js";
 import { TokenService } from "./services/tokens.js";
 
 export interface Switchyard {
-  /** Base URL, e.g. `http://127.0.0.1:8080`. */
+  /** Base URL, e.g. `http://127.0.0.1:8080` ("" for a `worker` process, which serves no HTTP). */
   url: string;
   port: number;
   config: Config;
@@ -158,16 +162,40 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
+    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS);
+    const responses = new ResponsesService(ds);
+
+    // Issue 6 (helper J): the durable job queue (every role sends jobs) and background responses;
+    // workers run unless the role is `api`, and a `worker` process serves no HTTP. Stopped before
+    // metering and the engines, after HTTP: running generations finish and are recorded.
+    const runsWorkers = config.role !== "api";
+    const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
+    await jobs.start();
+    cleanup.push(["job queue", () => jobs.stop()]);
+    const background = new BackgroundResponsesService(ds, inference, metering, catalog, responses, bus, jobs, logger);
+    if (runsWorkers) {
+      await workBackgroundResponses(jobs, background, config.workerConcurrency);
+      background.startWorker();
+      cleanup.push(["background reconciler", async () => background.stopWorker()]);
+    }
+    if (config.role === "worker") {
+      logger.info({ concurrency: config.workerConcurrency }, "Switchyard worker started");
+      return { url: "", port: 0, config, logger, dataSource: ds, engines, catalog, metering, credit, close: closeAll };
+    }
+
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
+      responses: new ResponseResolver(background),
     };
+
     const deps = {
       resolvers,
       catalog,
-      inference: new InferenceService(engines, metering, credit, config.maxQueueWaitS),
-      responses: new ResponsesService(ds),
+      inference,
+      responses,
+      background,
       health: new HealthService(ds, engines, catalog),
     };
 

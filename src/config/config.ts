@@ -83,6 +83,10 @@ export const configSchema = z.object({
   /** Cache lifetime of API-key and balance lookups, in ms (also invalidated through NOTIFY). */
   authCacheTtlMs: intFromEnv(0, 3_600_000).default(60_000),
   logLevel: z.enum(LOG_LEVELS).default("info"),
+  /** What this process runs (issue 6, item 1): `api` (HTTP only), `worker` (job handlers only), or `all`. */
+  role: z.enum(["api", "worker", "all"]).default("all"),
+  /** Background responses one worker process generates at once (issue 6, item 2). */
+  workerConcurrency: intFromEnv(1, 256).default(4),
   /** Allow downloading missing model files from their `hf:` source. */
   allowModelDownload: z
     .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
@@ -117,6 +121,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   groupCommitMaxRows: "SWITCHYARD_GROUP_COMMIT_MAX_ROWS",
   authCacheTtlMs: "SWITCHYARD_AUTH_CACHE_TTL_MS",
   logLevel: "LOG_LEVEL",
+  role: "SWITCHYARD_ROLE",
+  workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
 };
 

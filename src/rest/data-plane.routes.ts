@@ -7,7 +7,13 @@ import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
 import { createEmbeddings } from "./handlers/embeddings.handler.js";
 import { createMessage } from "./handlers/messages.handler.js";
-import { createResponse, deleteResponse, getResponse, listResponses } from "./handlers/responses.handler.js";
+import {
+  cancelResponse,
+  createResponse,
+  deleteResponse,
+  getResponse,
+  listResponses,
+} from "./handlers/responses.handler.js";
 
 /** A model as Anthropic's API lists it: the spec's fields plus `type` and an RFC 3339 `created_at`. */
 function anthropicModel(m: ModelDto) {
@@ -64,6 +70,7 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
   { method: "get", path: "/v1/responses", auth: "required", handler: listResponses },
   { method: "get", path: "/v1/responses/:response_id", auth: "required", handler: getResponse },
   { method: "delete", path: "/v1/responses/:response_id", auth: "required", handler: deleteResponse },
+  { method: "post", path: "/v1/responses/:response_id/cancel", auth: "required", handler: cancelResponse },
   { method: "post", path: "/v1/chat/completions", auth: "required", handler: createChatCompletion },
   { method: "post", path: "/v1/embeddings", auth: "required", handler: createEmbeddings },
   { method: "post", path: "/v1/messages", auth: "required", handler: createMessage },

@@ -7,15 +7,17 @@ import { type ContainerType, buildSchema } from "type-graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
+import { ResponseResolver } from "../resolvers/response.resolver.js";
 
 /** Resolver instances, also used by the REST table. */
 export interface Resolvers {
   auth: AuthResolver;
   apiKeys: ApiKeyResolver;
   models: ModelResolver;
+  responses: ResponseResolver;
 }
 
-export const resolverClasses = [AuthResolver, ApiKeyResolver, ModelResolver] as const;
+export const resolverClasses = [AuthResolver, ApiKeyResolver, ModelResolver, ResponseResolver] as const;
 
 /** @param emitSchemaFile path to write `schema.graphql` to (the committed copy), or false. */
 export async function buildGraphqlSchema(

@@ -10,10 +10,12 @@ import type { GraphQLSchema } from "graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
+import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
 import type { ApiKeyService } from "../services/api-key.service.js";
+import type { BackgroundResponsesService } from "../services/background-responses.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 
 /**
@@ -25,6 +27,7 @@ export function placeholderResolvers(): Resolvers {
     auth: new AuthResolver(undefined as unknown as AccountService),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
+    responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
   };
 }
 

@@ -11,6 +11,7 @@ import { type Principal, type RequestContext, requirePrincipal } from "./context
 import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
+import type { ActivityStatus } from "../entities/activity.entity.js";
 import { costMicros } from "../shared/money.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
@@ -44,6 +45,15 @@ export interface Rendered<T> {
   body: T;
   /** Set when the object must be stored as a Response (`store: true`). */
   response?: StoredResponse;
+  /** The activity's status, when not the default (`cancelled` for aborted, else `completed`). */
+  status?: ActivityStatus;
+}
+
+/** How a failed generation is recorded when its caller decides (background responses, issue 6 item 2). */
+export interface FailureRecord {
+  status: ActivityStatus;
+  errorJson: unknown;
+  response?: StoredResponse;
 }
 
 /** What every create operation records about its request. */
@@ -69,6 +79,11 @@ export interface GenerationCall<T> extends RequestInfo {
   onStart?: (start: GenerationStart) => void;
   onText?: (delta: string) => void;
   render: (result: GenerateResult) => Rendered<T>;
+  /**
+   * Background responses: every failure, refusals included, is recorded as this says (the stored
+   * Response must reach a terminal status); without it refusals are not recorded.
+   */
+  onFailure?: (err: unknown) => FailureRecord;
 }
 
 export interface GenerationOutcome<T> {
@@ -143,7 +158,7 @@ export class InferenceService {
       const rendered = call.render(result);
       const charge = await this.metering.record({
         ...usageRecord(principal, call),
-        status: result.finishReason === "cancelled" ? "cancelled" : "completed",
+        status: rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed"),
         usage: result.usage,
         costMicros: cost,
         resultJson: call.body === null ? null : rendered.body,
@@ -203,7 +218,16 @@ export class InferenceService {
    * Engine failures are recorded as failed requests, and clients that left before the engine
    * started as cancelled ones (no charge either way); refusals (400/429) are not recorded.
    */
-  private async recordFailure(principal: Principal, call: RequestInfo, err: unknown): Promise<void> {
+  private async recordFailure(
+    principal: Principal,
+    call: RequestInfo & { onFailure?: (err: unknown) => FailureRecord },
+    err: unknown,
+  ): Promise<void> {
+    if (call.onFailure) {
+      const failure = call.onFailure(err);
+      await this.metering.record({ ...usageRecord(principal, call), ...failure });
+      return;
+    }
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
     if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited || code === ErrorCode.InsufficientCredit) {
       return;

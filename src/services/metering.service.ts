@@ -301,7 +301,12 @@ export class MeteringService {
            stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
            completed_at timestamptz)
           WHERE r.id IN (SELECT id FROM ins)
-         ON CONFLICT (id) DO NOTHING
+         -- A background response's row exists (in_progress) from its create: its terminal record
+         -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2).
+         ON CONFLICT (id) DO UPDATE
+           SET status = EXCLUDED.status, response_json = EXCLUDED.response_json,
+               completed_at = EXCLUDED.completed_at, updated_at = now()
+         WHERE responses.background AND responses.status = 'in_progress'
        ),
        billable AS (
          SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,

@@ -1,6 +1,6 @@
 /** The Responses endpoints: create (synchronous and streamed), list, read and delete stored ones. */
 import { v7 as uuidv7 } from "uuid";
-import { AppError, parseInput } from "../../shared/errors.js";
+import { parseInput } from "../../shared/errors.js";
 import {
   ResponseStreamEvents,
   answeredTier,
@@ -15,19 +15,19 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
 /**
  * `POST /v1/responses` (spec: Response): synchronous or streamed; stored unless `store: false`.
- * Errors: 400 (body; `background` until the job queue lands), 401, 402, 404 unknown model, 429.
+ * `background: true` answers at once, `in_progress` (issue 6, item 2; `BackgroundResponsesService`).
+ * Errors: 400 (body; `store: false`, `stream` or `max_queue_wait_s` with background), 401, 402,
+ * 404 unknown model, 429.
  */
 export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(responseRequest, req.body);
-  if (body.background) {
-    // Background responses run on the durable job queue, which arrives with its own issue.
-    throw AppError.invalid("Background responses are not available yet; omit `background`", [
-      { field: "background", message: "not available yet" },
-    ]);
-  }
   const model = deps.catalog.resolve(body.model, "text_generation");
   const { messages, unsupported } = responseMessages(body);
   assertTextOnly(unsupported);
+  if (body.background) {
+    res.json(await deps.background.submit(ctx, body, req.body, model));
+    return;
+  }
   const requestId = uuidv7();
   const createdAt = new Date();
   const tier = answeredTier(body);
@@ -76,15 +76,23 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
 
 /** `GET /v1/responses`: `{object: "list", data, has_more}`, newest first. Errors: 400 (`limit`, `stream_id`), 401. */
 export const listResponses: DataPlaneHandler = async (deps, req, res, ctx) => {
-  res.json(await deps.responses.list(ctx, req.query));
+  res.json(await deps.background.list(ctx, req.query));
 };
 
-/** `DELETE /v1/responses/{response_id}`: the Response as it stood. Errors: 400 non-uuid, 401, 404. */
+/**
+ * `DELETE /v1/responses/{response_id}`: an in-progress response is cancelled and kept (answer
+ * `cancelled`); an ended one is deleted and returned as it stood. Errors: 400 non-uuid, 401, 404.
+ */
 export const deleteResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
-  res.json(await deps.responses.delete(ctx, req.params.response_id));
+  res.json(await deps.background.deleteOrCancel(ctx, req.params.response_id));
 };
 
 /** `GET /v1/responses/{response_id}`: the stored Response. Errors: 400 non-uuid, 401, 404 (unknown or other team). */
 export const getResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
-  res.json(await deps.responses.get(ctx, req.params.response_id));
+  res.json(await deps.background.get(ctx, req.params.response_id));
+};
+
+/** `POST /v1/responses/{response_id}/cancel`: `cancelled` (never deletes). Errors: 400 non-uuid, 401, 404. */
+export const cancelResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
+  res.json(await deps.background.cancel(ctx, req.params.response_id));
 };

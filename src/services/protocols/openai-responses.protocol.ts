@@ -38,10 +38,17 @@ export const responseRequest = z
     if (r.background && r.max_queue_wait_s != null) {
       ctx.addIssue({ code: "custom", path: ["max_queue_wait_s"], message: "cannot be combined with background" });
     }
+    // The background window; a synchronous request may carry it too and it is ignored there
+    // (DESIGN §3 Responses: the original SDK's own example sends it that way; issue 6, item 2).
     if (r.metadata?.completion_window !== undefined && r.metadata.completion_window !== "24h") {
       ctx.addIssue({ code: "custom", path: ["metadata", "completion_window"], message: 'must be "24h"' });
-    } else if (r.metadata?.completion_window !== undefined && !r.background) {
-      ctx.addIssue({ code: "custom", path: ["metadata", "completion_window"], message: "requires background: true" });
+    }
+    // A background response is read back later, so it must be stored (OpenAI refuses the same).
+    if (r.background && r.store === false) {
+      ctx.addIssue({ code: "custom", path: ["store"], message: "background responses must be stored" });
+    }
+    if (r.background && r.stream) {
+      ctx.addIssue({ code: "custom", path: ["stream"], message: "cannot be combined with background" });
     }
   });
 export type ResponseRequest = z.infer<typeof responseRequest>;

@@ -1,0 +1,109 @@
+/**
+ * The durable job queue (issue 6, item 1): pg-boss 10 on the service's own PostgreSQL, in its
+ * own `pgboss` schema, which pg-boss creates and migrates itself at start (under its advisory
+ * lock, so any number of processes may start at once on one database).
+ *
+ * Why pg-boss over graphile-worker: pg-boss 10 runs on Node 20 and plain `pg` (which we already
+ * use), needs no separate CLI or schema-migration step, and — what background responses need —
+ * sends a job through any SQL executor (`send(…, {db})`), so a response row and its jobs commit
+ * in one transaction of ours; delayed jobs (`startAfter`, our deadlines) and retries come built in.
+ * graphile-worker 0.16 would also do, but adds its own migration runner and a TypeScript build
+ * pipeline of its own (task files / crontab), for features we do not use.
+ */
+import PgBoss from "pg-boss";
+import type { Logger } from "pino";
+import type {
+  JobData,
+  JobName,
+  JobSender,
+  SendOptions,
+  SqlExecutor,
+} from "../services/background-responses.service.js";
+
+/** Every queue this build uses; created (idempotently) at start. */
+export const JOB_NAMES: readonly JobName[] = ["response-generate", "response-deadline"];
+
+/** Options of a `JobQueue`. */
+export interface JobQueueOptions {
+  databaseUrl: string;
+  logger: Logger;
+  /** Runs pg-boss's maintenance (expiry, archive) in this process: true where workers run. */
+  supervise: boolean;
+}
+
+/**
+ * One pg-boss instance per process: sends jobs (every role) and runs handlers (worker roles).
+ * Handlers get one job at a time; `work(name, n, …)` runs up to `n` of them at once.
+ */
+export class JobQueue implements JobSender {
+  private readonly boss: PgBoss;
+  private started = false;
+
+  constructor(private readonly opts: JobQueueOptions) {
+    this.boss = new PgBoss({
+      connectionString: opts.databaseUrl,
+      application_name: "switchyard-jobs",
+      max: 4,
+      supervise: opts.supervise,
+      schedule: false,
+      migrate: true,
+    });
+    // pg-boss reports its own connection and maintenance errors here; without a listener they would throw.
+    this.boss.on("error", (err) => opts.logger.warn({ err }, "job queue error"));
+  }
+
+  /**
+   * Creates or migrates pg-boss's schema and the queues of `JOB_NAMES`.
+   * @throws the driver's error when the database is unreachable.
+   */
+  async start(): Promise<void> {
+    await this.boss.start();
+    this.started = true;
+    for (const name of JOB_NAMES) await this.boss.createQueue(name);
+  }
+
+  /**
+   * Sends one job; with `options.db` it is written through that executor (inside its transaction).
+   * @returns the job id.
+   */
+  async send<N extends JobName>(name: N, data: JobData[N], options: SendOptions = {}): Promise<string> {
+    // pg-boss checks `key in options`, so absent settings must be absent, not undefined.
+    const sendOptions: PgBoss.SendOptions = { retryLimit: options.retryLimit ?? 3, retryDelay: 5 };
+    if (options.startAfter) sendOptions.startAfter = options.startAfter;
+    if (options.expireInSeconds) sendOptions.expireInSeconds = options.expireInSeconds;
+    if (options.db) sendOptions.db = toPgBossDb(options.db);
+    const id = await this.boss.send(name, data, sendOptions);
+    if (!id) throw new Error(`job ${name} was not created`);
+    return id;
+  }
+
+  /**
+   * Runs `handler` for jobs of `name`, up to `concurrency` at once (each worker polls every 0.5 s).
+   * A handler that throws fails the job, which pg-boss retries up to its `retryLimit`.
+   */
+  async work<N extends JobName>(
+    name: N,
+    concurrency: number,
+    handler: (data: JobData[N]) => Promise<void>,
+  ): Promise<void> {
+    for (let i = 0; i < concurrency; i++) {
+      await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds: 0.5, batchSize: 1 }, async (jobs) => {
+        for (const job of jobs) await handler(job.data);
+      });
+    }
+  }
+
+  /**
+   * Stops polling, waits up to `timeoutMs` for running handlers, then closes pg-boss's pool.
+   * Jobs still running after that are failed by pg-boss and retried elsewhere.
+   */
+  async stop(timeoutMs = 10_000): Promise<void> {
+    if (!this.started) return;
+    this.started = false;
+    await this.boss.stop({ graceful: true, wait: true, timeout: timeoutMs });
+  }
+}
+
+function toPgBossDb(db: SqlExecutor): PgBoss.Db {
+  return { executeSql: async (text, values) => ({ rows: await db(text, values) }) };
+}

@@ -1,0 +1,492 @@
+/**
+ * Background responses (issue 6, item 2; DESIGN §3 Responses): `POST /v1/responses` with
+ * `background: true` stores the Response `in_progress` and enqueues a job in the same
+ * transaction; a worker process runs the generation through `InferenceService.generate` (same
+ * credit reservation, metering, one activity record and one charge, activity id = response id)
+ * and the metering group commit moves the row to its terminal status.
+ *
+ * Who ends a response, exactly once (every transition is `… WHERE status = 'in_progress'`):
+ * - the generation's own record (completed / incomplete / failed), through the group commit;
+ * - a cancel (`cancelled`) or the deadline (`failed`, `error.code = "timeout"`), here (`end`). When
+ *   a live worker runs the generation, it is aborted through NOTIFY (`abort:<id>=<kind>` on the
+ *   cache bus) and records what it generated (charged for it); when none does (queued, or its
+ *   worker died), `end` writes the activity record itself, uncharged.
+ *
+ * Workers claim a response (`runner` = their process id) and heartbeat it every 2 s; a response
+ * whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler that
+ * every worker process runs, and deadlines are also enforced by it and lazily by reads, so a
+ * missed deadline ends the response even when no worker is running at all.
+ */
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import type { DataSource, EntityManager } from "typeorm";
+import { v7 as uuidv7 } from "uuid";
+import type { CatalogModel } from "../config/catalog.js";
+import { queryRows } from "../db/sql.js";
+import type { ActivityStatus } from "../entities/activity.entity.js";
+import { AppError, ErrorCode, parseUuidParam } from "../shared/errors.js";
+import type { CacheBus } from "./cache-bus.js";
+import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
+import type { InferenceService } from "./inference.service.js";
+import type { MeteringService, StoredResponse } from "./metering.service.js";
+import type { ModelCatalogService } from "./model-catalog.service.js";
+import {
+  type ResponseObject,
+  type ResponseRequest,
+  answeredTier,
+  inProgressResponse,
+  responseMessages,
+  responseObject,
+  responseParams,
+  responseRequest,
+} from "./protocols/openai-responses.protocol.js";
+import type { ResponseList, ResponsesService } from "./responses.service.js";
+
+/** The job queue's names (`src/jobs`). */
+export type JobName = "response-generate" | "response-deadline";
+
+/** Each job's payload. */
+export interface JobData {
+  "response-generate": { responseId: string };
+  "response-deadline": { responseId: string };
+}
+
+/** Runs one SQL statement (inside the caller's transaction) and returns its rows. */
+export type SqlExecutor = (text: string, values: unknown[]) => Promise<Array<Record<string, unknown>>>;
+
+export interface SendOptions {
+  /** Not before this time (deadline jobs). */
+  startAfter?: Date;
+  retryLimit?: number;
+  /** A handler running longer than this is failed (and retried) by the queue, seconds. */
+  expireInSeconds?: number;
+  /** Write the job through this executor, i.e. in that transaction. */
+  db?: SqlExecutor;
+}
+
+/** What services need of the job queue (implemented by `jobs/job-queue.ts`; services never import jobs). */
+export interface JobSender {
+  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string>;
+}
+
+/** The background window when `timeout_s` is not given (DESIGN §3: 24 h), seconds. */
+export const BACKGROUND_WINDOW_S = 86_400;
+/** How often a worker process heartbeats the responses it runs and reconciles, ms. */
+export const HEARTBEAT_MS = 2_000;
+/** A runner silent this long is taken for dead, seconds. */
+export const RUNNER_STALE_S = 10;
+
+type EndKind = "cancelled" | "timeout";
+
+interface Running {
+  controller: AbortController;
+  /** Why it was aborted, once it was. */
+  endedAs?: EndKind;
+}
+
+interface EndedRow {
+  id: string;
+  team_id: string;
+  model: string;
+  runner: string | null;
+  runner_live: boolean;
+  principal_json: Principal | null;
+  metadata: Record<string, unknown> | null;
+  request_json: unknown;
+  response_json: ResponseObject;
+  created_at: Date;
+}
+
+const TIMEOUT_ERROR = { code: "timeout", message: "The response did not finish before its deadline" };
+
+/**
+ * Background responses: create, cancel, DELETE-cancels, reads that apply deadlines, and the
+ * worker side (run a job, heartbeat, reconcile). One per process.
+ */
+export class BackgroundResponsesService {
+  /** This process as a runner of background responses. */
+  readonly holder = randomUUID();
+  private readonly running = new Map<string, Running>();
+  private ticker?: NodeJS.Timeout;
+  private ticks = 0;
+
+  constructor(
+    private readonly ds: DataSource,
+    private readonly inference: InferenceService,
+    private readonly metering: MeteringService,
+    private readonly catalog: ModelCatalogService,
+    private readonly responses: ResponsesService,
+    private readonly bus: CacheBus,
+    private readonly jobs: JobSender,
+    private readonly logger: Logger,
+  ) {
+    bus.on("abort", (key) => {
+      const [id, kind] = key.split("=");
+      this.abortLocal(id, kind === "timeout" ? "timeout" : "cancelled");
+    });
+  }
+
+  /**
+   * Accepts a background response: stores it `in_progress` and, in the same transaction, enqueues
+   * its generation and its deadline (`timeout_s`, else 24 h).
+   * @returns the stored in-progress Response object.
+   * @throws AppError 401; 402 when the team has no credit.
+   */
+  async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    await this.metering.assertCredit(principal.teamId);
+    const id = uuidv7();
+    const createdAt = new Date();
+    const windowS = req.timeout_s ?? BACKGROUND_WINDOW_S;
+    const deadline = new Date(createdAt.getTime() + windowS * 1000);
+    const object = inProgressResponse(id, createdAt, model.id, answeredTier(req));
+    await this.ds.transaction(async (m) => {
+      await m.query(
+        `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
+                                request_json, response_json, created_at, deadline_at, principal_json)
+         VALUES ($1, $2, $3, $4, $5, 'in_progress', true, $6, $7, $8, $9, $10, $11, $12)`,
+        [
+          id,
+          principal.teamId,
+          principal.userId,
+          principal.apiKey?.id ?? null,
+          model.id,
+          typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null,
+          req.metadata ?? null,
+          raw,
+          object,
+          createdAt,
+          deadline,
+          principal,
+        ],
+      );
+      const db = executor(m);
+      // pg-boss expires a handler after at most 24 h; the deadline job ends the response anyway.
+      await this.jobs.send(
+        "response-generate",
+        { responseId: id },
+        { db, expireInSeconds: Math.min(windowS + 60, 23 * 3600) },
+      );
+      await this.jobs.send("response-deadline", { responseId: id }, { db, startAfter: deadline });
+    });
+    return object;
+  }
+
+  /**
+   * `POST /v1/responses/{id}/cancel`: an in-progress response becomes `cancelled` (a running
+   * generation is aborted wherever it runs); an ended one is returned as it is. Never deletes.
+   * @throws AppError 400 non-uuid id; 401; 404 unknown or another team's.
+   */
+  async cancel(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    const ended = await this.end(responseId, "cancelled", principal.teamId);
+    return ended ?? this.get(ctx, responseId);
+  }
+
+  /**
+   * `DELETE /v1/responses/{id}` (DESIGN §3): an in-progress response is cancelled and kept (the
+   * answer shows it `cancelled`); an ended one is deleted and returned as it stood.
+   * @throws AppError 400 non-uuid id; 401; 404 unknown or another team's.
+   */
+  async deleteOrCancel(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    await this.expireOverdue(principal.teamId, responseId);
+    const ended = await this.end(responseId, "cancelled", principal.teamId);
+    return ended ?? this.responses.delete(ctx, responseId);
+  }
+
+  /**
+   * `GET /v1/responses/{id}`, after ending it if its deadline passed (whoever was to run it).
+   * @throws as `ResponsesService.get`.
+   */
+  async get(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    await this.expireOverdue(principal.teamId, responseId);
+    return this.responses.get(ctx, responseId);
+  }
+
+  /**
+   * `GET /v1/responses`, after ending the team's overdue background responses.
+   * @throws as `ResponsesService.list`.
+   */
+  async list(ctx: RequestContext, query: unknown): Promise<ResponseList> {
+    const principal = requirePrincipal(ctx);
+    await this.expireOverdue(principal.teamId, null);
+    return this.responses.list(ctx, query);
+  }
+
+  /**
+   * Ends an in-progress response as `cancelled` or `failed`/timeout (no-op when it already ended,
+   * or when `teamId` is given and it is another team's).
+   * @returns the ended Response object, or null when nothing changed.
+   */
+  async end(id: string, kind: EndKind, teamId: string | null = null): Promise<ResponseObject | null> {
+    const patch = kind === "cancelled" ? { status: "cancelled" } : { status: "failed", error: TIMEOUT_ERROR };
+    const [row] = await queryRows<EndedRow>(
+      this.ds,
+      `UPDATE responses SET status = $2, response_json = response_json || $3::jsonb, completed_at = now(),
+                            updated_at = now()
+        WHERE id = $1 AND status = 'in_progress' AND ($4::uuid IS NULL OR team_id = $4)
+        RETURNING id, team_id, model, runner, principal_json, metadata, request_json, response_json, created_at,
+                  (runner IS NOT NULL AND runner_seen_at > now() - make_interval(secs => $5)) AS runner_live`,
+      [id, patch.status, JSON.stringify(patch), teamId, RUNNER_STALE_S],
+    );
+    if (!row) return null;
+    if (row.runner_live) {
+      // The runner records what it generated (and is charged for it) once aborted.
+      if (row.runner === this.holder) this.abortLocal(id, kind);
+      else await this.bus.publish("abort", `${id}=${kind}`, this.ds);
+    } else {
+      await this.recordEnded(
+        row,
+        kind === "cancelled" ? "cancelled" : "failed",
+        kind === "timeout" ? TIMEOUT_ERROR : null,
+      );
+    }
+    return row.response_json;
+  }
+
+  /**
+   * Worker side of `response-generate`: claims the response and runs its generation. Returns
+   * without work when it ended already or a live worker runs it.
+   * @throws when the outcome could not be recorded (the claim is released; the queue retries).
+   */
+  async run(responseId: string): Promise<void> {
+    if (this.running.has(responseId)) return;
+    const entry: Running = { controller: new AbortController() };
+    // Registered before the claim, so an abort that follows the claim always finds it.
+    this.running.set(responseId, entry);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const [row] = await queryRows<EndedRow & { deadline_at: Date }>(
+        this.ds,
+        `UPDATE responses SET runner = $2, runner_seen_at = now(), updated_at = now()
+          WHERE id = $1 AND background AND status = 'in_progress'
+            AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $3))
+          RETURNING id, team_id, model, runner, principal_json, metadata, request_json, response_json, created_at,
+                    deadline_at, true AS runner_live`,
+        [responseId, this.holder, RUNNER_STALE_S],
+      );
+      if (!row) return;
+      const remainingMs = row.deadline_at.getTime() - Date.now();
+      timer = setTimeout(() => void this.end(responseId, "timeout").catch(() => undefined), Math.max(0, remainingMs));
+      try {
+        await this.generate(row, entry, Math.max(0, remainingMs));
+      } catch (err) {
+        // Refusals before the engine (402, 400) and unexpected errors end the response as failed
+        // (a no-op when the generation's own failure record already landed).
+        this.logger.debug({ err, responseId }, "background generation failed");
+        const code = err instanceof AppError ? err.code : ErrorCode.Internal;
+        await this.recordEnded(row, "failed", { code, message: errorMessage(err) });
+      }
+    } finally {
+      clearTimeout(timer);
+      this.running.delete(responseId);
+    }
+    await this.releaseUnrecorded(responseId);
+  }
+
+  /**
+   * A claim of this process on a response still in progress means its outcome was not recorded
+   * (the database refused it): the claim is released and the job fails, so the queue retries.
+   * @throws Error when that happened.
+   */
+  private async releaseUnrecorded(responseId: string): Promise<void> {
+    const [kept] = await queryRows<{ id: string }>(
+      this.ds,
+      `UPDATE responses SET runner = NULL, runner_seen_at = NULL
+        WHERE id = $1 AND runner = $2 AND status = 'in_progress' RETURNING id`,
+      [responseId, this.holder],
+    );
+    if (kept) throw new Error(`background response ${responseId} was not recorded; released for a retry`);
+  }
+
+  private async generate(row: EndedRow, entry: Running, remainingMs: number): Promise<void> {
+    const req = responseRequest.parse(row.request_json);
+    const model = this.catalog.resolve(req.model, "text_generation");
+    const tier = answeredTier(req);
+    const principal = row.principal_json!;
+    const stored = (object: ResponseObject): StoredResponse => ({
+      status: object.status,
+      background: true,
+      metadata: row.metadata,
+      requestJson: row.request_json,
+      responseJson: { ...object },
+    });
+    await this.inference.generate(
+      { requestId: row.id, principal },
+      {
+        requestId: row.id,
+        createdAt: row.created_at,
+        endpoint: "/v1/responses",
+        model,
+        messages: responseMessages(req).messages,
+        params: responseParams(req),
+        metadata: req.metadata,
+        body: row.request_json,
+        // No 429 for background work: it waits for a slot until its deadline.
+        maxQueueWaitS: Math.max(1, remainingMs / 1000),
+        signal: entry.controller.signal,
+        render: (result) => {
+          let object = responseObject(row.id, row.created_at, model.id, tier, result);
+          let status: ActivityStatus | undefined;
+          if (entry.endedAs === "timeout") {
+            object = { ...object, status: "failed", error: TIMEOUT_ERROR };
+            status = "failed";
+          }
+          return { body: object, status, response: stored(object) };
+        },
+        onFailure: (err) => {
+          const kind = entry.endedAs;
+          const error =
+            kind === "timeout"
+              ? TIMEOUT_ERROR
+              : { code: err instanceof AppError ? err.code : ErrorCode.Internal, message: errorMessage(err) };
+          const status = kind === "cancelled" ? "cancelled" : "failed";
+          const object: ResponseObject = {
+            ...inProgressResponse(row.id, row.created_at, model.id, tier),
+            status,
+            error: kind === "cancelled" ? null : error,
+          };
+          return { status, errorJson: kind === "cancelled" ? null : error, response: stored(object) };
+        },
+      },
+    );
+  }
+
+  /** The activity record (uncharged) of a response that ended without a generation recording it. */
+  private async recordEnded(
+    row: EndedRow,
+    status: ActivityStatus,
+    error: { code: string; message: string } | null,
+  ): Promise<void> {
+    const principal = row.principal_json;
+    if (!principal) return;
+    const current = row.response_json;
+    const object: ResponseObject = { ...current, status: status === "cancelled" ? "cancelled" : "failed", error };
+    await this.metering.record({
+      id: row.id,
+      principal,
+      type: "standalone",
+      status,
+      endpoint: "/v1/responses",
+      model: row.model,
+      customId: typeof row.metadata?.custom_id === "string" ? row.metadata.custom_id : null,
+      streamId: typeof row.metadata?.stream_id === "string" ? row.metadata.stream_id : null,
+      usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+      costMicros: 0n,
+      bodyJson: row.request_json,
+      resultJson: null,
+      errorJson: error,
+      engineMs: null,
+      createdAt: row.created_at,
+      completedAt: new Date(),
+      response: {
+        status: object.status,
+        background: true,
+        metadata: row.metadata,
+        requestJson: row.request_json,
+        responseJson: { ...object },
+      },
+    });
+  }
+
+  private abortLocal(id: string, kind: EndKind): void {
+    const entry = this.running.get(id);
+    if (!entry || entry.controller.signal.aborted) return;
+    entry.endedAs = kind;
+    const detail = kind === "timeout" ? TIMEOUT_ERROR.message : "The response was cancelled";
+    entry.controller.abort(new AppError(ErrorCode.ClientClosed, detail));
+  }
+
+  /** Ends the team's in-progress responses (or just `id`) whose deadline passed. */
+  private async expireOverdue(teamId: string, id: string | null): Promise<void> {
+    const rows = await queryRows<{ id: string }>(
+      this.ds,
+      `SELECT id FROM responses
+        WHERE status = 'in_progress' AND deadline_at < now() AND team_id = $1 AND ($2::uuid IS NULL OR id = $2)
+        LIMIT 100`,
+      [teamId, id],
+    );
+    for (const r of rows) await this.end(r.id, "timeout");
+  }
+
+  /**
+   * Worker processes: heartbeats this process's running responses and reconciles every
+   * `HEARTBEAT_MS` (and once now): overdue responses end as timed out, responses of silent
+   * runners are re-enqueued, ended responses that never got their activity record get it.
+   */
+  startWorker(): void {
+    const tick = () =>
+      void this.tick().catch((err: unknown) => this.logger.warn({ err }, "background reconciler failed"));
+    tick();
+    this.ticker = setInterval(tick, HEARTBEAT_MS);
+    this.ticker.unref();
+  }
+
+  /** Stops heartbeats and reconciling (running generations are left to the job queue's stop). */
+  stopWorker(): void {
+    clearInterval(this.ticker);
+    this.ticker = undefined;
+  }
+
+  private async tick(): Promise<void> {
+    if (this.running.size > 0) {
+      await this.ds.query("UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND status = 'in_progress'", [
+        this.holder,
+      ]);
+    }
+    const overdue = await queryRows<{ id: string }>(
+      this.ds,
+      "SELECT id FROM responses WHERE status = 'in_progress' AND deadline_at < now() LIMIT 100",
+    );
+    for (const r of overdue) await this.end(r.id, "timeout");
+    await this.ds.transaction(async (m) => {
+      const orphans = await queryRows<{ id: string }>(
+        m,
+        `UPDATE responses SET runner = NULL, runner_seen_at = NULL, updated_at = now()
+          WHERE id IN (SELECT id FROM responses
+                        WHERE status = 'in_progress' AND runner IS NOT NULL
+                          AND runner_seen_at < now() - make_interval(secs => $1)
+                        LIMIT 100 FOR UPDATE SKIP LOCKED)
+          RETURNING id`,
+        [RUNNER_STALE_S],
+      );
+      for (const o of orphans) {
+        this.logger.info({ responseId: o.id }, "re-enqueueing a background response whose worker went silent");
+        await this.jobs.send("response-generate", { responseId: o.id }, { db: executor(m) });
+      }
+    });
+    if (this.ticks++ % 5 === 0) await this.recordUnrecorded();
+  }
+
+  /** Ended background responses without an activity record whose runner is gone (it died before recording). */
+  private async recordUnrecorded(): Promise<void> {
+    const rows = await queryRows<EndedRow>(
+      this.ds,
+      `SELECT r.id, r.team_id, r.model, r.runner, r.principal_json, r.metadata, r.request_json, r.response_json,
+              r.created_at, false AS runner_live
+         FROM responses r
+        WHERE r.background AND r.status <> 'in_progress'
+          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - interval '30 seconds'
+          AND (r.runner IS NULL OR r.runner_seen_at < now() - interval '30 seconds')
+          AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id)
+        LIMIT 100`,
+    );
+    for (const row of rows) {
+      const error = row.response_json.error;
+      await this.recordEnded(row, row.response_json.status === "cancelled" ? "cancelled" : "failed", error);
+    }
+  }
+}
+
+function executor(m: EntityManager): SqlExecutor {
+  return (text, values) => queryRows<Record<string, unknown>>(m, text, values);
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof AppError ? err.detail : "Internal error";
+}

@@ -1,0 +1,132 @@
+/**
+ * The durable job queue (issue 6, item 1): pg-boss in the service's database, jobs written in the
+ * same transaction as their rows, roles (`api` runs no workers; `npm run worker`'s entry runs
+ * workers only, against the same database), and a clean stop.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { packageRoot } from "../src/config/config.js";
+import {
+  CHAT_MODEL,
+  MODELS_DIR,
+  type TestServer,
+  createTestCaller,
+  eventually,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+
+const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
+
+function createBackground(base: string, key: string, body: Record<string, unknown> = {}) {
+  return http(base, "POST", "/v1/responses", {
+    token: key,
+    body: { model: CHAT_MODEL, input: "Once upon a time", background: true, max_output_tokens: 8, ...body },
+  });
+}
+
+/** `node src/worker.ts` (the `npm run worker` entry) on `databaseUrl`; resolves once it has started. */
+function launchWorker(databaseUrl: string): Promise<{ child: ChildProcess; exited: Promise<number | null> }> {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATABASE_URL: databaseUrl,
+    LOG_LEVEL: "info",
+    SWITCHYARD_MODELS_DIR: MODELS_DIR,
+    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
+    SWITCHYARD_JWT_SECRET: "jobs-test-secret-jobs-test-secret-0123",
+    SWITCHYARD_ROLE: "api", // the entry overrides it: `npm run worker` always runs workers only
+  };
+  delete env.SWITCHYARD_CONFIG;
+  const child = spawn(process.execPath, ["--import", LOADER, path.join(packageRoot, "src/worker.ts")], {
+    cwd: packageRoot,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  let stderr = "";
+  child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("worker did not start in 45 s")), 45_000);
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      if (line.includes('"Switchyard worker started"')) {
+        clearTimeout(timer);
+        resolve({ child, exited });
+      }
+      if (line.includes('"Switchyard listening"')) reject(new Error("a worker process must not serve HTTP"));
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`worker exited (${code}) before starting: ${stderr}`));
+    });
+  });
+}
+
+describe("job queue", () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer();
+  });
+  afterAll(() => server?.close());
+
+  test("when a background response is accepted, then its generate and deadline jobs are in pg-boss's schema, the deadline job due at the deadline", async () => {
+    const caller = await createTestCaller(server.url);
+    const res = await createBackground(server.url, caller.key, { timeout_s: 600 });
+    expect(res.status).toBe(200);
+    const jobs = await server.db<{ name: string; due: boolean }>(
+      `SELECT j.name, abs(extract(epoch FROM j.start_after - r.deadline_at)) < 1 AS due
+         FROM pgboss.job j JOIN responses r ON r.id = (j.data->>'responseId')::uuid
+        WHERE r.id = $1 ORDER BY j.name`,
+      [res.body.id],
+    );
+    expect(jobs.map((j) => j.name)).toEqual(["response-deadline", "response-generate"]);
+    expect(jobs.find((j) => j.name === "response-deadline")!.due).toBe(true);
+  });
+
+  test("when the server is closed, then pg-boss's connections to the database are gone", async () => {
+    const other = await startTestServer({}, server);
+    const count = async () =>
+      (
+        await server.db<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+            WHERE application_name = 'switchyard-jobs' AND datname = current_database()`,
+        )
+      )[0].n;
+    const before = await count();
+    await other.close();
+    expect(await eventually(async () => (await count()) < before, 5_000)).toBe(true);
+  });
+});
+
+describe("roles", () => {
+  test("when only an api process runs, then accepted background responses wait; the npm run worker entry, started later on the same database, runs them and stops cleanly on SIGTERM", async () => {
+    const api = await startTestServer({ role: "api" });
+    let worker: Awaited<ReturnType<typeof launchWorker>> | undefined;
+    try {
+      const caller = await createTestCaller(api.url);
+      const res = await createBackground(api.url, caller.key);
+      expect(res.body.status).toBe("in_progress");
+      // No worker: after several polling periods it is still waiting, unclaimed.
+      await new Promise((r) => setTimeout(r, 1500));
+      const [row] = await api.db<{ status: string; runner: string | null }>(
+        "SELECT status, runner FROM responses WHERE id = $1",
+        [res.body.id],
+      );
+      expect(row).toEqual({ status: "in_progress", runner: null });
+
+      worker = await launchWorker(api.databaseUrl);
+      let status = "";
+      await eventually(async () => {
+        status = (await http(api.url, "GET", `/v1/responses/${res.body.id}`, { token: caller.key })).body.status;
+        return status !== "in_progress";
+      }, 30_000);
+      expect(status).toBe("incomplete");
+      worker.child.kill("SIGTERM");
+      expect(await worker.exited).toBe(0);
+      worker = undefined;
+    } finally {
+      worker?.child.kill("SIGKILL");
+      await api.close();
+    }
+  }, 90_000);
+});
