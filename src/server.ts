@@ -29,6 +29,7 @@ import { EngineRouter } from "./inference/engine-router.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
+import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
@@ -46,6 +47,7 @@ import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRu
 import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { CacheBus } from "./services/cache-bus.js";
+import { CompletionEventsService } from "./services/completion-events.service.js";
 import type { Principal, RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
@@ -68,6 +70,8 @@ export interface Switchyard {
   catalog: ModelCatalogService;
   metering: MeteringService;
   credit: CreditService;
+  /** The completion events feed (issue 6, item 6). */
+  events: CompletionEventsService;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -155,16 +159,23 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
+    // Completion events feed and subscription (issue 6, items 6–7): reads the table the metering
+    // flush writes, woken by the cache bus's `event` NOTIFY; hourly retention cleanup.
+    const events = new CompletionEventsService(ds, bus, logger);
+    events.start();
+    cleanup.push(["completion events", async () => events.close()]);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
+      events: new CompletionEventsResolver(events),
     };
     const deps = {
       resolvers,
       catalog,
       inference: new InferenceService(engines, metering, credit, config.maxQueueWaitS),
       responses: new ResponsesService(ds),
+      events,
       health: new HealthService(ds, engines, catalog),
     };
 
@@ -190,7 +201,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     server.on("clientError", clientErrorHandler());
     server.on("checkExpectation", expectationFailedHandler);
     const limits = DEFAULT_GRAPHQL_LIMITS;
-    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false);
+    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false, completionEventsPubSub(events));
 
     // Refused credentials fail only the operations that need a caller (login works with a stale token).
     const contextFromCredential = async (
@@ -314,6 +325,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       catalog,
       metering,
       credit,
+      events,
       close: closeAll,
     };
   } catch (err) {

@@ -9,11 +9,13 @@ import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
 import type { ApiKeyService } from "../services/api-key.service.js";
+import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 
 /**
@@ -25,6 +27,7 @@ export function placeholderResolvers(): Resolvers {
     auth: new AuthResolver(undefined as unknown as AccountService),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
+    events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
   };
 }
 

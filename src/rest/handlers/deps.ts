@@ -1,6 +1,7 @@
 /** What data-plane handlers need: services and resolvers, wired once by the server. */
 import type { Request, Response } from "express";
 import type { Resolvers } from "../../schema/build-schema.js";
+import type { CompletionEventsService } from "../../services/completion-events.service.js";
 import type { RequestContext } from "../../services/context.js";
 import type { HealthService } from "../../services/health.service.js";
 import type { InferenceService } from "../../services/inference.service.js";
@@ -12,6 +13,7 @@ export interface DataPlaneDeps {
   catalog: ModelCatalogService;
   inference: InferenceService;
   responses: ResponsesService;
+  events: CompletionEventsService;
   health: HealthService;
 }
 
