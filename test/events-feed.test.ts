@@ -201,48 +201,79 @@ test("when 250 events are recorded concurrently by two processes, then a tailer 
   expect(tailed).toEqual(forwards.map((e) => e.response_id));
 }, 60_000);
 
-test("when a flush with an older completion id commits after a newer one, then a tailer still gets it", async () => {
-  const caller = await createTestCaller(a.url);
-  const principal = principalOf(caller);
-  await a.app.metering.record(record(principal));
-  let cursor = (await feed(a, caller.key)).body.data[0].completion_id;
-  const seen: string[] = [];
-  const poll = async () => {
-    const page = await feed(a, caller.key, `?starting_after=${cursor}`);
-    for (const e of page.body.data) seen.push(e.response_id);
-    if (page.body.data.length > 0) cursor = page.body.data.at(-1).completion_id;
-  };
+/**
+ * Ways to stall process A's flush after its completion id was allocated while process B's free,
+ * unstored record is not stalled by them: the team row (A's charge locks it early in its
+ * statement), or an uncommitted Response row with A's id (A's stored-response insert waits for
+ * it late in its statement, after its events were positioned). Each returns how to let A go.
+ */
+const stalls: Array<[string, (holder: pg.Client, older: UsageRecord) => Promise<string>]> = [
+  [
+    "the team row is locked",
+    async (holder, older) => {
+      await holder.query("SELECT 1 FROM teams WHERE id = $1 FOR NO KEY UPDATE", [older.principal.teamId]);
+      return "COMMIT";
+    },
+  ],
+  [
+    "its stored response conflicts with an uncommitted one",
+    async (holder, older) => {
+      await holder.query(
+        `INSERT INTO responses (id, team_id, model, status, request_json, response_json, created_at)
+         VALUES ($1, $2, 'm', 'completed', '{}', '{}', now())`,
+        [older.id, older.principal.teamId],
+      );
+      return "ROLLBACK";
+    },
+  ],
+];
 
-  // Hold the team row: process A's charge (cost > 0) must wait for it, after its completion id
-  // was allocated; process B's free record does not lock that row.
-  const holder = new pg.Client({ connectionString: a.databaseUrl });
-  await holder.connect();
-  try {
-    await holder.query("BEGIN");
-    await holder.query("SELECT 1 FROM teams WHERE id = $1 FOR NO KEY UPDATE", [caller.teamId]);
-    const older = record(principal, { costMicros: 100n });
-    const pendingOlder = a.app.metering.record(older);
-    const waiting = () =>
-      holder
-        .query<{ n: number }>(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .then((r) => r.rows[0].n);
-    expect(await eventually(async () => (await waiting()) >= 1, 5_000)).toBe(true);
-    const newer = record(principal);
-    let newerDone = false;
-    const pendingNewer = b.app.metering.record(newer).then(() => (newerDone = true));
-    // B's flush either commits now (out of id order) or queues behind A's; either way, look.
-    await eventually(async () => newerDone || (await waiting()) >= 2, 5_000);
-    await poll();
-    await holder.query("COMMIT");
-    await Promise.all([pendingOlder, pendingNewer]);
-    await poll();
-    expect(seen.sort()).toEqual([older.id, newer.id].sort());
-  } finally {
-    await holder.end();
-  }
-});
+test.each(stalls)(
+  "when a flush with an older completion id commits after a newer one (%s), then a tailer still gets it",
+  async (_name, stall) => {
+    const caller = await createTestCaller(a.url);
+    const principal = principalOf(caller);
+    await a.app.metering.record(record(principal));
+    let cursor = (await feed(a, caller.key)).body.data[0].completion_id;
+    const seen: string[] = [];
+    const poll = async () => {
+      const page = await feed(a, caller.key, `?starting_after=${cursor}`);
+      for (const e of page.body.data) seen.push(e.response_id);
+      if (page.body.data.length > 0) cursor = page.body.data.at(-1).completion_id;
+    };
+
+    const holder = new pg.Client({ connectionString: a.databaseUrl });
+    await holder.connect();
+    try {
+      await holder.query("BEGIN");
+      const older = record(principal, {
+        costMicros: 100n,
+        response: { status: "completed", background: false, metadata: null, requestJson: {}, responseJson: {} },
+      });
+      const release = await stall(holder, older);
+      const pendingOlder = a.app.metering.record(older);
+      const waiting = () =>
+        holder
+          .query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+          )
+          .then((r) => r.rows[0].n);
+      expect(await eventually(async () => (await waiting()) >= 1, 5_000)).toBe(true);
+      const newer = record(principal);
+      let newerDone = false;
+      const pendingNewer = b.app.metering.record(newer).then(() => (newerDone = true));
+      // B's flush either commits now (out of id order) or queues behind A's; either way, look.
+      await eventually(async () => newerDone || (await waiting()) >= 2, 5_000);
+      await poll();
+      await holder.query(release);
+      await Promise.all([pendingOlder, pendingNewer]);
+      await poll();
+      expect(seen.sort()).toEqual([older.id, newer.id].sort());
+    } finally {
+      await holder.end();
+    }
+  },
+);
 
 test("when a long-poll waits and another process records an event, then it returns with that event", async () => {
   const caller = await createTestCaller(a.url);
