@@ -296,12 +296,15 @@ test("when a long-poll waits and another process records an event, then it retur
 
 test("when the whole feed is empty and wait_ms is set, then the first event ends the wait", async () => {
   const caller = await createTestCaller(a.url);
+  const started = Date.now();
   const pending = feed(a, caller.key, "?wait_ms=30000");
   expect(await eventually(async () => a.app.events.waiting > 0, 5_000)).toBe(true);
   const first = record(principalOf(caller));
   await b.app.metering.record(first);
   const page = await pending;
   expect(page.body.data.map((e: any) => e.response_id)).toEqual([first.id]);
+  // Woken by the event, not by the end of the wait.
+  expect(Date.now() - started).toBeLessThan(30_000);
 }, 40_000);
 
 test("when nothing arrives during wait_ms, then an empty page comes back after the wait", async () => {

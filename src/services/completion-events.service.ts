@@ -151,6 +151,8 @@ interface TeamTail {
   last: bigint | null;
   subscribers: Set<Subscriber>;
   reading: boolean;
+  /** Its starting position is known: events committed from now on reach its subscribers. */
+  live: boolean;
   /** A signal arrived while reading: read again. */
   again: boolean;
   ready: Promise<void>;
@@ -184,10 +186,10 @@ export class CompletionEventsService {
     return n;
   }
 
-  /** GraphQL subscribers in this process. */
+  /** GraphQL subscribers in this process that receive every event committed from now on. */
   get subscribers(): number {
     let n = 0;
-    for (const tail of this.tails.values()) n += tail.subscribers.size;
+    for (const tail of this.tails.values()) if (tail.live) n += tail.subscribers.size;
     return n;
   }
 
@@ -290,11 +292,15 @@ export class CompletionEventsService {
         last: null,
         subscribers: new Set(),
         reading: false,
+        live: false,
         again: false,
         ready: Promise.resolve(),
       };
       created.ready = this.newestPosition(teamId).then(
-        (p) => void (created.last ??= p),
+        (p) => {
+          created.last ??= p;
+          created.live = true;
+        },
         (err: unknown) => {
           for (const s of created.subscribers) this.end(s, err);
         },
