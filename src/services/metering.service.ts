@@ -5,6 +5,8 @@
  * while a flush runs are written together by the next flush: one SQL statement (one round trip,
  * atomic) however many requests. A request id is charged at most once (activity primary key
  * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
+ * Each new record also gets its completion event (issue 6, item 6), positioned in commit order
+ * under an advisory lock every flush takes first (see `completion-events.service.ts`).
  * Also keeps the per-team balance cache that create operations consult for the 402 check.
  */
 import type { Logger } from "pino";
