@@ -163,7 +163,6 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // flush writes, woken by the cache bus's `event` NOTIFY; hourly retention cleanup.
     const events = new CompletionEventsService(ds, bus, logger);
     events.start();
-    cleanup.push(["completion events", async () => events.close()]);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
@@ -293,6 +292,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     });
     await apollo.start();
     cleanup.push(["HTTP and GraphQL", () => apollo.stop()]);
+    // Completion events (issue 6): long-polls and subscriptions end before the HTTP drain waits on them.
+    cleanup.push(["completion events", async () => events.close()]);
     app.use(
       "/graphql",
       express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),

@@ -384,3 +384,17 @@ test("when events are older than 30 days, then the feed no longer shows them and
   expect(await a.app.events.deleteExpired()).toBeGreaterThanOrEqual(1);
   expect(await a.db("SELECT 1 FROM completion_events WHERE response_id = $1", [old.id])).toHaveLength(0);
 });
+
+test("when the server shuts down while a long-poll waits, then the poll is answered instead of holding the shutdown", async () => {
+  const c = await startTestServer({}, a);
+  const caller = await createTestCaller(a.url);
+  const pending = feed(c, caller.key, "?wait_ms=30000");
+  expect(await eventually(async () => c.app.events.waiting > 0, 5_000)).toBe(true);
+  const started = Date.now();
+  await c.close();
+  const page = await pending;
+  expect(page.status).toBe(200);
+  expect(page.body).toEqual({ object: "list", data: [], has_more: false });
+  // The long-poll did not hold the HTTP drain until the end of its wait.
+  expect(Date.now() - started).toBeLessThan(30_000);
+}, 60_000);

@@ -166,6 +166,7 @@ export class CompletionEventsService {
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly tails = new Map<string, TeamTail>();
   private cleanupTimer?: NodeJS.Timeout;
+  private closed = false;
 
   constructor(
     private readonly ds: DataSource,
@@ -201,9 +202,12 @@ export class CompletionEventsService {
     this.cleanupTimer = setInterval(cleanup, 3_600_000).unref();
   }
 
-  /** Stops the cleanup timer and ends every subscription. */
+  /** Stops the cleanup timer, answers waiting long-polls and ends every subscription (shutdown). */
   close(): void {
+    this.closed = true;
     clearInterval(this.cleanupTimer);
+    // Long-polls answer now (with what is there) instead of holding the HTTP drain.
+    for (const teamId of [...this.waiters.keys()]) this.signal(teamId);
     for (const tail of this.tails.values()) for (const s of tail.subscribers) this.end(s);
     this.tails.clear();
   }
@@ -272,7 +276,7 @@ export class CompletionEventsService {
       const armed = waitMs > 0 ? this.arm(teamId) : undefined;
       const page = await this.page(teamId, streamId, limit, after === null ? {} : { after });
       const remaining = deadline - Date.now();
-      if (page.data.length > 0 || !armed || remaining <= 0 || abort?.aborted) {
+      if (page.data.length > 0 || !armed || remaining <= 0 || abort?.aborted || this.closed) {
         armed?.cancel();
         return page;
       }
