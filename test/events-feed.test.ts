@@ -145,6 +145,15 @@ test("when a request fails or is cancelled, then its event carries that status a
   expect(page.body.data[1].error).toEqual({ code: "engine_error", message: "x" });
 });
 
+test("when the same request is recorded twice, then it has one event", async () => {
+  const caller = await createTestCaller(a.url);
+  const twice = record(principalOf(caller), { costMicros: 5n });
+  await Promise.all([a.app.metering.record(twice), b.app.metering.record(twice)]);
+  await a.app.metering.record(twice);
+  const page = await feed(a, caller.key);
+  expect(page.body.data.map((e: any) => e.response_id)).toEqual([twice.id]);
+});
+
 test("when 250 events are recorded concurrently by two processes, then a tailer and both paging directions see each once", async () => {
   const caller = await createTestCaller(a.url);
   const principal = principalOf(caller);
