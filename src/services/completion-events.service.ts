@@ -13,13 +13,22 @@
  * advisory lock (`EVENTS_POSITION_LOCK`) as the first step of its statement, draws its events'
  * positions from a sequence while holding it, and keeps it until commit: positions are handed out
  * in commit order, and every event committed later has a higher position than any a reader has
- * already seen. The feed orders by `position`; a `completion_id` cursor is mapped to its
+ * already seen (PostgreSQL makes a commit visible before it releases the transaction's locks,
+ * and `nextval` ignores snapshots, so the next holder's positions are higher). The lock is taken
+ * in a CTE that every row-locking part of the flush waits on (a one-time filter), so it always
+ * comes before row locks and cannot deadlock with them; being in the same statement, the flush
+ * stays one round trip. The feed orders by `position`; a `completion_id` cursor is mapped to its
  * position. The cost: flushes are serialised across the database (each flush batches many
- * requests, so this is one short critical section per batch, not per request).
+ * requests, so this is one short critical section per batch, not per request). Holding back
+ * unsafe events instead (by transaction ids and snapshots) was the alternative; it needs no lock
+ * but delays every reader behind the oldest open transaction of the whole database.
  *
  * Cursors: `starting_after` / `ending_before` must be an event of the caller's team still in the
  * feed; anything else (malformed, unknown, another team's, past retention) is a 400 naming the
  * field, so a client never silently restarts from an unrelated place. Both at once are a 400.
+ *
+ * `wait_ms` holds a page with no cursor or `starting_after` while it is empty; an `ending_before`
+ * page (history) answers at once. A subscription delivers events committed after it starts.
  *
  * Waking: the flush NOTIFYs `event:<team id>` on the cache bus (one LISTEN connection per
  * process); long-polls (`wait_ms`) and GraphQL subscriptions wait in memory on that signal and
