@@ -31,6 +31,7 @@ import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.j
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
+import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
@@ -50,6 +51,7 @@ import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { BackgroundResponsesService } from "./services/background-responses.service.js";
 import { CacheBus } from "./services/cache-bus.js";
+import { CompletionEventsService } from "./services/completion-events.service.js";
 import type { Principal, RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
@@ -72,6 +74,8 @@ export interface Switchyard {
   catalog: ModelCatalogService;
   metering: MeteringService;
   credit: CreditService;
+  /** The completion events feed (issue 6, item 6). */
+  events: CompletionEventsService;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -162,6 +166,11 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
+    // Completion events feed and subscription (issue 6, items 6–7): reads the table the metering
+    // flush writes, woken by the cache bus's `event` NOTIFY; hourly retention cleanup.
+    const events = new CompletionEventsService(ds, bus, logger);
+    events.start();
+
     const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS);
     const responses = new ResponsesService(ds);
 
@@ -180,7 +189,19 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
     if (config.role === "worker") {
       logger.info({ concurrency: config.workerConcurrency }, "Switchyard worker started");
-      return { url: "", port: 0, config, logger, dataSource: ds, engines, catalog, metering, credit, close: closeAll };
+      return {
+        url: "",
+        port: 0,
+        config,
+        logger,
+        dataSource: ds,
+        engines,
+        catalog,
+        metering,
+        credit,
+        events,
+        close: closeAll,
+      };
     }
 
     const resolvers: Resolvers = {
@@ -188,6 +209,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
+      events: new CompletionEventsResolver(events),
     };
 
     const deps = {
@@ -196,6 +218,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       inference,
       responses,
       background,
+      events,
       health: new HealthService(ds, engines, catalog),
     };
 
@@ -221,7 +244,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     server.on("clientError", clientErrorHandler());
     server.on("checkExpectation", expectationFailedHandler);
     const limits = DEFAULT_GRAPHQL_LIMITS;
-    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false);
+    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false, completionEventsPubSub(events));
 
     // Refused credentials fail only the operations that need a caller (login works with a stale token).
     const contextFromCredential = async (
@@ -315,6 +338,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     });
     await apollo.start();
     cleanup.push(["HTTP and GraphQL", () => apollo.stop()]);
+    // Completion events (issue 6): long-polls and subscriptions end before the HTTP drain waits on them.
+    cleanup.push(["completion events", async () => events.close()]);
     app.use(
       "/graphql",
       express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),
@@ -347,6 +372,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       catalog,
       metering,
       credit,
+      events,
       close: closeAll,
     };
   } catch (err) {

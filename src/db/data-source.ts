@@ -6,9 +6,15 @@ import { entities } from "../entities/index.js";
 import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
 import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-leases.js";
 import { BackgroundResponses1764100000000 } from "./migrations/1764100000000-background-responses.js";
+import { CompletionEvents1764200000000 } from "./migrations/1764200000000-completion-events.js";
 
 /** Migrations in the order they apply; append only. */
-export const migrations = [Initial1763769600000, CreditLeases1764000000000, BackgroundResponses1764100000000];
+export const migrations = [
+  Initial1763769600000,
+  CreditLeases1764000000000,
+  BackgroundResponses1764100000000,
+  CompletionEvents1764200000000,
+];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
 export function createDataSource(url: string, poolSize = 20): DataSource {

@@ -6,6 +6,7 @@ import type { ModelDto } from "../services/model-catalog.service.js";
 import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
 import { createEmbeddings } from "./handlers/embeddings.handler.js";
+import { listCompletionEvents } from "./handlers/events.handler.js";
 import { createMessage } from "./handlers/messages.handler.js";
 import {
   cancelResponse,
@@ -68,6 +69,8 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
   },
   { method: "post", path: "/v1/responses", auth: "required", handler: createResponse },
   { method: "get", path: "/v1/responses", auth: "required", handler: listResponses },
+  // The feed's path wins over a response id (issue 6, item 2): it is listed first.
+  { method: "get", path: "/v1/responses/events", auth: "required", handler: listCompletionEvents },
   { method: "get", path: "/v1/responses/:response_id", auth: "required", handler: getResponse },
   { method: "delete", path: "/v1/responses/:response_id", auth: "required", handler: deleteResponse },
   { method: "post", path: "/v1/responses/:response_id/cancel", auth: "required", handler: cancelResponse },

@@ -3,9 +3,10 @@
  * application (constructor injection, no global container).
  */
 import type { GraphQLSchema } from "graphql";
-import { type ContainerType, buildSchema } from "type-graphql";
+import { type ContainerType, type PubSub, buildSchema } from "type-graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 
@@ -15,14 +16,25 @@ export interface Resolvers {
   apiKeys: ApiKeyResolver;
   models: ModelResolver;
   responses: ResponseResolver;
+  events: CompletionEventsResolver;
 }
 
-export const resolverClasses = [AuthResolver, ApiKeyResolver, ModelResolver, ResponseResolver] as const;
+export const resolverClasses = [
+  AuthResolver,
+  ApiKeyResolver,
+  ModelResolver,
+  ResponseResolver,
+  CompletionEventsResolver,
+] as const;
 
-/** @param emitSchemaFile path to write `schema.graphql` to (the committed copy), or false. */
+/**
+ * @param emitSchemaFile path to write `schema.graphql` to (the committed copy), or false.
+ * @param pubSub what subscriptions read from (the default refuses to subscribe: schema emission only).
+ */
 export async function buildGraphqlSchema(
   resolvers: Resolvers,
   emitSchemaFile: string | false = false,
+  pubSub: PubSub = noPubSub,
 ): Promise<GraphQLSchema> {
   const instances = new Map<unknown, unknown>(Object.values(resolvers).map((r) => [r.constructor, r]));
   const container: ContainerType = {
@@ -36,6 +48,15 @@ export async function buildGraphqlSchema(
     resolvers: resolverClasses,
     container,
     validate: false,
+    pubSub,
     emitSchemaFile: emitSchemaFile ? { path: emitSchemaFile, sortedSchema: true } : false,
   });
 }
+
+/** A PubSub for building the schema without serving it: subscribing throws. */
+const noPubSub: PubSub = {
+  publish: () => undefined,
+  subscribe: () => {
+    throw new Error("subscriptions are not served by this schema");
+  },
+};

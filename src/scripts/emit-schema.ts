@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
@@ -16,6 +17,7 @@ import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
 import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
+import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 
 /**
@@ -28,6 +30,7 @@ export function placeholderResolvers(): Resolvers {
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
+    events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
   };
 }
 

@@ -5,6 +5,8 @@
  * while a flush runs are written together by the next flush: one SQL statement (one round trip,
  * atomic) however many requests. A request id is charged at most once (activity primary key
  * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
+ * Each new record also gets its completion event (issue 6, item 6), positioned in commit order
+ * under an advisory lock every flush takes first (see `completion-events.service.ts`).
  * Also keeps the per-team balance cache that create operations consult for the 402 check.
  */
 import type { Logger } from "pino";
@@ -13,6 +15,7 @@ import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryRows } from "../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "./cache-bus.js";
+import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "./completion-events.service.js";
 import type { Principal } from "./context.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { TokenUsage } from "../shared/money.js";
@@ -253,7 +256,7 @@ export class MeteringService {
 
   /**
    * One group commit in one statement (one round trip, atomic): activity rows, stored responses,
-   * ledger charges, team balances and key use, as data-modifying CTEs.
+   * ledger charges, team balances, key use and completion events, as data-modifying CTEs.
    *
    * Charges: per team, rows are ordered by request id and `running` is the sum of costs so far;
    * with `before` the team's balance (row locked FOR NO KEY UPDATE, so concurrent flushes
@@ -272,14 +275,22 @@ export class MeteringService {
     const keyIds = this.keysToTouch(records);
     const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
       db,
-      `WITH input AS (
+      `WITH serial AS (
+         -- Completion events feed (issue 6, item 6): flushes take their feed positions in commit
+         -- order. This transaction-level lock is taken before anything else of the flush (every
+         -- CTE that locks a row reads \`input\` or waits on this one-time filter) and held until
+         -- commit; see services/completion-events.service.ts.
+         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK})
+       ),
+       input AS (
          -- One row per request id, even if a caller queued the same record twice in one flush.
          SELECT DISTINCT ON (id) * FROM jsonb_to_recordset($1::jsonb) AS x(
            id uuid, ledger_id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text,
            api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
            prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
            cost_micros bigint, body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer,
-           created_at timestamptz, completed_at timestamptz)
+           created_at timestamptz, completed_at timestamptz, completion_id uuid)
+          WHERE EXISTS (SELECT FROM serial)
        ),
        ins AS (
          INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
@@ -341,12 +352,22 @@ export class MeteringService {
          RETURNING t.id, pg_notify('${CACHE_CHANNEL}', 'balance:' || t.id || '=' || t.credit_balance_micros)
        ),
        used AS (
-         UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[])
+         UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[]) AND EXISTS (SELECT FROM serial)
        ),
        leases AS (
          UPDATE credit_leases c SET micros = GREATEST(0, c.micros - s.total), updated_at = now()
            FROM (SELECT team_id, sum(charged) AS total FROM charges GROUP BY team_id) s
           WHERE c.team_id = s.team_id AND c.holder = $4::uuid
+       ),
+       events AS (
+         -- One completion event per newly recorded request, positioned under \`serial\`; listeners
+         -- learn of new events per team (NOTIFY folds duplicates within a transaction).
+         INSERT INTO completion_events (completion_id, position, team_id, response_id, stream_id, completed_at)
+         SELECT input.completion_id, nextval('completion_events_position_seq'), ins.team_id, ins.id, input.stream_id,
+                COALESCE(input.completed_at, now())
+           FROM ins JOIN input USING (id)
+          ORDER BY ins.id
+         RETURNING pg_notify('${CACHE_CHANNEL}', '${EVENT_TOPIC}:' || team_id)
        )
        SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
@@ -399,6 +420,7 @@ function activityRow(r: UsageRecord) {
     engine_ms: r.engineMs === null ? null : Math.round(r.engineMs),
     created_at: r.createdAt.toISOString(),
     completed_at: r.completedAt?.toISOString() ?? null,
+    completion_id: uuidv7(),
   };
 }
 

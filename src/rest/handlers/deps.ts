@@ -2,6 +2,7 @@
 import type { Request, Response } from "express";
 import type { Resolvers } from "../../schema/build-schema.js";
 import type { BackgroundResponsesService } from "../../services/background-responses.service.js";
+import type { CompletionEventsService } from "../../services/completion-events.service.js";
 import type { RequestContext } from "../../services/context.js";
 import type { HealthService } from "../../services/health.service.js";
 import type { InferenceService } from "../../services/inference.service.js";
@@ -14,6 +15,7 @@ export interface DataPlaneDeps {
   inference: InferenceService;
   responses: ResponsesService;
   background: BackgroundResponsesService;
+  events: CompletionEventsService;
   health: HealthService;
 }
 
