@@ -56,6 +56,7 @@ import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
 import { TokenService } from "./services/tokens.js";
+import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
 
 export interface Switchyard {
   /** Base URL, e.g. `http://127.0.0.1:8080`. */
@@ -155,6 +156,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
+
+    // Completion webhooks (issue 6, item 3): the dispatcher sends what the group commit put in the
+    // outbox. Stopped before metering drains: deliveries written by that last drain stay in the
+    // outbox for the next process.
+    const webhooks = new WebhookDispatcher(ds, bus, logger, {
+      allowPrivate: config.webhookAllowPrivate,
+      retryDelaysMs: config.webhookRetryDelaysMs,
+      timeoutMs: config.webhookTimeoutMs,
+    });
+    webhooks.start();
+    cleanup.push(["webhook dispatcher", () => webhooks.stop()]);
+
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),

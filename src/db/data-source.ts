@@ -5,9 +5,10 @@ import { DataSource } from "typeorm";
 import { entities } from "../entities/index.js";
 import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
 import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-leases.js";
+import { Webhooks1764300000000 } from "./migrations/1764300000000-webhooks.js";
 
 /** Migrations in the order they apply; append only. */
-export const migrations = [Initial1763769600000, CreditLeases1764000000000];
+export const migrations = [Initial1763769600000, CreditLeases1764000000000, Webhooks1764300000000];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
 export function createDataSource(url: string, poolSize = 20): DataSource {
