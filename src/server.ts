@@ -31,6 +31,7 @@ import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.j
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
+import { TeamResolver } from "./resolvers/team.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -55,6 +56,7 @@ import { InferenceService } from "./services/inference.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
+import { TeamService } from "./services/team.service.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
 
@@ -172,6 +174,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
+      // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
+      teams: new TeamResolver(new TeamService(ds)),
     };
     const deps = {
       resolvers,

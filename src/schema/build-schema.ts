@@ -7,15 +7,17 @@ import { type ContainerType, buildSchema } from "type-graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
+import { TeamResolver } from "../resolvers/team.resolver.js";
 
 /** Resolver instances, also used by the REST table. */
 export interface Resolvers {
   auth: AuthResolver;
   apiKeys: ApiKeyResolver;
   models: ModelResolver;
+  teams: TeamResolver;
 }
 
-export const resolverClasses = [AuthResolver, ApiKeyResolver, ModelResolver] as const;
+export const resolverClasses = [AuthResolver, ApiKeyResolver, ModelResolver, TeamResolver] as const;
 
 /** @param emitSchemaFile path to write `schema.graphql` to (the committed copy), or false. */
 export async function buildGraphqlSchema(

@@ -10,11 +10,13 @@ import type { GraphQLSchema } from "graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
+import { TeamResolver } from "../resolvers/team.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
 import type { ApiKeyService } from "../services/api-key.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { TeamService } from "../services/team.service.js";
 
 /**
  * Resolver instances good enough to build the schema: building never calls a service, so each
@@ -25,6 +27,7 @@ export function placeholderResolvers(): Resolvers {
     auth: new AuthResolver(undefined as unknown as AccountService),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
+    teams: new TeamResolver(undefined as unknown as TeamService),
   };
 }
 
