@@ -125,3 +125,62 @@ test("when the outbox write is refused, then the request's record is refused wit
   }
   expect(receiver.on("/atomic")).toHaveLength(0);
 });
+
+describe("terminal records written outside the synchronous path (background workers)", () => {
+  function record(status: string, responseStatus: string, path: string) {
+    const id = uuidv7();
+    const now = new Date();
+    return {
+      id,
+      principal: {
+        userId: caller.userId,
+        teamId: caller.teamId,
+        role: "owner" as const,
+        email: caller.email,
+        apiKey: null,
+      },
+      type: "standalone" as const,
+      status: status as "failed",
+      endpoint: "/v1/responses",
+      model: CHAT_MODEL,
+      customId: null,
+      streamId: null,
+      usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+      costMicros: 0n,
+      bodyJson: null,
+      resultJson: null,
+      errorJson: { code: "timeout", message: "deadline passed" },
+      engineMs: null,
+      createdAt: now,
+      completedAt: now,
+      response: {
+        status: responseStatus,
+        background: true,
+        metadata: { completion_webhook: `${receiver.url}${path}`, webhook_token: "bg" },
+        requestJson: {},
+        responseJson: {
+          id,
+          object: "response",
+          status: responseStatus,
+          error: responseStatus === "failed" ? { code: "timeout", message: "deadline passed" } : null,
+        },
+      },
+    };
+  }
+
+  test("when a record stores a terminal Response whose metadata names a webhook, then that Response is delivered", async () => {
+    const r = record("failed", "failed", "/background");
+    await a.app.metering.record(r);
+    expect(await eventually(async () => receiver.on("/background").length === 1, 10_000)).toBe(true);
+    const [got] = receiver.on("/background");
+    expect(JSON.parse(got.body)).toEqual(r.response.responseJson);
+    expect(got.headers["webhook-id"]).toBe(r.id);
+    expect(got.headers.authorization).toBe("Bearer bg");
+  });
+
+  test("when a record stores a Response still in progress, then nothing is delivered", async () => {
+    const r = record("running", "in_progress", "/still-running");
+    await a.app.metering.record(r as never);
+    expect(await a.db("SELECT 1 FROM webhook_deliveries WHERE response_id = $1", [r.id])).toHaveLength(0);
+  });
+});
