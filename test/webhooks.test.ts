@@ -40,6 +40,7 @@ interface DeliveryRow {
   status: string;
   attempts: number;
   token: string | null;
+  body: unknown;
 }
 interface AttemptRow {
   attempt: number;
@@ -53,7 +54,7 @@ async function finishedDelivery(responseId: string): Promise<{ delivery: Deliver
   let delivery: DeliveryRow | undefined;
   await eventually(async () => {
     [delivery] = await server.db<DeliveryRow>(
-      "SELECT id, status, attempts, token FROM webhook_deliveries WHERE response_id = $1",
+      "SELECT id, status, attempts, token, body FROM webhook_deliveries WHERE response_id = $1",
       [responseId],
     );
     return delivery !== undefined && delivery.status !== "pending";
@@ -80,6 +81,9 @@ describe("delivery", () => {
     expect(res.status).toBe(200);
     const { delivery, attempts } = await finishedDelivery(res.body.id);
     expect(delivery.status).toBe("delivered");
+    // Once ended, the outbox keeps neither the token nor the body; the attempts stay.
+    expect(delivery.token).toBeNull();
+    expect(delivery.body).toBeNull();
     expect(attempts.map((a) => a.status_code)).toEqual([500, 500, 200]);
     expect(attempts.map((a) => a.error)).toEqual(["HTTP 500", "HTTP 500", null]);
     const got = receiver.on("/flaky");

@@ -9,6 +9,7 @@
  * longest delay). A claimed row is leased for the attempt ceiling plus a margin: a process that
  * dies mid-attempt leaves it due again when the lease ends. Woken by NOTIFY, by its own retry
  * timers and by a poll (`pollMs`) that also catches other processes' retries and lost leases.
+ * A delivery that has ended (delivered or failed) keeps its attempts but drops its body and token.
  * `start()`/`stop()` are its whole lifecycle, so it can move under a worker role as it stands.
  */
 import type { Logger } from "pino";
@@ -68,6 +69,8 @@ export class WebhookDispatcher {
   private poll?: NodeJS.Timeout;
   private pumping = false;
   private again = false;
+  /** Set by the poll: the next pump also ends deliveries whose last lease ran out. */
+  private sweep = true;
   private running = false;
   private listening = false;
 
@@ -91,7 +94,10 @@ export class WebhookDispatcher {
       this.bus.on("webhook", () => this.wake());
       this.bus.on("*", () => this.wake());
     }
-    this.poll = setInterval(() => this.wake(), this.opts.pollMs ?? 1000);
+    this.poll = setInterval(() => {
+      this.sweep = true;
+      this.wake();
+    }, this.opts.pollMs ?? 1000);
     this.poll.unref();
     this.wake();
   }
@@ -124,7 +130,10 @@ export class WebhookDispatcher {
     try {
       do {
         this.again = false;
-        await this.expireExhausted();
+        if (this.sweep) {
+          this.sweep = false;
+          await this.expireExhausted();
+        }
         const free = (this.opts.concurrency ?? 16) - this.inFlight.size;
         if (free <= 0 || !this.running) break;
         const rows = await this.claim(free);
@@ -171,7 +180,7 @@ export class WebhookDispatcher {
   private async expireExhausted(): Promise<void> {
     const rows = await queryRows<{ id: string; response_id: string }>(
       this.ds,
-      `UPDATE webhook_deliveries SET status = 'failed', finished_at = now(), updated_at = now(),
+      `UPDATE webhook_deliveries SET status = 'failed', finished_at = now(), updated_at = now(), body = 'null'::jsonb, token = NULL,
               last_error = coalesce(last_error, 'attempt interrupted')
         WHERE status = 'pending' AND attempts >= $1 AND next_attempt_at <= now()
        RETURNING id, response_id`,
@@ -230,6 +239,9 @@ export class WebhookDispatcher {
        )
        UPDATE webhook_deliveries
           SET status = $6, last_error = $5, updated_at = now(),
+              -- An ended delivery keeps no copy of the response or the token (the attempts stay).
+              body = CASE WHEN $6 = 'pending' THEN body ELSE 'null'::jsonb END,
+              token = CASE WHEN $6 = 'pending' THEN token END,
               next_attempt_at = now() + make_interval(secs => $7::double precision / 1000),
               finished_at = CASE WHEN $6 = 'pending' THEN NULL ELSE now() END
         WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
