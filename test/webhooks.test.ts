@@ -4,7 +4,14 @@
  * configuration (`SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS`, `SWITCHYARD_WEBHOOK_TIMEOUT_MS`) and loopback
  * allowed (`SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true`).
  */
+import { execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
+import { mkdtempSync, readFileSync } from "node:fs";
+import https from "node:https";
+import type { AddressInfo } from "node:net";
+import os from "node:os";
+import path from "node:path";
+import tls from "node:tls";
 import {
   CHAT_MODEL,
   EMBED_MODEL,
@@ -201,6 +208,69 @@ describe("delivery", () => {
     expect(res.status).toBe(200);
     expect(await eventually(async () => receiver.on("/nostore").length === 1, 10_000)).toBe(true);
     expect(JSON.parse(receiver.on("/nostore")[0].body)).toEqual(res.body);
+  });
+});
+
+describe("https", () => {
+  test("when the URL is https, then TLS names the URL's host (SNI) and an untrusted certificate fails the attempt", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "webhook-tls-"));
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost",
+        "-keyout",
+        path.join(dir, "key.pem"),
+        "-out",
+        path.join(dir, "cert.pem"),
+      ],
+      { stdio: "ignore" },
+    );
+    const key = readFileSync(path.join(dir, "key.pem"));
+    const cert = readFileSync(path.join(dir, "cert.pem"));
+    const names: string[] = [];
+    let requests = 0;
+    const tlsServer = https.createServer(
+      {
+        key,
+        cert,
+        SNICallback: (name, cb) => {
+          names.push(name);
+          cb(null, tls.createSecureContext({ key, cert }));
+        },
+      },
+      (_req, res) => {
+        requests++;
+        res.end("ok");
+      },
+    );
+    await new Promise<void>((resolve) => tlsServer.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (tlsServer.address() as AddressInfo).port;
+      const res = await createResponse({ completion_webhook: `https://localhost:${port}/tls` });
+      expect(res.status).toBe(200);
+      const { delivery, attempts } = await finishedDelivery(res.body.id);
+      expect(delivery.status).toBe("failed");
+      expect(attempts).toHaveLength(4);
+      // The self-signed certificate is not trusted: verification stays on.
+      for (const a of attempts) expect(a.error).toMatch(/CERT|SELF_SIGNED/);
+      expect(names[0]).toBe("localhost");
+      expect(requests).toBe(0);
+    } finally {
+      tlsServer.closeAllConnections();
+      await new Promise<void>((resolve) => tlsServer.close(() => resolve()));
+    }
   });
 });
 
