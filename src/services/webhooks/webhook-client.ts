@@ -23,7 +23,14 @@ export interface AttemptRequest {
   allowPrivate: boolean;
   /** Aborts the attempt (shutdown). */
   signal?: AbortSignal;
+  /** Resolves a host name to its addresses (default: the system resolver, `dns.lookup`). */
+  resolve?: Resolver;
 }
+
+/** A host name's addresses, as `dns.lookup(host, {all: true})` answers. */
+export type Resolver = (host: string) => Promise<Array<{ address: string; family: number }>>;
+
+const systemResolver: Resolver = (host) => dnsLookup(host, { all: true, verbatim: true });
 
 /** The outcome of one attempt; `error` is safe to log and store (never holds headers). */
 export interface AttemptResult {
@@ -50,11 +57,13 @@ const MAX_ANSWER_BYTES = 64 * 1024;
  * @throws RefusedAddressError when any resolved address is refused (a mixed answer is treated as
  *   hostile), or DNS errors.
  */
-async function checkedAddress(host: string, allowPrivate: boolean): Promise<{ address: string; family: number }> {
+async function checkedAddress(
+  host: string,
+  allowPrivate: boolean,
+  resolve: Resolver,
+): Promise<{ address: string; family: number }> {
   const literal = isIP(host);
-  const addresses = literal
-    ? [{ address: host, family: literal }]
-    : await dnsLookup(host, { all: true, verbatim: true });
+  const addresses = literal ? [{ address: host, family: literal }] : await resolve(host);
   if (addresses.length === 0) throw new Error("host did not resolve");
   if (!allowPrivate) {
     for (const a of addresses) {
@@ -94,7 +103,7 @@ export async function attemptDelivery(req: AttemptRequest): Promise<AttemptResul
   try {
     const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
     const target = await Promise.race([
-      checkedAddress(host, req.allowPrivate),
+      checkedAddress(host, req.allowPrivate, req.resolve ?? systemResolver),
       new Promise<never>((_, reject) =>
         controller.signal.addEventListener("abort", () => reject(new Error("timed out")), { once: true }),
       ),
