@@ -12,6 +12,7 @@
  * A delivery that has ended (delivered or failed) keeps its attempts but drops its body and token.
  * `start()`/`stop()` are its whole lifecycle, so it can move under a worker role as it stands.
  */
+import { setMaxListeners } from "node:events";
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { queryRows } from "../../db/sql.js";
@@ -79,7 +80,10 @@ export class WebhookDispatcher {
     private readonly bus: CacheBus,
     private readonly logger: Logger,
     private readonly opts: WebhookDispatcherOptions,
-  ) {}
+  ) {
+    // Every attempt in flight listens for shutdown on the one signal.
+    setMaxListeners(0, this.abort.signal);
+  }
 
   private get maxAttempts(): number {
     return this.opts.retryDelaysMs.length + 1;
