@@ -35,6 +35,7 @@ import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/co
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
+import { TeamResolver } from "./resolvers/team.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -61,7 +62,9 @@ import { InferenceService } from "./services/inference.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
+import { TeamService } from "./services/team.service.js";
 import { TokenService } from "./services/tokens.js";
+import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
 
 export interface Switchyard {
   /** Base URL, e.g. `http://127.0.0.1:8080` ("" for a `worker` process, which serves no HTTP). */
@@ -166,6 +169,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();
+
+    // Completion webhooks (issue 6, item 3): the dispatcher sends what the group commit put in the
+    // outbox. Stopped before metering drains: deliveries written by that last drain stay in the
+    // outbox for the next process.
+    const webhooks = new WebhookDispatcher(ds, bus, logger, {
+      allowPrivate: config.webhookAllowPrivate,
+      retryDelaysMs: config.webhookRetryDelaysMs,
+      timeoutMs: config.webhookTimeoutMs,
+    });
+    webhooks.start();
+    cleanup.push(["webhook dispatcher", () => webhooks.stop()]);
+
     // Completion events feed and subscription (issue 6, items 6–7): reads the table the metering
     // flush writes, woken by the cache bus's `event` NOTIFY; hourly retention cleanup.
     const events = new CompletionEventsService(ds, bus, logger);
@@ -210,6 +225,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
       events: new CompletionEventsResolver(events),
+      // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
+      teams: new TeamResolver(new TeamService(ds)),
     };
 
     const deps = {

@@ -92,6 +92,19 @@ export const configSchema = z.object({
     .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
     .transform((v) => v === true || v === "true" || v === "1")
     .default(true),
+  /** Webhooks (DESIGN §3): let deliveries reach private, loopback and link-local addresses (tests). */
+  webhookAllowPrivate: z
+    .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
+    .transform((v) => v === true || v === "true" || v === "1")
+    .default(false),
+  /** Webhooks: delays before retries 1, 2, 3, ms (±20 % jitter), as a comma list. */
+  webhookRetryDelaysMs: z
+    .union([z.array(z.coerce.number()), z.string()])
+    .transform((v) => (Array.isArray(v) ? v : v.split(",").map((d) => Number(d.trim()))))
+    .pipe(z.array(z.number().int().min(0).max(86_400_000)).min(1).max(20))
+    .default([5000, 300000, 1800000]),
+  /** Webhooks: ceiling of one delivery attempt (connect, send, answer), ms. */
+  webhookTimeoutMs: intFromEnv(1, 300_000).default(30_000),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -124,6 +137,9 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   role: "SWITCHYARD_ROLE",
   workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
+  webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
+  webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",
+  webhookTimeoutMs: "SWITCHYARD_WEBHOOK_TIMEOUT_MS",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

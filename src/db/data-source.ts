@@ -7,6 +7,7 @@ import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
 import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-leases.js";
 import { BackgroundResponses1764100000000 } from "./migrations/1764100000000-background-responses.js";
 import { CompletionEvents1764200000000 } from "./migrations/1764200000000-completion-events.js";
+import { Webhooks1764300000000 } from "./migrations/1764300000000-webhooks.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -14,6 +15,7 @@ export const migrations = [
   CreditLeases1764000000000,
   BackgroundResponses1764100000000,
   CompletionEvents1764200000000,
+  Webhooks1764300000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

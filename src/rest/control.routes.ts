@@ -8,6 +8,7 @@ import type { Resolvers } from "../schema/build-schema.js";
 import type { RequestContext } from "../services/context.js";
 import type { LoginInput, SignupInput } from "../services/account.service.js";
 import type { CreateApiKeyInput } from "../services/api-key.service.js";
+import type { UpdateTeamInput } from "../services/team.service.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -62,5 +63,19 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.apiKeys.revokeApiKey(params.key_id, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/teams/me",
+    auth: "required",
+    status: 200,
+    call: (r, _i, ctx) => r.teams.team(ctx),
+  },
+  {
+    method: "patch",
+    path: "/control/v1/teams/me",
+    auth: "required",
+    status: 200,
+    call: (r, { body }, ctx) => r.teams.updateTeam(body as UpdateTeamInput, ctx),
   },
 ];

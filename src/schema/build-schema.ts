@@ -9,6 +9,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
+import { TeamResolver } from "../resolvers/team.resolver.js";
 
 /** Resolver instances, also used by the REST table. */
 export interface Resolvers {
@@ -17,6 +18,7 @@ export interface Resolvers {
   models: ModelResolver;
   responses: ResponseResolver;
   events: CompletionEventsResolver;
+  teams: TeamResolver;
 }
 
 export const resolverClasses = [
@@ -25,6 +27,7 @@ export const resolverClasses = [
   ModelResolver,
   ResponseResolver,
   CompletionEventsResolver,
+  TeamResolver,
 ] as const;
 
 /**

@@ -12,6 +12,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
+import { TeamResolver } from "../resolvers/team.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
@@ -19,6 +20,7 @@ import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { TeamService } from "../services/team.service.js";
 
 /**
  * Resolver instances good enough to build the schema: building never calls a service, so each
@@ -31,6 +33,7 @@ export function placeholderResolvers(): Resolvers {
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
     events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
+    teams: new TeamResolver(undefined as unknown as TeamService),
   };
 }
 

@@ -13,6 +13,8 @@ import { AppError, ErrorCode } from "../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
 import type { ActivityStatus } from "../entities/activity.entity.js";
 import { costMicros } from "../shared/money.js";
+import { failureBody, withStatus } from "./webhooks/webhook-body.js";
+import { webhookTarget, type WebhookRequest } from "./webhooks/webhook-target.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z
@@ -92,15 +94,19 @@ export interface GenerationOutcome<T> {
   costMicros: bigint;
 }
 
-export interface EmbeddingCall extends RequestInfo {
+export interface EmbeddingCall<T = unknown> extends RequestInfo {
   inputs: Array<string | number[]>;
   maxQueueWaitS?: number | null;
   signal?: AbortSignal;
+  /** The API object answered (also what the completion webhook delivers). */
+  render?: (result: EmbedResult) => T;
 }
 
-export interface EmbeddingOutcome {
+export interface EmbeddingOutcome<T = unknown> {
   result: EmbedResult;
   costMicros: bigint;
+  /** What `render` made, if given. */
+  body?: T;
 }
 
 /** Runs generations and embeddings for the create operations and meters each request once. */
@@ -156,14 +162,16 @@ export class InferenceService {
     const cost = costMicros(result.usage, call.model.prices);
     try {
       const rendered = call.render(result);
+      const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
       const charge = await this.metering.record({
         ...usageRecord(principal, call),
-        status: rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed"),
+        status,
         usage: result.usage,
         costMicros: cost,
         resultJson: call.body === null ? null : rendered.body,
         engineMs: result.engineMs,
         response: rendered.response,
+        webhook: webhookRequest(call.metadata, () => withStatus(rendered.body, status)),
       });
       reservation?.settle(charge.chargedMicros);
       return { result, body: rendered.body, costMicros: cost };
@@ -176,7 +184,7 @@ export class InferenceService {
    * Embeds the inputs and meters the request (prompt tokens only).
    * @throws as `generate`.
    */
-  async embed(ctx: RequestContext, call: EmbeddingCall): Promise<EmbeddingOutcome> {
+  async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
     const principal = requirePrincipal(ctx);
     await this.metering.assertCredit(principal.teamId);
     let reservation: CreditReservation | undefined;
@@ -200,15 +208,17 @@ export class InferenceService {
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
     const cost = costMicros(usage, call.model.prices);
     try {
+      const body = call.render?.(result);
       const charge = await this.metering.record({
         ...usageRecord(principal, call),
         status: "completed",
         usage,
         costMicros: cost,
         engineMs: result.engineMs,
+        webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
       });
       reservation?.settle(charge.chargedMicros);
-      return { result, costMicros: cost };
+      return { result, costMicros: cost, body };
     } finally {
       reservation?.release();
     }
@@ -232,11 +242,23 @@ export class InferenceService {
     if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited || code === ErrorCode.InsufficientCredit) {
       return;
     }
+    const status = code === ErrorCode.ClientClosed ? "cancelled" : "failed";
+    const error = { code, message: err instanceof AppError ? err.detail : "Internal error" };
     await this.metering
       .record({
         ...usageRecord(principal, call),
-        status: code === ErrorCode.ClientClosed ? "cancelled" : "failed",
-        errorJson: { code, message: err instanceof AppError ? err.detail : "Internal error" },
+        status,
+        errorJson: error,
+        webhook: webhookRequest(call.metadata, () =>
+          failureBody({
+            requestId: call.requestId,
+            createdAt: call.createdAt,
+            endpoint: call.endpoint,
+            model: call.model.id,
+            status,
+            error,
+          }),
+        ),
       })
       .catch(() => undefined);
   }
@@ -283,6 +305,18 @@ function usageRecord(principal: Principal, call: RequestInfo): UsageRecord {
     createdAt: call.createdAt,
     completedAt: new Date(),
   };
+}
+
+/**
+ * The completion webhook of a finished request (issue 6, item 3), or null when its metadata names
+ * no usable one; `body` is built only when there is a webhook.
+ */
+function webhookRequest(
+  metadata: Record<string, unknown> | null | undefined,
+  body: () => unknown,
+): WebhookRequest | null {
+  const target = webhookTarget(metadata);
+  return target ? { ...target, body: body() } : null;
 }
 
 function labels(metadata: Record<string, unknown> | null | undefined): {

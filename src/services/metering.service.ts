@@ -19,6 +19,7 @@ import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "./completion-events.service.j
 import type { Principal } from "./context.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { TokenUsage } from "../shared/money.js";
+import { type WebhookRequest, webhookTarget } from "./webhooks/webhook-target.js";
 
 /** A Response object to store with its request (`store: true`). */
 export interface StoredResponse {
@@ -51,6 +52,13 @@ export interface UsageRecord {
   createdAt: Date;
   completedAt: Date | null;
   response?: StoredResponse;
+  /**
+   * The completion webhook to deliver with this record (issue 6, item 3): written to the outbox
+   * in the same transaction, and only when the record's activity row is new. When absent, a record
+   * whose stored Response reached a terminal status and names a usable `completion_webhook` in its
+   * metadata delivers that Response (so background terminal records fire too); null: none.
+   */
+  webhook?: WebhookRequest | null;
 }
 
 /** What the ledger did for one record. */
@@ -67,6 +75,8 @@ interface Pending {
   activityJson: string;
   /** The stored Response row as JSON text, if any. */
   responseJson: string | null;
+  /** The webhook outbox row as JSON text, if any. */
+  webhookJson: string | null;
   resolve: (charge: MeteredCharge) => void;
   reject: (err: unknown) => void;
 }
@@ -134,8 +144,10 @@ export class MeteringService {
   record(record: UsageRecord): Promise<MeteredCharge> {
     const activityJson = toJsonbText(activityRow(record));
     const responseJson = record.response ? toJsonbText(responseRow(record)) : null;
+    const webhook = webhookOf(record);
+    const webhookJson = webhook ? toJsonbText(webhookRow(record, webhook)) : null;
     return new Promise((resolve, reject) => {
-      this.queue.push({ record, activityJson, responseJson, resolve, reject });
+      this.queue.push({ record, activityJson, responseJson, webhookJson, resolve, reject });
       if (!this.flushing) {
         this.flushing = true;
         // Let the requests finishing in this turn of the event loop join the first flush.
@@ -212,7 +224,8 @@ export class MeteringService {
     let bytes = 0;
     let n = 0;
     while (n < this.queue.length && n < this.maxRows) {
-      const size = this.queue[n].activityJson.length + (this.queue[n].responseJson?.length ?? 0);
+      const p = this.queue[n];
+      const size = p.activityJson.length + (p.responseJson?.length ?? 0) + (p.webhookJson?.length ?? 0);
       if (n > 0 && bytes + size > MAX_FLUSH_BYTES) break;
       bytes += size;
       n++;
@@ -272,6 +285,7 @@ export class MeteringService {
     const records = batch.map((p) => p.record);
     const activity = `[${batch.map((p) => p.activityJson).join(",")}]`;
     const responses = `[${batch.flatMap((p) => (p.responseJson ? [p.responseJson] : [])).join(",")}]`;
+    const webhooks = `[${batch.flatMap((p) => (p.webhookJson ? [p.webhookJson] : [])).join(",")}]`;
     const keyIds = this.keysToTouch(records);
     const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
       db,
@@ -368,10 +382,20 @@ export class MeteringService {
            FROM ins JOIN input USING (id)
           ORDER BY ins.id
          RETURNING pg_notify('${CACHE_CHANNEL}', '${EVENT_TOPIC}:' || team_id)
+       ),
+       webhooks AS (
+         -- Completion webhooks (issue 6, item 3): the outbox row commits with the terminal status,
+         -- once per request id; the NOTIFY wakes the dispatchers at commit.
+         INSERT INTO webhook_deliveries (id, team_id, response_id, url, token, body)
+         SELECT w.id, w.team_id, w.response_id, w.url, w.token, w.body FROM jsonb_to_recordset($5::jsonb) AS w(
+           id uuid, team_id uuid, response_id uuid, url text, token text, body jsonb)
+          WHERE w.response_id IN (SELECT id FROM ins)
+         ON CONFLICT (response_id) DO NOTHING
+         RETURNING pg_notify('${CACHE_CHANNEL}', 'webhook:')
        )
        SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
-      [activity, responses, keyIds, this.leaseHolder],
+      [activity, responses, keyIds, this.leaseHolder, webhooks],
     );
     return new Map(
       rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),
@@ -441,6 +465,30 @@ function responseRow(r: UsageRecord) {
     response_json: response.responseJson,
     created_at: r.createdAt.toISOString(),
     completed_at: r.completedAt?.toISOString() ?? null,
+  };
+}
+
+/** Statuses that end a request and fire its webhook (DESIGN §3 Responses: all but `in_progress`). */
+const TERMINAL_STATUSES = new Set(["completed", "incomplete", "failed", "cancelled"]);
+
+/** The record's webhook: the one it names, else one derived from its terminal stored Response. */
+function webhookOf(r: UsageRecord): WebhookRequest | null {
+  if (r.webhook !== undefined) return r.webhook;
+  const response = r.response;
+  if (!response || !TERMINAL_STATUSES.has(response.status)) return null;
+  const target = webhookTarget(response.metadata);
+  return target ? { ...target, body: response.responseJson } : null;
+}
+
+/** The webhook outbox row of a record (delivery id UUIDv7; the response id is the dedup key). */
+function webhookRow(r: UsageRecord, webhook: WebhookRequest) {
+  return {
+    id: uuidv7(),
+    team_id: r.principal.teamId,
+    response_id: r.id,
+    url: webhook.url,
+    token: webhook.token,
+    body: webhook.body,
   };
 }
 

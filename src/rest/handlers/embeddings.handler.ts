@@ -34,9 +34,12 @@ export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) =>
     body: req.body,
     maxQueueWaitS: body.max_queue_wait_s,
     signal: abortOnClose(res),
+    render: (result) => {
+      const vectors =
+        body.dimensions != null ? result.vectors.map((v) => shorten(v, body.dimensions!)) : result.vectors;
+      return embeddingList(model.id, vectors, body.encoding_format ?? "float", result.promptTokens);
+    },
   });
-  const vectors =
-    body.dimensions != null ? out.result.vectors.map((v) => shorten(v, body.dimensions!)) : out.result.vectors;
   res.locals.engineMs = out.result.engineMs + out.result.queueMs;
-  res.json(embeddingList(model.id, vectors, body.encoding_format ?? "float", out.result.promptTokens));
+  res.json(out.body);
 };
