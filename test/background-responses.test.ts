@@ -3,7 +3,7 @@
  * worker (pg-boss job) runs the generation through the same metering, and the stored row reaches
  * its terminal status; cancel, DELETE-cancels, deadlines, roles, and `completion_window`.
  */
-import { holdNextGeneration } from "./support/engine-faults.js";
+import { failNextGeneration, holdNextGeneration } from "./support/engine-faults.js";
 import {
   CHAT_MODEL,
   type TestServer,
@@ -143,6 +143,35 @@ describe("background responses", () => {
     expectInvalid(await create(server.url, caller.key, { max_queue_wait_s: 10 }), "max_queue_wait_s");
     expectInvalid(await create(server.url, caller.key, { timeout_s: 0 }), "timeout_s");
     expectInvalid(await create(server.url, caller.key, { timeout_s: 86_401 }), "timeout_s");
+  });
+
+  test("when the team has no credit, then a background create answers 402 at once and stores nothing", async () => {
+    const poor = await createTestCaller(server.url);
+    await server.db("UPDATE teams SET credit_balance_micros = 0 WHERE id = $1", [poor.teamId]);
+    await server.db("SELECT pg_notify('switchyard_cache', 'balance:' || $1::text || '=0')", [poor.teamId]);
+    let res = await create(server.url, poor.key, {});
+    await eventually(async () => (res = await create(server.url, poor.key, {})).status === 402, 5_000);
+    expectEnvelope(res, 402);
+    const rows = await server.db("SELECT id FROM responses WHERE team_id = $1", [poor.teamId]);
+    expect(rows).toEqual([]);
+  });
+
+  test("when background responses carry metadata.stream_id, then the list's stream_id filter finds them", async () => {
+    const streamId = "0190b7a4-7c1e-7000-8000-0000000000aa";
+    const res = await create(server.url, caller.key, { max_output_tokens: 4, metadata: { stream_id: streamId } });
+    const list = await http(server.url, "GET", `/v1/responses?stream_id=${streamId}`, { token: caller.key });
+    expect(list.body.data.map((r: any) => r.id)).toEqual([res.body.id]);
+    await untilTerminal(server.url, caller.key, res.body.id);
+  });
+
+  test("when the engine fails a background generation, then the response ends failed with the error, recorded once, uncharged", async () => {
+    await failNextGeneration();
+    const res = await create(server.url, caller.key, { max_output_tokens: 8 });
+    const ended = await untilTerminal(server.url, caller.key, res.body.id);
+    expect(ended).toMatchObject({ status: "failed", error: { code: expect.any(String), message: expect.any(String) } });
+    const rec = await recorded(server, res.body.id);
+    expect(rec.activity).toEqual([expect.objectContaining({ status: "failed" })]);
+    expect(rec.charges).toEqual([]);
   });
 
   test("when a background create has no credentials, then 401", async () => {

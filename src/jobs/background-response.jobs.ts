@@ -17,7 +17,13 @@ export async function workBackgroundResponses(
   concurrency: number,
 ): Promise<void> {
   await queue.work("response-generate", concurrency, ({ responseId }) => service.run(responseId));
-  await queue.work("response-deadline", 1, async ({ responseId }) => {
-    await service.end(responseId, "timeout");
-  });
+  // Deadlines are also enforced by the reconciler and by reads: this one polls less often.
+  await queue.work(
+    "response-deadline",
+    1,
+    async ({ responseId }) => {
+      await service.end(responseId, "timeout");
+    },
+    2,
+  );
 }

@@ -78,16 +78,18 @@ export class JobQueue implements JobSender {
   }
 
   /**
-   * Runs `handler` for jobs of `name`, up to `concurrency` at once (each worker polls every 0.5 s).
+   * Runs `handler` for jobs of `name`, up to `concurrency` at once (each worker polls every
+   * `pollingIntervalSeconds`, at least 0.5).
    * A handler that throws fails the job, which pg-boss retries up to its `retryLimit`.
    */
   async work<N extends JobName>(
     name: N,
     concurrency: number,
     handler: (data: JobData[N]) => Promise<void>,
+    pollingIntervalSeconds = 0.5,
   ): Promise<void> {
     for (let i = 0; i < concurrency; i++) {
-      await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds: 0.5, batchSize: 1 }, async (jobs) => {
+      await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds, batchSize: 1 }, async (jobs) => {
         for (const job of jobs) await handler(job.data);
       });
     }

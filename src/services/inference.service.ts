@@ -226,7 +226,8 @@ export class InferenceService {
 
   /**
    * Engine failures are recorded as failed requests, and clients that left before the engine
-   * started as cancelled ones (no charge either way); refusals (400/429) are not recorded.
+   * started as cancelled ones (no charge either way); refusals (400/429) are not recorded. A
+   * call with `onFailure` (background responses) records every failure as it says.
    */
   private async recordFailure(
     principal: Principal,
