@@ -17,7 +17,8 @@ import { type Switchyard, startSwitchyard } from "../../src/server.js";
 
 const TEMPLATE_DB = "switchyard_test_template";
 
-export const MODELS_DIR = process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models");
+/** Absolute: child processes started by tests run in other folders (CI passes a relative path). */
+export const MODELS_DIR = path.resolve(process.env.SWITCHYARD_MODELS_DIR ?? path.join(packageRoot, "../shared/models"));
 export const CHAT_MODEL = "tinystories-260k";
 export const EMBED_MODEL = "tinystories-260k-embed";
 
