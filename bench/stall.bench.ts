@@ -15,6 +15,7 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
 import WebSocket from "ws";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -86,6 +87,24 @@ const heavies: Heavy[] = [
       String(await send(base, "POST", "/v1/chat/completions", chat("Once upon a time ".repeat((15 * MIB) / 17)), key)),
   },
   {
+    name: "chat completion, 7 MiB prompt (under the body limit)",
+    run: async (base, key) =>
+      String(await send(base, "POST", "/v1/chat/completions", chat("Once upon a time ".repeat((7 * MIB) / 17)), key)),
+  },
+  {
+    name: "embeddings, one 7 MiB input (under the body limit)",
+    run: async (base, key) =>
+      String(
+        await send(
+          base,
+          "POST",
+          "/v1/embeddings",
+          JSON.stringify({ model: "tinystories-260k-embed", input: "a red ball ".repeat((7 * MIB) / 11) }),
+          key,
+        ),
+      ),
+  },
+  {
     name: "embeddings, one 15 MiB input",
     run: async (base, key) =>
       String(
@@ -141,17 +160,34 @@ const heavies: Heavy[] = [
   },
 ];
 
-/** Times `GET /v1/health` back to back until `stop` resolves; returns the waits in ms. */
+/**
+ * Times `GET /v1/health` back to back until `stop` resolves; returns the waits in ms. The prober
+ * runs on its own thread, so building a heavy body here (a 15 MiB string) cannot delay it.
+ */
 async function probe(base: string, stop: Promise<unknown>): Promise<number[]> {
-  let done = false;
-  void stop.finally(() => (done = true));
-  const waits: number[] = [];
-  while (!done) {
-    const started = performance.now();
-    await send(base, "GET", "/v1/health");
-    waits.push(performance.now() - started);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+  const worker = new Worker(
+    `const http = require("node:http");
+     const { parentPort, workerData } = require("node:worker_threads");
+     const agent = new http.Agent({ keepAlive: true });
+     const waits = []; let done = false;
+     parentPort.on("message", () => { done = true; });
+     (async () => {
+       while (!done) {
+         const started = performance.now();
+         await new Promise((resolve) => http.get(workerData + "/v1/health", { agent }, (res) => { res.resume(); res.on("end", resolve); }).on("error", resolve));
+         waits.push(performance.now() - started);
+         await new Promise((r) => setTimeout(r, 5));
+       }
+       agent.destroy();
+       parentPort.postMessage(waits);
+     })();`,
+    { eval: true, workerData: base },
+  );
+  const result = new Promise<number[]>((resolve) => worker.once("message", resolve));
+  await stop.catch(() => undefined);
+  worker.postMessage("stop");
+  const waits = await result;
+  await worker.terminate();
   return waits;
 }
 

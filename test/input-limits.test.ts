@@ -28,8 +28,8 @@ async function nothingRecorded(): Promise<void> {
   expect(row.n).toBe(0);
 }
 
-test("when a chat prompt is 15 MiB, then 400 context_length_exceeded on messages and nothing is recorded", async () => {
-  const huge = "Once upon a time ".repeat(Math.ceil((15 * 1024 * 1024) / 17));
+test("when a chat prompt is 7 MiB, then 400 context_length_exceeded on messages and nothing is recorded", async () => {
+  const huge = "Once upon a time ".repeat(Math.ceil((7 * 1024 * 1024) / 17));
   const res = await http(server.url, "POST", "/v1/chat/completions", {
     token: caller.key,
     body: { model: CHAT_MODEL, messages: [{ role: "user", content: huge }], max_tokens: 4 },
@@ -53,10 +53,10 @@ test("when a prompt is just over what the context can hold, then it is refused; 
   await server.db("DELETE FROM activity WHERE team_id = $1", [caller.teamId]);
 });
 
-test("when an embeddings input is 15 MiB, then 400 naming the input", async () => {
+test("when an embeddings input is 7 MiB, then 400 naming the input", async () => {
   const res = await http(server.url, "POST", "/v1/embeddings", {
     token: caller.key,
-    body: { model: EMBED_MODEL, input: ["a ball", "x".repeat(15 * 1024 * 1024)] },
+    body: { model: EMBED_MODEL, input: ["a ball", "x".repeat(7 * 1024 * 1024)] },
   });
   expectInvalid(res, "input[1]");
   await nothingRecorded();
