@@ -155,3 +155,46 @@ test("when the same request id is queued twice in one flush, then it is recorded
   const [team] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [principal.teamId]);
   expect(team.credit_balance_micros).toBe(String(5_000_000 - 300));
 });
+
+describe("background responses ended before their record lands", () => {
+  function backgroundRecord(principal: Principal, id: string): UsageRecord {
+    return {
+      ...record(principal, 13n, id),
+      endpoint: "/v1/responses",
+      resultJson: { id, object: "response", status: "completed", output: ["late text"] },
+      response: {
+        status: "completed",
+        background: true,
+        metadata: null,
+        requestJson: { model: "tinystories-260k", input: "x", background: true },
+        responseJson: { id, object: "response", status: "completed", output: ["late text"] },
+      },
+    };
+  }
+
+  test("when a cancel ended the response first, then its record says cancelled, shows the stored object, and the tokens are charged", async () => {
+    const principal = await principalFor();
+    const id = uuidv7();
+    const cancelled = { id, object: "response", status: "cancelled", output: [] };
+    await server.db(
+      `INSERT INTO responses (id, team_id, model, status, background, request_json, response_json, created_at)
+       VALUES ($1, $2, 'tinystories-260k', 'cancelled', true, '{}', $3, now())`,
+      [id, principal.teamId, JSON.stringify(cancelled)],
+    );
+    await server.app.metering.record(backgroundRecord(principal, id));
+    const [activity] = await server.db<any>("SELECT status, result_json, cost_micros FROM activity WHERE id = $1", [
+      id,
+    ]);
+    expect(activity).toEqual({ status: "cancelled", result_json: cancelled, cost_micros: "13" });
+    const [stored] = await server.db<any>("SELECT status, response_json FROM responses WHERE id = $1", [id]);
+    expect(stored).toEqual({ status: "cancelled", response_json: cancelled });
+  });
+
+  test("when the response was deleted meanwhile, then its record does not bring it back", async () => {
+    const principal = await principalFor();
+    const id = uuidv7();
+    await server.app.metering.record(backgroundRecord(principal, id));
+    expect(await server.db("SELECT 1 FROM responses WHERE id = $1", [id])).toEqual([]);
+    expect(await server.db("SELECT 1 FROM activity WHERE id = $1", [id])).toHaveLength(1);
+  });
+});

@@ -306,15 +306,32 @@ export class MeteringService {
            created_at timestamptz, completed_at timestamptz, completion_id uuid)
           WHERE EXISTS (SELECT FROM serial)
        ),
+       bg AS (
+         -- Background responses of this flush, locked (a locking read sees the latest row, and a
+         -- cancel or deadline cannot end one until this commits). One that a cancel or deadline
+         -- already ended keeps that end: its record takes the stored status and object, so the
+         -- activity row, the event and the webhook say what GET /v1/responses/{id} says; the tokens
+         -- it generated are still charged (issue 6, item 2).
+         SELECT id, status, response_json FROM responses
+          WHERE id IN (SELECT id FROM input) AND background
+            FOR NO KEY UPDATE
+       ),
+       ended AS (SELECT * FROM bg WHERE status <> 'in_progress'),
        ins AS (
          INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
                                model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
                                cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
                                created_at, completed_at)
-         SELECT id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint, model,
-                custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens, cached_prompt_tokens,
-                cost_micros, body_json, result_json, error_json, engine_ms, created_at, completed_at
-           FROM input
+         SELECT i.id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type,
+                CASE WHEN e.id IS NULL THEN i.status
+                     WHEN e.status IN ('cancelled', 'failed') THEN e.status
+                     ELSE 'completed' END,
+                endpoint, model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
+                cached_prompt_tokens, cost_micros, body_json,
+                CASE WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json ELSE e.response_json END,
+                CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
+                engine_ms, created_at, completed_at
+           FROM input i LEFT JOIN ended e ON e.id = i.id
          ON CONFLICT (id) DO NOTHING
          RETURNING id, team_id, cost_micros, model, endpoint
        ),
@@ -326,6 +343,8 @@ export class MeteringService {
            stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
            completed_at timestamptz)
           WHERE r.id IN (SELECT id FROM ins)
+            -- Never re-created: a background row deleted meanwhile stays deleted.
+            AND (NOT r.background OR r.id IN (SELECT id FROM bg))
          -- A background response's row exists (in_progress) from its create: its terminal record
          -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2).
          ON CONFLICT (id) DO UPDATE
@@ -387,8 +406,9 @@ export class MeteringService {
          -- Completion webhooks (issue 6, item 3): the outbox row commits with the terminal status,
          -- once per request id; the NOTIFY wakes the dispatchers at commit.
          INSERT INTO webhook_deliveries (id, team_id, response_id, url, token, body)
-         SELECT w.id, w.team_id, w.response_id, w.url, w.token, w.body FROM jsonb_to_recordset($5::jsonb) AS w(
-           id uuid, team_id uuid, response_id uuid, url text, token text, body jsonb)
+         SELECT w.id, w.team_id, w.response_id, w.url, w.token, COALESCE(e.response_json, w.body)
+           FROM jsonb_to_recordset($5::jsonb) AS w(id uuid, team_id uuid, response_id uuid, url text, token text, body jsonb)
+           LEFT JOIN ended e ON e.id = w.response_id
           WHERE w.response_id IN (SELECT id FROM ins)
          ON CONFLICT (response_id) DO NOTHING
          RETURNING pg_notify('${CACHE_CHANNEL}', 'webhook:')
