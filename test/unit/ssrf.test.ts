@@ -71,6 +71,19 @@ describe("classifyAddress", () => {
     expect(classifyAddress(address)).toEqual({ allowed: true, reason: "public" });
   });
 
+  test.each([
+    "::ffff:0:7f00:1",
+    "::ffff:0:a9fe:a9fe",
+    "2001:2::1",
+    "2001:10::1",
+    "2001:20::1",
+    "3fff::1",
+    "5f00::1",
+    "4000::1",
+  ])("when the IPv6 address %s is outside the Internet's global unicast, then it is refused", (address) => {
+    expect(classifyAddress(address).allowed).toBe(false);
+  });
+
   test.each(["localhost", "example.com", "", "999.1.1.1", "1.2.3"])(
     "when %p is not an IP literal, then it is refused",
     (address) => {

@@ -97,6 +97,11 @@ function classifyV6(groups: number[]): AddressVerdict {
   if ((g0 & 0xffc0) === 0xfe80) return { allowed: false, reason: "link-local (fe80::/10)" };
   if ((g0 & 0xffc0) === 0xfec0) return { allowed: false, reason: "site-local (fec0::/10)" };
   if ((g0 & 0xff00) === 0xff00) return { allowed: false, reason: "multicast" };
+  // Beyond the forms above, only global unicast is public: this also refuses ::ffff:0:0/96
+  // (IPv4-translated) and every range IANA has not allocated for the Internet.
+  if ((g0 & 0xe000) !== 0x2000) return { allowed: false, reason: "not global unicast (outside 2000::/3)" };
+  if (g0 === 0x2001 && g1 < 0x200) return { allowed: false, reason: "IETF protocol assignments (2001::/23)" };
+  if (g0 === 0x3fff && g1 < 0x1000) return { allowed: false, reason: "documentation (3fff::/20)" };
   return { allowed: true, reason: "public" };
 }
 
