@@ -124,6 +124,45 @@ describe("delivery", () => {
     expect(receiver.on("/hang")).toHaveLength(4);
   });
 
+  test("when one team's receivers never answer, then another team's webhook is delivered while that team's still hang", async () => {
+    receiver.script("/hang-team", ["hang"]);
+    receiver.script("/other-team", [{ status: 200 }]);
+    const noisy = await Promise.all(
+      Array.from({ length: 20 }, () => createResponse({ completion_webhook: `${receiver.url}/hang-team` })),
+    );
+    for (const r of noisy) expect(r.status).toBe(200);
+    await eventually(async () => receiver.on("/hang-team").length >= 4);
+    const other = await createTestCaller(server.url);
+    const res = await createResponse({ completion_webhook: `${receiver.url}/other-team` }, other.key);
+    const { delivery } = await finishedDelivery(res.body.id);
+    expect(delivery.status).toBe("delivered");
+    // At most 4 of the noisy team's attempts ever ran at once (each ended at the 400 ms ceiling).
+    await eventually(
+      async () =>
+        (
+          await server.db<any>(
+            "SELECT count(*)::int AS n FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.team_id = $1",
+            [caller.teamId],
+          )
+        )[0].n >= 12,
+      15_000,
+    );
+    const spans = await server.db<any>(
+      `SELECT extract(epoch FROM a.at) * 1000 - a.latency_ms AS start_ms, extract(epoch FROM a.at) * 1000 AS end_ms
+         FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.team_id = $1`,
+      [caller.teamId],
+    );
+    const edges = spans.flatMap((x) => [
+      [Number(x.start_ms) + 20, 1], // allow 20 ms of clock slack between start and recorded latency
+      [Number(x.end_ms), -1],
+    ]);
+    edges.sort((p, q) => p[0] - q[0] || p[1] - q[1]);
+    let open = 0;
+    let most = 0;
+    for (const [, step] of edges) most = Math.max(most, (open += step));
+    expect(most).toBeLessThanOrEqual(4);
+  }, 30_000);
+
   test("when the receiver refuses connections, then 4 attempts are recorded and the create answers as without a webhook", async () => {
     const port = await closedPort();
     const res = await createResponse({ completion_webhook: `http://127.0.0.1:${port}/gone`, webhook_token: "t" });

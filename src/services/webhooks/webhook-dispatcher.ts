@@ -41,7 +41,14 @@ interface ClaimedDelivery {
   body: unknown;
   attempts: number;
   secret: string | null;
+  team_id: string;
 }
+
+/**
+ * Attempts one team may have under way in one process. A team whose receivers never answer
+ * otherwise filled every slot for the attempt ceiling and delayed every other team's webhooks.
+ */
+const TEAM_IN_FLIGHT = 4;
 
 /** Lease margin over the attempt ceiling, ms. */
 const LEASE_MARGIN_MS = 30_000;
@@ -65,6 +72,8 @@ export function retryDelay(schedule: number[], attempt: number, retryAfterMs: nu
 /** Claims, sends and records completion-webhook deliveries; one per process. */
 export class WebhookDispatcher {
   private readonly inFlight = new Set<Promise<void>>();
+  /** Attempts under way in this process, per team (see `TEAM_IN_FLIGHT`). */
+  private readonly teamInFlight = new Map<string, number>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly abort = new AbortController();
   private poll?: NodeJS.Timeout;
@@ -140,12 +149,16 @@ export class WebhookDispatcher {
         }
         const free = (this.opts.concurrency ?? 16) - this.inFlight.size;
         if (free <= 0 || !this.running) break;
-        const rows = await this.claim(free);
+        const rows = await this.claim(free, [...this.teamInFlight]);
         for (const row of rows) {
+          this.teamInFlight.set(row.team_id, (this.teamInFlight.get(row.team_id) ?? 0) + 1);
           const task: Promise<void> = this.deliver(row)
             .catch((err: unknown) => this.logger.error({ err, deliveryId: row.id }, "webhook delivery step failed"))
             .finally(() => {
               this.inFlight.delete(task);
+              const left = (this.teamInFlight.get(row.team_id) ?? 1) - 1;
+              if (left > 0) this.teamInFlight.set(row.team_id, left);
+              else this.teamInFlight.delete(row.team_id);
               this.wake();
             });
           this.inFlight.add(task);
@@ -159,13 +172,26 @@ export class WebhookDispatcher {
     }
   }
 
-  /** Leases up to `n` due deliveries to this process (one more attempt each). */
-  private claim(n: number): Promise<ClaimedDelivery[]> {
+  /**
+   * Leases up to `n` due deliveries to this process (one more attempt each): at most
+   * `TEAM_IN_FLIGHT` per team counting the attempts `busy` says are under way here.
+   */
+  private claim(n: number, busy: Array<[string, number]>): Promise<ClaimedDelivery[]> {
     return queryRows<ClaimedDelivery>(
       this.ds,
-      `WITH due AS (
+      `WITH fair AS (
+         SELECT id FROM (
+           SELECT d.id, row_number() OVER (PARTITION BY d.team_id ORDER BY d.next_attempt_at)
+                        + coalesce(b.n, 0) AS nth
+             FROM webhook_deliveries d
+             LEFT JOIN unnest($4::uuid[], $5::int[]) AS b(team_id, n) ON b.team_id = d.team_id
+            WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts < $1
+         ) ranked
+          WHERE nth <= ${TEAM_IN_FLIGHT}
+       ),
+       due AS (
          SELECT id FROM webhook_deliveries
-          WHERE status = 'pending' AND next_attempt_at <= now() AND attempts < $1
+          WHERE id IN (SELECT id FROM fair) AND status = 'pending' AND next_attempt_at <= now()
           ORDER BY next_attempt_at
           LIMIT $2
             FOR UPDATE SKIP LOCKED
@@ -175,8 +201,15 @@ export class WebhookDispatcher {
               updated_at = now()
          FROM due, teams t
         WHERE d.id = due.id AND t.id = d.team_id
-       RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, t.webhook_signing_secret AS secret`,
-      [this.maxAttempts, n, this.opts.timeoutMs + LEASE_MARGIN_MS],
+       RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, t.webhook_signing_secret AS secret,
+                 d.team_id`,
+      [
+        this.maxAttempts,
+        n,
+        this.opts.timeoutMs + LEASE_MARGIN_MS,
+        busy.map(([team]) => team),
+        busy.map(([, count]) => count),
+      ],
     );
   }
 
