@@ -62,6 +62,8 @@ import { InferenceService } from "./services/inference.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
+import { StreamDirectory } from "./services/stream-directory.js";
+import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -186,7 +188,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const events = new CompletionEventsService(ds, bus, logger);
     events.start();
 
-    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS);
+    // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
+    const streamDirectory = new StreamDirectory(ds);
+    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS, streamDirectory);
     const responses = new ResponsesService(ds);
 
     // Issue 6 (helper J): the durable job queue (every role sends jobs) and background responses;
@@ -236,6 +240,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       responses,
       background,
       events,
+      streams: new StreamsService(ds, streamDirectory, background),
       health: new HealthService(ds, engines, catalog),
     };
 
