@@ -35,6 +35,7 @@ import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/co
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
+import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamResolver } from "./resolvers/team.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
@@ -223,6 +224,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       };
     }
 
+    const streams = new StreamsService(ds, streamDirectory, background);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
@@ -231,6 +233,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       events: new CompletionEventsResolver(events),
       // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
       teams: new TeamResolver(new TeamService(ds)),
+      streams: new StreamResolver(streams),
     };
 
     const deps = {
@@ -240,7 +243,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       responses,
       background,
       events,
-      streams: new StreamsService(ds, streamDirectory, background),
+      streams,
       health: new HealthService(ds, engines, catalog),
     };
 

@@ -265,3 +265,43 @@ describe("other teams and bad input", () => {
     expectEnvelope(await http(server.url, "PATCH", `/v1/streams/${s.id}`, { body: { name: "x" } }), 401);
   });
 });
+
+describe("GraphQL", () => {
+  async function gql(query: string, variables: Record<string, unknown>, token: string) {
+    const res = await http(server.url, "POST", "/graphql", { body: { query, variables }, token });
+    return res.body as { data: any; errors?: Array<{ extensions: Record<string, any> }> };
+  }
+
+  test("when stream and streams are queried, then they answer what REST answers, scoped to the team", async () => {
+    const s = await createStream(caller.key, { name: "gql" });
+    expect((await chat(caller.key, { stream_id: s.id, custom_id: "s-gql" })).status).toBe(200);
+    await activityByCustomId(server, "s-gql");
+    const rest = await streamOf(caller.key, s.id);
+    const one = await gql(
+      `query($id: ID!) { stream(id: $id) { id name window status createdAt completedItems totalItems
+         totalTokens totalCostMicros latestCompletionId cancelledAt } }`,
+      { id: s.id },
+      caller.key,
+    );
+    expect(one.errors).toBeUndefined();
+    expect(one.data.stream).toEqual({
+      id: s.id,
+      name: "gql",
+      window: "24h",
+      status: "open",
+      createdAt: s.created_at,
+      completedItems: rest.completed_items,
+      totalItems: rest.total_items,
+      totalTokens: rest.total_tokens,
+      totalCostMicros: rest.total_cost_micros,
+      latestCompletionId: rest.latest_completion_id,
+      cancelledAt: null,
+    });
+    expect(one.data.stream.completedItems).toBe(1);
+    const list = await gql(`{ streams { id name } }`, {}, caller.key);
+    expect(list.data.streams[0]).toEqual({ id: s.id, name: "gql" });
+    const theirs = await gql(`query($id: ID!) { stream(id: $id) { id } }`, { id: s.id }, other.key);
+    expect(theirs.errors?.[0].extensions.code).toBe("NOT_FOUND");
+    expect((await gql(`{ streams { id } }`, {}, other.key)).data.streams.map((x: any) => x.id)).not.toContain(s.id);
+  });
+});
