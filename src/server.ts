@@ -35,6 +35,7 @@ import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/co
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
+import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamResolver } from "./resolvers/team.resolver.js";
 import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
@@ -62,6 +63,8 @@ import { InferenceService } from "./services/inference.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
+import { StreamDirectory } from "./services/stream-directory.js";
+import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -186,7 +189,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const events = new CompletionEventsService(ds, bus, logger);
     events.start();
 
-    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS);
+    // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
+    const streamDirectory = new StreamDirectory(ds);
+    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS, streamDirectory);
     const responses = new ResponsesService(ds);
 
     // Issue 6 (helper J): the durable job queue (every role sends jobs) and background responses;
@@ -219,6 +224,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       };
     }
 
+    const streams = new StreamsService(ds, streamDirectory, background);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
@@ -227,6 +233,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       events: new CompletionEventsResolver(events),
       // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
       teams: new TeamResolver(new TeamService(ds)),
+      streams: new StreamResolver(streams),
     };
 
     const deps = {
@@ -236,6 +243,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       responses,
       background,
       events,
+      streams,
       health: new HealthService(ds, engines, catalog),
     };
 

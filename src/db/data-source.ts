@@ -8,6 +8,7 @@ import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-lea
 import { BackgroundResponses1764100000000 } from "./migrations/1764100000000-background-responses.js";
 import { CompletionEvents1764200000000 } from "./migrations/1764200000000-completion-events.js";
 import { Webhooks1764300000000 } from "./migrations/1764300000000-webhooks.js";
+import { Streams1764400000000 } from "./migrations/1764400000000-streams.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -16,6 +17,7 @@ export const migrations = [
   BackgroundResponses1764100000000,
   CompletionEvents1764200000000,
   Webhooks1764300000000,
+  Streams1764400000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

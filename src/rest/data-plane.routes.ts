@@ -15,6 +15,7 @@ import {
   getResponse,
   listResponses,
 } from "./handlers/responses.handler.js";
+import { createStream, getStream, listStreams, updateStream } from "./handlers/streams.handler.js";
 
 /** A model as Anthropic's API lists it: the spec's fields plus `type` and an RFC 3339 `created_at`. */
 function anthropicModel(m: ModelDto) {
@@ -22,7 +23,7 @@ function anthropicModel(m: ModelDto) {
 }
 
 export interface DataPlaneRoute {
-  method: "get" | "post" | "delete";
+  method: "get" | "post" | "patch" | "delete";
   path: string;
   /** `none`: health probes. */
   auth: "required" | "none";
@@ -77,4 +78,8 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
   { method: "post", path: "/v1/chat/completions", auth: "required", handler: createChatCompletion },
   { method: "post", path: "/v1/embeddings", auth: "required", handler: createEmbeddings },
   { method: "post", path: "/v1/messages", auth: "required", handler: createMessage },
+  { method: "post", path: "/v1/streams", auth: "required", handler: createStream },
+  { method: "get", path: "/v1/streams", auth: "required", handler: listStreams },
+  { method: "get", path: "/v1/streams/:stream_id", auth: "required", handler: getStream },
+  { method: "patch", path: "/v1/streams/:stream_id", auth: "required", handler: updateStream },
 ];

@@ -9,6 +9,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
+import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamResolver } from "../resolvers/team.resolver.js";
 
 /** Resolver instances, also used by the REST table. */
@@ -19,6 +20,7 @@ export interface Resolvers {
   responses: ResponseResolver;
   events: CompletionEventsResolver;
   teams: TeamResolver;
+  streams: StreamResolver;
 }
 
 export const resolverClasses = [
@@ -28,6 +30,7 @@ export const resolverClasses = [
   ResponseResolver,
   CompletionEventsResolver,
   TeamResolver,
+  StreamResolver,
 ] as const;
 
 /**

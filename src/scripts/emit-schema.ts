@@ -12,6 +12,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
+import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamResolver } from "../resolvers/team.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
@@ -20,6 +21,7 @@ import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { StreamsService } from "../services/streams.service.js";
 import type { TeamService } from "../services/team.service.js";
 
 /**
@@ -34,6 +36,7 @@ export function placeholderResolvers(): Resolvers {
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
     events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
     teams: new TeamResolver(undefined as unknown as TeamService),
+    streams: new StreamResolver(undefined as unknown as StreamsService),
   };
 }
 

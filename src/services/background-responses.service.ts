@@ -130,10 +130,12 @@ export class BackgroundResponsesService {
    * Accepts a background response: stores it `in_progress` and, in the same transaction, enqueues
    * its generation and its deadline (`timeout_s`, else 24 h).
    * @returns the stored in-progress Response object.
-   * @throws AppError 401; 402 when the team has no credit.
+   * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another team's stream.
    */
   async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
+    // 404 for another team's stream (issue 6, item 4), before anything is stored.
+    await this.inference.activityType(principal.teamId, req.metadata);
     await this.metering.assertCredit(principal.teamId);
     const id = uuidv7();
     const createdAt = new Date();
@@ -370,7 +372,7 @@ export class BackgroundResponsesService {
     await this.metering.record({
       id: row.id,
       principal,
-      type: "standalone",
+      type: await this.inference.activityType(principal.teamId, row.metadata).catch(() => "standalone" as const),
       status,
       endpoint: "/v1/responses",
       model: row.model,

@@ -11,10 +11,11 @@ import { type Principal, type RequestContext, requirePrincipal } from "./context
 import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
-import type { ActivityStatus } from "../entities/activity.entity.js";
+import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
 import { costMicros } from "../shared/money.js";
 import { failureBody, withStatus } from "./webhooks/webhook-body.js";
 import { webhookTarget, type WebhookRequest } from "./webhooks/webhook-target.js";
+import type { StreamDirectory } from "./stream-directory.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z
@@ -117,7 +118,17 @@ export class InferenceService {
     private readonly credit: CreditService,
     /** Default `max_queue_wait_s`, seconds. */
     private readonly defaultQueueWaitS: number,
+    /** Owners of `metadata.stream_id` (issue 6, item 4); without it every request is `standalone`. */
+    private readonly streams?: StreamDirectory,
   ) {}
+
+  /**
+   * The activity type of a request (`stream` in one of the team's streams).
+   * @throws AppError 404 when `metadata.stream_id` names another team's stream.
+   */
+  activityType(teamId: string, metadata: Record<string, unknown> | null | undefined): Promise<ActivityType> {
+    return this.streams?.activityType(teamId, metadata) ?? Promise.resolve("standalone");
+  }
 
   /**
    * Runs one generation and meters it. Resolves after the activity row and the charge are
@@ -126,7 +137,7 @@ export class InferenceService {
    * the worst-case cost (prompt at the input price + `max_tokens`, or the rest of the context, at
    * the output price) is reserved through `CreditService` before a slot is taken, and settled at
    * the real cost when the record commits.
-   * @throws AppError 401; 402 without credit or when the worst case is not covered (before any
+   * @throws AppError 401; 404 when `metadata.stream_id` names another team's stream; 402 without credit or when the worst case is not covered (before any
    *   engine work); 400 when the prompt does not fit or breaks `GENERATION_LIMITS`; 429 when no
    *   engine slot frees up within `max_queue_wait_s` (no charge); 502/503 on engine failure
    *   (recorded as a failed request, no charge).
@@ -134,6 +145,7 @@ export class InferenceService {
   async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
     const principal = requirePrincipal(ctx);
     assertGenerationLimits(call);
+    const type = await this.activityType(principal.teamId, call.metadata);
     await this.metering.assertCredit(principal.teamId);
     let reservation: CreditReservation | undefined;
     let result: GenerateResult;
@@ -156,7 +168,7 @@ export class InferenceService {
       });
     } catch (err) {
       reservation?.release();
-      await this.recordFailure(principal, call, err);
+      await this.recordFailure(principal, call, type, err);
       throw err;
     }
     const cost = costMicros(result.usage, call.model.prices);
@@ -164,7 +176,7 @@ export class InferenceService {
       const rendered = call.render(result);
       const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
       const charge = await this.metering.record({
-        ...usageRecord(principal, call),
+        ...usageRecord(principal, call, type),
         status,
         usage: result.usage,
         costMicros: cost,
@@ -186,6 +198,7 @@ export class InferenceService {
    */
   async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
     const principal = requirePrincipal(ctx);
+    const type = await this.activityType(principal.teamId, call.metadata);
     await this.metering.assertCredit(principal.teamId);
     let reservation: CreditReservation | undefined;
     let result: EmbedResult;
@@ -202,7 +215,7 @@ export class InferenceService {
       });
     } catch (err) {
       reservation?.release();
-      await this.recordFailure(principal, call, err);
+      await this.recordFailure(principal, call, type, err);
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
@@ -210,7 +223,7 @@ export class InferenceService {
     try {
       const body = call.render?.(result);
       const charge = await this.metering.record({
-        ...usageRecord(principal, call),
+        ...usageRecord(principal, call, type),
         status: "completed",
         usage,
         costMicros: cost,
@@ -232,11 +245,12 @@ export class InferenceService {
   private async recordFailure(
     principal: Principal,
     call: RequestInfo & { onFailure?: (err: unknown) => FailureRecord },
+    type: ActivityType,
     err: unknown,
   ): Promise<void> {
     if (call.onFailure) {
       const failure = call.onFailure(err);
-      await this.metering.record({ ...usageRecord(principal, call), ...failure });
+      await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
       return;
     }
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
@@ -247,7 +261,7 @@ export class InferenceService {
     const error = { code, message: err instanceof AppError ? err.detail : "Internal error" };
     await this.metering
       .record({
-        ...usageRecord(principal, call),
+        ...usageRecord(principal, call, type),
         status,
         errorJson: error,
         webhook: webhookRequest(call.metadata, () =>
@@ -288,11 +302,11 @@ function assertGenerationLimits(call: GenerationCall<unknown>): void {
 }
 
 /** The parts of a usage record every outcome shares; outcomes override status, usage and results. */
-function usageRecord(principal: Principal, call: RequestInfo): UsageRecord {
+function usageRecord(principal: Principal, call: RequestInfo, type: ActivityType): UsageRecord {
   return {
     id: call.requestId,
     principal,
-    type: "standalone",
+    type,
     status: "completed",
     endpoint: call.endpoint,
     model: call.model.id,

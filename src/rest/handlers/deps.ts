@@ -8,6 +8,7 @@ import type { HealthService } from "../../services/health.service.js";
 import type { InferenceService } from "../../services/inference.service.js";
 import type { ModelCatalogService } from "../../services/model-catalog.service.js";
 import type { ResponsesService } from "../../services/responses.service.js";
+import type { StreamsService } from "../../services/streams.service.js";
 
 export interface DataPlaneDeps {
   resolvers: Resolvers;
@@ -16,6 +17,7 @@ export interface DataPlaneDeps {
   responses: ResponsesService;
   background: BackgroundResponsesService;
   events: CompletionEventsService;
+  streams: StreamsService;
   health: HealthService;
 }
 

@@ -1,0 +1,57 @@
+/**
+ * Streams over GraphQL (issue 6, item 7): thin over `StreamsService`, the service the REST routes
+ * use (same team scoping, same 400/404).
+ */
+import { Arg, Ctx, ID, Query, Resolver } from "type-graphql";
+import { StreamSummaryType, StreamType } from "../schema/stream.types.js";
+import type { RequestContext } from "../services/context.js";
+import type { StreamDetail, StreamsService } from "../services/streams.service.js";
+
+@Resolver()
+export class StreamResolver {
+  constructor(private readonly service: StreamsService) {}
+
+  @Query(() => StreamType, { description: "One stream of the caller's team with its counters (NOT_FOUND otherwise)." })
+  async stream(@Arg("id", () => ID) id: string, @Ctx() ctx: RequestContext): Promise<StreamType> {
+    return toGraphql(await this.service.get(ctx, id));
+  }
+
+  @Query(() => [StreamSummaryType], { description: "The team's streams, newest first (without counters)." })
+  async streams(@Ctx() ctx: RequestContext): Promise<StreamSummaryType[]> {
+    const { items } = await this.service.list(ctx);
+    return items.map((s) => ({
+      id: s.id,
+      name: s.name,
+      window: s.window,
+      status: s.status,
+      createdAt: s.created_at,
+      updatedAt: s.updated_at,
+    }));
+  }
+}
+
+function toGraphql(s: StreamDetail): StreamType {
+  return {
+    id: s.id,
+    name: s.name,
+    window: s.window,
+    status: s.status,
+    createdAt: s.created_at,
+    updatedAt: s.updated_at,
+    cancelledAt: s.cancelled_at,
+    archivedAt: s.archived_at,
+    totalItems: s.total_items,
+    pendingItems: s.pending_items,
+    runningItems: s.running_items,
+    completedItems: s.completed_items,
+    failedItems: s.failed_items,
+    cancelledItems: s.cancelled_items,
+    completionRatio: s.completion_ratio,
+    totalPromptTokens: s.total_prompt_tokens,
+    totalCompletionTokens: s.total_completion_tokens,
+    totalTokens: s.total_tokens,
+    totalCostMicros: s.total_cost_micros,
+    lastCompletionAt: s.last_completion_at,
+    latestCompletionId: s.latest_completion_id,
+  };
+}
