@@ -207,21 +207,23 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       background.startWorker();
       cleanup.push(["background reconciler", async () => background.stopWorker()]);
     }
+    // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
+    const handle = (url: string, port: number): Switchyard => ({
+      url,
+      port,
+      config,
+      logger,
+      dataSource: ds,
+      engines,
+      catalog,
+      metering,
+      credit,
+      events,
+      close: closeAll,
+    });
     if (config.role === "worker") {
       logger.info({ concurrency: config.workerConcurrency }, "Switchyard worker started");
-      return {
-        url: "",
-        port: 0,
-        config,
-        logger,
-        dataSource: ds,
-        engines,
-        catalog,
-        metering,
-        credit,
-        events,
-        close: closeAll,
-      };
+      return handle("", 0);
     }
 
     const streams = new StreamsService(ds, streamDirectory, background);
@@ -387,19 +389,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const url = `http://${host}:${port}`;
     logger.info({ url, graphql: `${url}/graphql` }, "Switchyard listening");
 
-    return {
-      url,
-      port,
-      config,
-      logger,
-      dataSource: ds,
-      engines,
-      catalog,
-      metering,
-      credit,
-      events,
-      close: closeAll,
-    };
+    return handle(url, port);
   } catch (err) {
     await closeAll();
     throw err;

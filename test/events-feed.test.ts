@@ -22,6 +22,7 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
+import { principalOf, usageRecordFor } from "./support/records.js";
 
 let a: TestServer;
 let b: TestServer;
@@ -34,38 +35,12 @@ afterAll(async () => {
   await a?.close();
 });
 
-type Caller = Awaited<ReturnType<typeof createTestCaller>>;
-
-function principalOf(caller: Caller): Principal {
-  return {
-    userId: caller.userId,
-    teamId: caller.teamId,
-    role: "owner",
-    email: caller.email,
-    apiKey: { id: caller.keyId, name: "test key", prefix: caller.keyPrefix },
-  };
-}
-
 function record(principal: Principal, opts: Partial<UsageRecord> = {}): UsageRecord {
-  return {
-    id: uuidv7(),
-    principal,
-    type: "standalone",
-    status: "completed",
-    endpoint: "/v1/chat/completions",
-    model: CHAT_MODEL,
-    customId: null,
-    streamId: null,
+  return usageRecordFor(principal, {
     usage: { promptTokens: 3, completionTokens: 4, cachedPromptTokens: 0 },
-    costMicros: 0n,
-    bodyJson: null,
     resultJson: { ok: true },
-    errorJson: null,
-    engineMs: 1,
-    createdAt: new Date(),
-    completedAt: new Date(),
     ...opts,
-  };
+  });
 }
 
 async function feed(server: TestServer, key: string, query = "") {

@@ -10,6 +10,7 @@ import WebSocket from "ws";
 import type { Principal } from "../src/services/context.js";
 import type { UsageRecord } from "../src/services/metering.service.js";
 import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
+import { principalOf, usageRecordFor } from "./support/records.js";
 
 let a: TestServer;
 let b: TestServer;
@@ -22,38 +23,13 @@ afterAll(async () => {
   await a?.close();
 });
 
-type Caller = Awaited<ReturnType<typeof createTestCaller>>;
-
-function principalOf(caller: Caller): Principal {
-  return {
-    userId: caller.userId,
-    teamId: caller.teamId,
-    role: "owner",
-    email: caller.email,
-    apiKey: { id: caller.keyId, name: "test key", prefix: caller.keyPrefix },
-  };
-}
-
 function record(principal: Principal, opts: Partial<UsageRecord> = {}): UsageRecord {
-  return {
-    id: uuidv7(),
-    principal,
-    type: "standalone",
-    status: "completed",
-    endpoint: "/v1/chat/completions",
-    model: CHAT_MODEL,
-    customId: null,
-    streamId: null,
+  return usageRecordFor(principal, {
     usage: { promptTokens: 3, completionTokens: 4, cachedPromptTokens: 0 },
     costMicros: 7n,
-    bodyJson: null,
     resultJson: { answer: "hi" },
-    errorJson: null,
-    engineMs: 1,
-    createdAt: new Date(),
-    completedAt: new Date(),
     ...opts,
-  };
+  });
 }
 
 function wsClient(server: TestServer, authorization?: string): Client {

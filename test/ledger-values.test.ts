@@ -22,6 +22,7 @@ import {
   startTestServer,
 } from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
+import { principalOf, usageRecordFor } from "./support/records.js";
 
 /** USD per million tokens = micro-USD per token; fractional so that rounding matters. */
 const PRICES = { input: "2.5", cachedInput: "0.75", output: "7.25" };
@@ -196,37 +197,9 @@ describe("the flush's own arithmetic, with the floor and one-charge constraints 
   });
   afterAll(() => server.close());
 
-  async function principalFor(): Promise<Principal> {
-    const caller = await createTestCaller(server.url);
-    return {
-      userId: caller.userId,
-      teamId: caller.teamId,
-      role: "owner",
-      email: caller.email,
-      apiKey: { id: caller.keyId, name: "test key", prefix: caller.keyPrefix },
-    };
-  }
-
-  function record(principal: Principal, costMicros: bigint, id = uuidv7()): UsageRecord {
-    return {
-      id,
-      principal,
-      type: "standalone",
-      status: "completed",
-      endpoint: "/v1/chat/completions",
-      model: CHAT_MODEL,
-      customId: null,
-      streamId: null,
-      usage: { promptTokens: 10, completionTokens: 20, cachedPromptTokens: 0 },
-      costMicros,
-      bodyJson: null,
-      resultJson: null,
-      errorJson: null,
-      engineMs: 1,
-      createdAt: new Date(),
-      completedAt: new Date(),
-    };
-  }
+  const principalFor = async (): Promise<Principal> => principalOf(await createTestCaller(server.url));
+  const record = (principal: Principal, costMicros: bigint, id = uuidv7()): UsageRecord =>
+    usageRecordFor(principal, { id, costMicros });
 
   test("when charges in one flush exceed the balance, then each is capped at what is left and no balance goes below zero", async () => {
     const principal = await principalFor();

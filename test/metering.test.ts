@@ -7,6 +7,7 @@ import type { Principal } from "../src/services/context.js";
 import { AppError, ErrorCode } from "../src/shared/errors.js";
 import type { UsageRecord } from "../src/services/metering.service.js";
 import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
+import { principalOf, usageRecordFor } from "./support/records.js";
 
 let server: TestServer;
 beforeAll(async () => {
@@ -15,35 +16,11 @@ beforeAll(async () => {
 afterAll(() => server.close());
 
 async function principalFor(): Promise<Principal> {
-  const caller = await createTestCaller(server.url);
-  return {
-    userId: caller.userId,
-    teamId: caller.teamId,
-    role: "owner",
-    email: caller.email,
-    apiKey: { id: caller.keyId, name: "test key", prefix: caller.keyPrefix },
-  };
+  return principalOf(await createTestCaller(server.url));
 }
 
 function record(principal: Principal, costMicros: bigint, id = uuidv7()): UsageRecord {
-  return {
-    id,
-    principal,
-    type: "standalone",
-    status: "completed",
-    endpoint: "/v1/chat/completions",
-    model: "tinystories-260k",
-    customId: null,
-    streamId: null,
-    usage: { promptTokens: 10, completionTokens: 20, cachedPromptTokens: 0 },
-    costMicros,
-    bodyJson: { hello: "world" },
-    resultJson: null,
-    errorJson: null,
-    engineMs: 3,
-    createdAt: new Date(),
-    completedAt: new Date(),
-  };
+  return usageRecordFor(principal, { id, costMicros, bodyJson: { hello: "world" }, engineMs: 3 });
 }
 
 test("when 200 requests finish at once, then few flushes write them all and the ledger adds up", async () => {

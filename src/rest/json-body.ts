@@ -66,11 +66,6 @@ export function jsonShapeProblem(
   return null;
 }
 
-/** True when JSON `text` nests arrays/objects deeper than `maxDepth` (see `jsonShapeProblem`). */
-export function jsonDeeperThan(text: Uint8Array | string, maxDepth: number): boolean {
-  return jsonShapeProblem(text, maxDepth) === "depth";
-}
-
 /** A body-parser `verify` failure; `toEnvelope` maps `type: entity.too.deep` to a 400. */
 class BodyTooDeepError extends Error {
   readonly status = 400;
