@@ -29,15 +29,17 @@ import { EngineRouter } from "./inference/engine-router.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
+import { workBatches } from "./jobs/batch.jobs.js";
 import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
+import { BatchResolver } from "./resolvers/batch.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamResolver } from "./resolvers/team.resolver.js";
-import { type PresentedCredential, createApp, presentedCredential } from "./rest/app.js";
+import { type PresentedCredential, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
   clientErrorHandler,
@@ -52,6 +54,8 @@ import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRu
 import { AccountService } from "./services/account.service.js";
 import { ApiKeyService } from "./services/api-key.service.js";
 import { BackgroundResponsesService } from "./services/background-responses.service.js";
+import { BatchRunner } from "./services/batches/batch-runner.js";
+import { BatchesService } from "./services/batches/batches.service.js";
 import { CacheBus } from "./services/cache-bus.js";
 import { CompletionEventsService } from "./services/completion-events.service.js";
 import type { Principal, RequestContext } from "./services/context.js";
@@ -207,6 +211,21 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       background.startWorker();
       cleanup.push(["background reconciler", async () => background.stopWorker()]);
     }
+    // Batches (issue 7): the API side here, the runner in worker processes. The runner stops
+    // before the job queue: items in flight finish and are recorded, then its batches are given up.
+    const batches = new BatchesService(ds, catalog, metering, jobs, bus, logger, {
+      windowS: config.batchWindowS,
+      limits: { maxItems: config.batchMaxItems, maxMemberBytes: config.bodyLimitBytes },
+      publicUrl: config.publicUrl,
+    });
+    if (runsWorkers) {
+      const runner = new BatchRunner(ds, inference, catalog, batches, jobs, bus, logger, {
+        concurrency: config.batchConcurrency ?? Math.max(1, config.engineSequences - 1),
+      });
+      await workBatches(jobs, runner, batches);
+      runner.start();
+      cleanup.push(["batch runner", () => runner.stop()]);
+    }
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
       url,
@@ -236,6 +255,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
       teams: new TeamResolver(new TeamService(ds)),
       streams: new StreamResolver(streams),
+      batches: new BatchResolver(batches),
     };
 
     const deps = {
@@ -247,6 +267,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       events,
       streams,
       health: new HealthService(ds, engines, catalog),
+      batches,
+      batchMaxBytes: config.batchMaxBytes,
     };
 
     const app = createApp({
@@ -277,12 +299,13 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const contextFromCredential = async (
       credential: PresentedCredential | undefined,
       requestId: string,
+      origin?: string,
     ): Promise<RequestContext> => {
       try {
         const principal = await credentials.authenticate(credential?.value, { apiKeyOnly: credential?.apiKeyOnly });
-        return { requestId, principal };
+        return { requestId, principal, origin };
       } catch (err) {
-        if (err instanceof AppError) return { requestId, credentialError: err };
+        if (err instanceof AppError) return { requestId, credentialError: err, origin };
         throw err;
       }
     };
@@ -373,7 +396,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       graphqlSizeGuard(limits),
       expressMiddleware(apollo, {
         context: async ({ req, res }) =>
-          contextFromCredential(presentedCredential(req), res.locals.requestId as string),
+          contextFromCredential(presentedCredential(req), res.locals.requestId as string, requestOrigin(req)),
       }),
     );
     app.use("/graphql", graphqlErrorMiddleware(logger));

@@ -89,6 +89,7 @@ test("when requests of every create operation finish, then each makes one event 
       response_id: row.id,
       custom_id: row.custom_id,
       stream_id: null,
+      batch_id: null,
       model: row.model,
       status: row.status,
       result: row.result_json,

@@ -108,6 +108,17 @@ export const configSchema = z.object({
     .default([5000, 300000, 1800000]),
   /** Webhooks: ceiling of one delivery attempt (connect, send, answer), ms. */
   webhookTimeoutMs: intFromEnv(1, 300_000).default(30_000),
+  /** Batches (issue 7): the completion window, seconds (24 h; shortened in tests). */
+  batchWindowS: intFromEnv(1, 86_400).default(86_400),
+  /** Batches: largest `POST /v1/batches` body (200 MiB; 413 above). */
+  batchMaxBytes: intFromEnv(1024, 1024 * 1024 * 1024).default(200 * 1024 * 1024),
+  /** Batches: most items in one batch. */
+  batchMaxItems: intFromEnv(1, 1_000_000).default(50_000),
+  /**
+   * Batches: items one worker process runs at once, across its batches; unset = engine sequences
+   * − 1 (at least 1), so a slot stays free for interactive requests (DESIGN §3 Batches).
+   */
+  batchConcurrency: intFromEnv(1, 1024).optional(),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -143,6 +154,10 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
   webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",
   webhookTimeoutMs: "SWITCHYARD_WEBHOOK_TIMEOUT_MS",
+  batchWindowS: "SWITCHYARD_BATCH_WINDOW_S",
+  batchMaxBytes: "SWITCHYARD_BATCH_MAX_BYTES",
+  batchMaxItems: "SWITCHYARD_BATCH_MAX_ITEMS",
+  batchConcurrency: "SWITCHYARD_BATCH_CONCURRENCY",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

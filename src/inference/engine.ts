@@ -67,7 +67,12 @@ export interface GenerateRequest extends SamplingParams {
   admit?: (promptTokens: number, maxCompletionTokens: number) => Promise<void>;
   /** Longest wait for a free slot, in ms, before `AppError(RateLimited)`. */
   maxQueueWaitMs: number;
+  /** `batch`: waits behind interactive requests for a slot (issue 7, item 2). */
+  priority?: RequestPriority;
 }
+
+/** Interactive requests take engine slots before batch items (DESIGN §3 Batches; issue 7, item 2). */
+export type RequestPriority = "interactive" | "batch";
 
 export interface GenerateResult {
   text: string;
@@ -89,6 +94,7 @@ export interface EmbedRequest {
   /** Called once every input is counted and fits, before a slot is taken (see `GenerateRequest.admit`). */
   admit?: (promptTokens: number) => Promise<void>;
   maxQueueWaitMs: number;
+  priority?: RequestPriority;
 }
 
 export interface EmbedResult {

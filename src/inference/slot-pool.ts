@@ -25,6 +25,8 @@ export interface SlotPoolStats {
 export class SlotPool<T> {
   private readonly free: T[];
   private readonly waiters: Waiter<T>[] = [];
+  /** Batch work (issue 7): served only when no interactive request waits. */
+  private readonly lowWaiters: Waiter<T>[] = [];
   /** Slots the pool was built with. */
   readonly size: number;
 
@@ -40,22 +42,26 @@ export class SlotPool<T> {
 
   /** Requests waiting for a slot. */
   get waiting(): number {
-    return this.waiters.length;
+    return this.waiters.length + this.lowWaiters.length;
   }
 
   /** A read-only snapshot of the counts above (observability and tests: issue 14, item 2). */
   stats(): SlotPoolStats {
-    return { size: this.size, available: this.free.length, waiting: this.waiters.length };
+    return { size: this.size, available: this.free.length, waiting: this.waiting };
   }
 
   /**
    * Takes a free slot (the one `pick` prefers, else the first), waiting up to `maxWaitMs`.
+   * `low` (batch items, issue 7 item 2): waits behind every interactive request, so a freed slot
+   * goes to an interactive waiter first; among each kind the wait is FIFO.
    * @throws AppError RateLimited (429, Retry-After 1 s) when none frees up in time;
    *   the signal's reason when `signal` aborts first.
    */
-  acquire(maxWaitMs: number, pick?: (free: T[]) => T, signal?: AbortSignal): Promise<T> {
+  acquire(maxWaitMs: number, pick?: (free: T[]) => T, signal?: AbortSignal, low = false): Promise<T> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.free.length > 0 && this.waiters.length === 0) return Promise.resolve(this.take(pick));
+    if (this.free.length > 0 && this.waiters.length === 0 && (!low || this.lowWaiters.length === 0)) {
+      return Promise.resolve(this.take(pick));
+    }
     return new Promise<T>((resolve, reject) => {
       const waiter: Waiter<T> = {
         pick,
@@ -81,14 +87,14 @@ export class SlotPool<T> {
         };
         signal.addEventListener("abort", waiter.onAbort, { once: true });
       }
-      this.waiters.push(waiter);
+      (low ? this.lowWaiters : this.waiters).push(waiter);
     });
   }
 
   /** Returns a slot; the oldest waiter gets it at once. */
   release(slot: T): void {
     this.free.push(slot);
-    const next = this.waiters.shift();
+    const next = this.waiters.shift() ?? this.lowWaiters.shift();
     if (next) {
       this.cleanup(next);
       next.resolve(this.take(next.pick));
@@ -97,7 +103,7 @@ export class SlotPool<T> {
 
   /** Rejects every waiter (shutdown). */
   rejectAll(err: unknown): void {
-    for (const w of this.waiters.splice(0)) {
+    for (const w of [...this.waiters.splice(0), ...this.lowWaiters.splice(0)]) {
       this.cleanup(w);
       w.reject(err);
     }
@@ -110,8 +116,10 @@ export class SlotPool<T> {
   }
 
   private drop(waiter: Waiter<T>): void {
-    const i = this.waiters.indexOf(waiter);
-    if (i >= 0) this.waiters.splice(i, 1);
+    for (const queue of [this.waiters, this.lowWaiters]) {
+      const i = queue.indexOf(waiter);
+      if (i >= 0) queue.splice(i, 1);
+    }
     this.cleanup(waiter);
   }
 

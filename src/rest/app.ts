@@ -58,6 +58,12 @@ export function presentedCredential(req: Pick<Request, "get">): PresentedCredent
   return req.get("authorization") ? { value: "", apiKeyOnly: false } : undefined;
 }
 
+/** `protocol://host` of a request, for absolute links on the same origin; undefined without a Host header. */
+export function requestOrigin(req: Pick<Request, "protocol" | "get">): string | undefined {
+  const host = req.get("host");
+  return host ? `${req.protocol}://${host}` : undefined;
+}
+
 /** Builds the request context; with `auth: required`, 401 unless valid credentials came. */
 async function contextFor(
   req: Request,
@@ -65,7 +71,7 @@ async function contextFor(
   credentials: CredentialService,
   auth: "required" | "none",
 ): Promise<RequestContext> {
-  const ctx: RequestContext = { requestId: res.locals.requestId as string };
+  const ctx: RequestContext = { requestId: res.locals.requestId as string, origin: requestOrigin(req) };
   if (auth === "none") return ctx;
   const credential = presentedCredential(req);
   if (credential === undefined) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
@@ -107,7 +113,16 @@ export function createApp(opts: AppOptions): Express {
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger));
-  app.use(["/v1", "/control/v1"], jsonBody(opts.bodyLimitBytes));
+  // Routes that read their own body (batches) skip the JSON parser.
+  const rawBodies = new Set(
+    dataPlaneRoutes.filter((r) => r.body === "raw").map((r) => `${r.method.toUpperCase()} ${r.path}`),
+  );
+  const parseJson = jsonBody(opts.bodyLimitBytes);
+  app.use(["/v1", "/control/v1"], (req, res, next) => {
+    const path = req.originalUrl.split("?")[0].replace(/\/+$/, "").toLowerCase();
+    if (rawBodies.has(`${req.method} ${path}`)) return next();
+    return parseJson(req, res, next);
+  });
 
   for (const route of dataPlaneRoutes) {
     app[route.method](route.path, async (req, res) => {

@@ -16,6 +16,14 @@ import {
   listResponses,
 } from "./handlers/responses.handler.js";
 import { createStream, getStream, listStreams, updateStream } from "./handlers/streams.handler.js";
+import {
+  cancelBatch,
+  createBatch,
+  getBatch,
+  getBatchResults,
+  getBatchResultsJsonl,
+  listBatches,
+} from "./handlers/batches.handler.js";
 
 /** A model as Anthropic's API lists it: the spec's fields plus `type` and an RFC 3339 `created_at`. */
 function anthropicModel(m: ModelDto) {
@@ -28,6 +36,8 @@ export interface DataPlaneRoute {
   /** `none`: health probes. */
   auth: "required" | "none";
   handler: DataPlaneHandler;
+  /** `raw`: the handler reads the body itself (batches: 200 MB, not through the JSON parser). */
+  body?: "json" | "raw";
 }
 
 export const dataPlaneRoutes: DataPlaneRoute[] = [
@@ -82,4 +92,10 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
   { method: "get", path: "/v1/streams", auth: "required", handler: listStreams },
   { method: "get", path: "/v1/streams/:stream_id", auth: "required", handler: getStream },
   { method: "patch", path: "/v1/streams/:stream_id", auth: "required", handler: updateStream },
+  { method: "post", path: "/v1/batches", auth: "required", handler: createBatch, body: "raw" },
+  { method: "get", path: "/v1/batches", auth: "required", handler: listBatches },
+  { method: "get", path: "/v1/batches/:batch_id", auth: "required", handler: getBatch },
+  { method: "post", path: "/v1/batches/:batch_id/cancel", auth: "required", handler: cancelBatch },
+  { method: "get", path: "/v1/batches/:batch_id/results", auth: "required", handler: getBatchResults },
+  { method: "get", path: "/v1/batches/:batch_id/results.jsonl", auth: "required", handler: getBatchResultsJsonl },
 ];

@@ -6,6 +6,7 @@ import type { GraphQLSchema } from "graphql";
 import { type ContainerType, type PubSub, buildSchema } from "type-graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -21,6 +22,7 @@ export interface Resolvers {
   events: CompletionEventsResolver;
   teams: TeamResolver;
   streams: StreamResolver;
+  batches: BatchResolver;
 }
 
 export const resolverClasses = [
@@ -31,6 +33,7 @@ export const resolverClasses = [
   CompletionEventsResolver,
   TeamResolver,
   StreamResolver,
+  BatchResolver,
 ] as const;
 
 /**

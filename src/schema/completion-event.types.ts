@@ -39,6 +39,8 @@ export class CompletionEventType {
   response_id!: string;
   @Field(() => String, { name: "customId", nullable: true }) custom_id!: string | null;
   @Field(() => ID, { name: "streamId", nullable: true }) stream_id!: string | null;
+  @Field(() => ID, { name: "batchId", nullable: true, description: "The batch of a batch item (issue 7)." })
+  batch_id!: string | null;
   @Field() model!: string;
   @Field({ description: "completed, failed or cancelled." }) status!: string;
   @Field(() => JSONObjectScalar, { nullable: true, description: "The answer body (activity result)." })

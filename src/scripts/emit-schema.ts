@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
+import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -19,6 +20,7 @@ import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
 import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
+import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { StreamsService } from "../services/streams.service.js";
@@ -37,6 +39,7 @@ export function placeholderResolvers(): Resolvers {
     events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
     teams: new TeamResolver(undefined as unknown as TeamService),
     streams: new StreamResolver(undefined as unknown as StreamsService),
+    batches: new BatchResolver(undefined as unknown as BatchesService),
   };
 }
 

@@ -43,12 +43,16 @@ import {
 import type { ResponseList, ResponsesService } from "./responses.service.js";
 
 /** The job queue's names (`src/jobs`). */
-export type JobName = "response-generate" | "response-deadline";
+export type JobName = "response-generate" | "response-deadline" | "batch-run" | "batch-expire";
 
 /** Each job's payload. */
 export interface JobData {
   "response-generate": { responseId: string };
   "response-deadline": { responseId: string };
+  /** Runs a batch's items (issue 7); at most one queued and one running per batch. */
+  "batch-run": { batchId: string };
+  /** Ends a batch whose window passed (issue 7, item 5). */
+  "batch-expire": { batchId: string };
 }
 
 /** Runs one SQL statement (inside the caller's transaction) and returns its rows. */
@@ -62,11 +66,17 @@ export interface SendOptions {
   expireInSeconds?: number;
   /** Write the job through this executor, i.e. in that transaction. */
   db?: SqlExecutor;
+  /**
+   * On queues that allow one job per key (`batch-run`): a second job with the same key, while one
+   * is queued, is not created (`send` then returns null).
+   */
+  singletonKey?: string;
 }
 
 /** What services need of the job queue (implemented by `jobs/job-queue.ts`; services never import jobs). */
 export interface JobSender {
-  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string>;
+  /** @returns the job id; null only when `singletonKey` found one already queued. */
+  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string | null>;
 }
 
 /** The background window when `timeout_s` is not given (DESIGN §3: 24 h), seconds. */

@@ -55,12 +55,14 @@ export const MAX_WAIT_MS = 30_000;
 /** A subscriber more than this many events behind is ended (it cannot keep up). */
 const MAX_SUBSCRIBER_BACKLOG = 10_000;
 
-/** spec: Response event (completion feed item), plus `stream_id` and `model`. */
+/** spec: Response event (completion feed item), plus `stream_id`, `batch_id` (issue 7, item 8) and `model`. */
 export interface CompletionEvent {
   completion_id: string;
   response_id: string;
   custom_id: string | null;
   stream_id: string | null;
+  /** The batch of a batch item, else null. */
+  batch_id: string | null;
   model: string;
   status: string;
   result: unknown;
@@ -113,7 +115,7 @@ interface EventRow extends Omit<CompletionEvent, "cost_micros" | "completed_at">
   completed_at: Date;
 }
 
-const EVENT_COLUMNS = `e.position::text AS position, e.completion_id, e.response_id, a.custom_id, e.stream_id,
+const EVENT_COLUMNS = `e.position::text AS position, e.completion_id, e.response_id, a.custom_id, e.stream_id, a.batch_id,
   a.model, a.status, a.result_json AS result, a.error_json AS error, a.prompt_tokens, a.completion_tokens,
   a.total_tokens, a.cost_micros::text AS cost_micros, e.completed_at`;
 const EVENT_FROM = `completion_events e JOIN activity a ON a.id = e.response_id`;
@@ -125,6 +127,7 @@ function toEvent(r: EventRow): CompletionEvent {
     response_id: r.response_id,
     custom_id: r.custom_id,
     stream_id: r.stream_id,
+    batch_id: r.batch_id,
     model: r.model,
     status: r.status,
     result: r.result ?? null,

@@ -28,6 +28,8 @@ export interface RequestContext {
   credentialError?: AppError;
   /** Unique per HTTP request (also the `x-request-id` response header). */
   requestId: string;
+  /** The request's origin (`http://host:port`), for absolute links such as a batch's `output_url`. */
+  origin?: string;
 }
 
 /**

@@ -52,7 +52,7 @@ export interface Rendered<T> {
   status?: ActivityStatus;
 }
 
-/** How a failed generation is recorded when its caller decides (background responses, issue 6 item 2). */
+/** How a failed request is recorded when its caller decides (background responses, issue 6 item 2; batch items, issue 7). */
 export interface FailureRecord {
   status: ActivityStatus;
   errorJson: unknown;
@@ -70,6 +70,18 @@ export interface RequestInfo {
   metadata: Record<string, unknown> | null | undefined;
   /** The request body as received (activity `body_json`); null when it must not be kept. */
   body: unknown;
+  /**
+   * A batch item (issue 7): activity `type: batch` with the batch's id and the item's `custom_id`;
+   * it waits behind interactive requests for an engine slot, and every failure before or in the
+   * engine goes to `onFailure` (refusals included).
+   */
+  batch?: { batchId: string; customId: string | null };
+  /**
+   * Background responses and batch items: every failure, refusals included, is recorded as this
+   * says (a stored Response or batch item must reach a terminal status); null: not recorded (the
+   * caller retries). Without it refusals are not recorded.
+   */
+  onFailure?: (err: unknown) => FailureRecord | null;
 }
 
 export interface GenerationCall<T> extends RequestInfo {
@@ -82,11 +94,6 @@ export interface GenerationCall<T> extends RequestInfo {
   onStart?: (start: GenerationStart) => void;
   onText?: (delta: string) => void;
   render: (result: GenerateResult) => Rendered<T>;
-  /**
-   * Background responses: every failure, refusals included, is recorded as this says (the stored
-   * Response must reach a terminal status); without it refusals are not recorded.
-   */
-  onFailure?: (err: unknown) => FailureRecord;
 }
 
 export interface GenerationOutcome<T> {
@@ -144,12 +151,18 @@ export class InferenceService {
    */
   async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
     const principal = requirePrincipal(ctx);
-    assertGenerationLimits(call);
-    const type = await this.activityType(principal.teamId, call.metadata);
-    await this.metering.assertCredit(principal.teamId);
+    // Refusals before any engine work; a batch item's are recorded as its failure (in the try).
+    const admitCall = async (): Promise<ActivityType> => {
+      assertGenerationLimits(call);
+      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata);
+      await this.metering.assertCredit(principal.teamId);
+      return type;
+    };
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
     let result: GenerateResult;
     try {
+      if (call.batch) type = await admitCall();
       result = await this.engines.engineFor(call.model).generate({
         model: call.model,
         messages: call.messages,
@@ -165,6 +178,7 @@ export class InferenceService {
           reservation = await this.credit.reserve(principal.teamId, worst);
         },
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
       });
     } catch (err) {
       reservation?.release();
@@ -198,11 +212,16 @@ export class InferenceService {
    */
   async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
     const principal = requirePrincipal(ctx);
-    const type = await this.activityType(principal.teamId, call.metadata);
-    await this.metering.assertCredit(principal.teamId);
+    const admitCall = async (): Promise<ActivityType> => {
+      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata);
+      await this.metering.assertCredit(principal.teamId);
+      return type;
+    };
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
     let result: EmbedResult;
     try {
+      if (call.batch) type = await admitCall();
       result = await this.engines.engineFor(call.model).embed({
         model: call.model,
         inputs: call.inputs,
@@ -212,6 +231,7 @@ export class InferenceService {
           reservation = await this.credit.reserve(principal.teamId, worst);
         },
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
       });
     } catch (err) {
       reservation?.release();
@@ -227,6 +247,9 @@ export class InferenceService {
         status: "completed",
         usage,
         costMicros: cost,
+        // A batch item's result is its row in the batch results (issue 7); synchronous answers
+        // are not kept (vectors are large and the caller has them).
+        resultJson: call.batch ? (body ?? null) : null,
         engineMs: result.engineMs,
         webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
       });
@@ -244,13 +267,13 @@ export class InferenceService {
    */
   private async recordFailure(
     principal: Principal,
-    call: RequestInfo & { onFailure?: (err: unknown) => FailureRecord },
+    call: RequestInfo,
     type: ActivityType,
     err: unknown,
   ): Promise<void> {
     if (call.onFailure) {
       const failure = call.onFailure(err);
-      await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
+      if (failure) await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
       return;
     }
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
@@ -311,6 +334,7 @@ function usageRecord(principal: Principal, call: RequestInfo, type: ActivityType
     endpoint: call.endpoint,
     model: call.model.id,
     ...labels(call.metadata),
+    ...(call.batch ? { batchId: call.batch.batchId, customId: call.batch.customId } : {}),
     usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
     costMicros: 0n,
     bodyJson: call.body,

@@ -42,6 +42,8 @@ export interface UsageRecord {
   model: string;
   customId: string | null;
   streamId: string | null;
+  /** The batch of a batch item (issue 7). */
+  batchId?: string | null;
   usage: TokenUsage;
   /** Charge in micro-USD (≥ 0). */
   costMicros: bigint;
@@ -301,7 +303,7 @@ export class MeteringService {
          SELECT DISTINCT ON (id) * FROM jsonb_to_recordset($1::jsonb) AS x(
            id uuid, ledger_id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text,
            api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
-           prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
+           batch_id uuid, prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
            cost_micros bigint, body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer,
            created_at timestamptz, completed_at timestamptz, completion_id uuid)
           WHERE EXISTS (SELECT FROM serial)
@@ -319,14 +321,14 @@ export class MeteringService {
        ended AS (SELECT * FROM bg WHERE status <> 'in_progress'),
        ins AS (
          INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
-                               model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
+                               model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
                                cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
                                created_at, completed_at)
          SELECT i.id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type,
                 CASE WHEN e.id IS NULL THEN i.status
                      WHEN e.status IN ('cancelled', 'failed') THEN e.status
                      ELSE 'completed' END,
-                endpoint, model, custom_id, stream_id, prompt_tokens, completion_tokens, total_tokens,
+                endpoint, model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
                 cached_prompt_tokens, cost_micros, body_json,
                 CASE WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json ELSE e.response_json END,
                 CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
@@ -453,6 +455,7 @@ function activityRow(r: UsageRecord) {
     model: r.model,
     custom_id: r.customId,
     stream_id: r.streamId,
+    batch_id: r.batchId ?? null,
     prompt_tokens: r.usage.promptTokens,
     completion_tokens: r.usage.completionTokens,
     total_tokens: r.usage.promptTokens + r.usage.completionTokens,

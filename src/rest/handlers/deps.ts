@@ -2,6 +2,7 @@
 import type { Request, Response } from "express";
 import type { Resolvers } from "../../schema/build-schema.js";
 import type { BackgroundResponsesService } from "../../services/background-responses.service.js";
+import type { BatchesService } from "../../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../../services/completion-events.service.js";
 import type { RequestContext } from "../../services/context.js";
 import type { HealthService } from "../../services/health.service.js";
@@ -19,6 +20,9 @@ export interface DataPlaneDeps {
   events: CompletionEventsService;
   streams: StreamsService;
   health: HealthService;
+  batches: BatchesService;
+  /** Largest `POST /v1/batches` body, bytes (config `batchMaxBytes`). */
+  batchMaxBytes: number;
 }
 
 /** A data-plane handler: writes the answer itself (JSON or SSE). */

@@ -146,6 +146,7 @@ export class LlamaCppEngine implements InferenceEngine {
       req.maxQueueWaitMs,
       (free) => longestPrefix(free, prompt.tokens, rt.bosCount),
       req.signal,
+      req.priority === "batch",
     );
     const started = performance.now();
     let completionTokens = 0;
@@ -276,7 +277,7 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     await req.admit?.(tokenised.reduce((n, t) => n + t.length, 0));
     const queued = performance.now();
-    const ctx = await rt.pool.acquire(req.maxQueueWaitMs, undefined, req.signal);
+    const ctx = await rt.pool.acquire(req.maxQueueWaitMs, undefined, req.signal, req.priority === "batch");
     const started = performance.now();
     try {
       const vectors: number[][] = [];

@@ -1,0 +1,265 @@
+/**
+ * What a batch item may ask for and how it runs (issue 7, items 1–2; DESIGN §3 Batches): each
+ * item is validated at create time with the same schema as its synchronous endpoint, Responses
+ * bodies are converted to chat, and at run time an item goes through the same protocol
+ * translation and `InferenceService` call as the synchronous endpoint (same credit reservation,
+ * metering, activity record and completion event), marked as a batch item.
+ */
+import { z } from "zod";
+import { AppError, type FieldIssue, assertUnreachable, zodIssues } from "../../shared/errors.js";
+import type { ChatMessage } from "../../inference/engine.js";
+import type { RequestContext } from "../context.js";
+import type { FailureRecord, InferenceService } from "../inference.service.js";
+import type { ModelCatalogService } from "../model-catalog.service.js";
+import { PG_TEXT_MESSAGE, isPgStorableText } from "../validation.js";
+import {
+  anthropicMessage,
+  anthropicMessages,
+  anthropicParams,
+  messagesRequest,
+} from "../protocols/anthropic-messages.protocol.js";
+import { chatCompletion, chatCompletionRequest, chatMessages, chatParams } from "../protocols/openai-chat.protocol.js";
+import { embeddingInputs, embeddingList, embeddingRequest, shorten } from "../protocols/openai-embeddings.protocol.js";
+import { responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
+
+/** The operations an item runs as, once converted (Responses bodies run as chat). */
+export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages";
+
+/** `url` values an item may name (DESIGN §3 Batches). */
+export const BATCH_ITEM_URLS = [
+  "/v1/chat/completions",
+  "/v1/responses",
+  "/v1/embeddings",
+  "/v1/messages",
+  "/v1/decisions",
+] as const;
+
+/** Longest `custom_id`, characters. */
+export const MAX_CUSTOM_ID_CHARS = 512;
+
+/** How long an item waits for an engine slot before it is put back and retried, seconds. */
+const ITEM_QUEUE_WAIT_S = 60;
+
+const itemShape = z
+  .object({
+    custom_id: z.string().max(MAX_CUSTOM_ID_CHARS).nullish(),
+    url: z.string().nullish(),
+    method: z.string().nullish(),
+    body: z.record(z.string(), z.unknown(), { error: "must be an object" }),
+  })
+  .loose();
+
+/** An item as stored: what runs, converted. */
+export interface PreparedItem {
+  customId: string | null;
+  url: BatchItemUrl;
+  /** The operation's request body (for `/v1/responses` items, the chat body it became). */
+  body: Record<string, unknown>;
+}
+
+/** An item's problem as the 400 lists it: the field, and the item's `custom_id`. */
+export interface ItemIssue extends FieldIssue {
+  custom_id: string | null;
+}
+
+/**
+ * Validates one item (`requests[index]`) and converts it to what it runs as.
+ * @returns the prepared item, or every issue found in it (fields prefixed `requests[i]`).
+ */
+export function prepareBatchItem(
+  catalog: ModelCatalogService,
+  raw: unknown,
+  index: number,
+): { item: PreparedItem } | { issues: ItemIssue[] } {
+  const prefix = `requests[${index}]`;
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    return { issues: [{ field: prefix, message: "must be an object with a body", custom_id: null }] };
+  }
+  const shape = itemShape.safeParse(raw);
+  const rawCustomId = (raw as { custom_id?: unknown } | null)?.custom_id;
+  const customId = typeof rawCustomId === "string" && isPgStorableText(rawCustomId) ? rawCustomId : null;
+  const issue = (field: string, message: string): ItemIssue => ({ field, message, custom_id: customId });
+  if (!shape.success) {
+    return { issues: zodIssues(shape.error, prefix + ".").map((i) => ({ ...i, custom_id: customId })) };
+  }
+  if (typeof rawCustomId === "string" && customId === null) {
+    return { issues: [issue(`${prefix}.custom_id`, PG_TEXT_MESSAGE)] };
+  }
+  const { body, url } = shape.data;
+  const bodyPrefix = `${prefix}.body`;
+  const issues: ItemIssue[] = [];
+  if (shape.data.method != null && shape.data.method.toUpperCase() !== "POST") {
+    issues.push(issue(`${prefix}.method`, "must be POST"));
+  }
+  if (body.background === true) issues.push(issue(`${bodyPrefix}.background`, "is not allowed in a batch"));
+  if (body.stream === true) issues.push(issue(`${bodyPrefix}.stream`, "is not allowed in a batch"));
+  if (url != null && !(BATCH_ITEM_URLS as readonly string[]).includes(url)) {
+    issues.push(issue(`${prefix}.url`, `must be one of ${BATCH_ITEM_URLS.join(", ")}`));
+    return { issues };
+  }
+  const target = (url ?? inferUrl(catalog, body)) as (typeof BATCH_ITEM_URLS)[number];
+  const fail = (found: FieldIssue[]) => ({
+    issues: [...issues, ...found.map((i) => ({ ...i, custom_id: customId }))],
+  });
+  const modelIssue = (id: string, modality: "text_generation" | "text_embedding"): FieldIssue[] => {
+    try {
+      catalog.resolve(id, modality);
+      return [];
+    } catch (err) {
+      if (err instanceof AppError) return [{ field: `${bodyPrefix}.model`, message: err.detail }];
+      throw err;
+    }
+  };
+  switch (target) {
+    case "/v1/chat/completions": {
+      const parsed = chatCompletionRequest.safeParse(body);
+      if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
+      const found = [
+        ...modelIssue(parsed.data.model, "text_generation"),
+        ...textOnly(chatMessages(parsed.data).unsupported, bodyPrefix),
+      ];
+      if (issues.length + found.length > 0) return fail(found);
+      return { item: { customId, url: target, body } };
+    }
+    case "/v1/responses": {
+      const parsed = responseRequest.safeParse(body);
+      if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
+      const { messages, unsupported } = responseMessages(parsed.data);
+      const found = [...modelIssue(parsed.data.model, "text_generation"), ...textOnly(unsupported, bodyPrefix)];
+      if (issues.length + found.length > 0) return fail(found);
+      return { item: { customId, url: "/v1/chat/completions", body: responsesToChat(parsed.data, messages) } };
+    }
+    case "/v1/embeddings": {
+      const parsed = embeddingRequest.safeParse(body);
+      if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
+      const found = modelIssue(parsed.data.model, "text_embedding");
+      const native =
+        found.length === 0 ? catalog.resolve(parsed.data.model, "text_embedding").capabilities.dimensions : null;
+      if (parsed.data.dimensions != null && native !== null && parsed.data.dimensions > native) {
+        found.push({ field: `${bodyPrefix}.dimensions`, message: `at most ${native}` });
+      }
+      if (issues.length + found.length > 0) return fail(found);
+      return { item: { customId, url: target, body } };
+    }
+    case "/v1/messages": {
+      const parsed = messagesRequest.safeParse(body);
+      if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
+      const found = [
+        ...modelIssue(parsed.data.model, "text_generation"),
+        ...textOnly(anthropicMessages(parsed.data).unsupported, bodyPrefix),
+      ];
+      if (issues.length + found.length > 0) return fail(found);
+      return { item: { customId, url: target, body } };
+    }
+    case "/v1/decisions":
+      return fail([{ field: `${prefix}.url`, message: "decisions are not served by this build yet" }]);
+  }
+  return assertUnreachable(target);
+}
+
+/** Without `url`: chat for `messages`, embeddings for `input` to an embedding model, else Responses. */
+function inferUrl(catalog: ModelCatalogService, body: Record<string, unknown>): (typeof BATCH_ITEM_URLS)[number] {
+  if (body.messages !== undefined) return "/v1/chat/completions";
+  if (body.input !== undefined) {
+    const model = typeof body.model === "string" ? catalog.all().find((m) => m.id === body.model) : undefined;
+    return model?.modality === "text_embedding" ? "/v1/embeddings" : "/v1/responses";
+  }
+  return "/v1/chat/completions";
+}
+
+function textOnly(unsupported: string[], bodyPrefix: string): FieldIssue[] {
+  return unsupported.map((field) => ({ field: `${bodyPrefix}.${field}`, message: "unsupported content type" }));
+}
+
+/** A Responses body as the chat body it runs as (issue 7, item 1: converted at create time). */
+function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMessage[]): Record<string, unknown> {
+  const chat: Record<string, unknown> = { model: req.model, messages };
+  if (req.max_output_tokens != null) chat.max_tokens = req.max_output_tokens;
+  if (req.temperature != null) chat.temperature = req.temperature;
+  if (req.top_p != null) chat.top_p = req.top_p;
+  if (req.metadata != null) chat.metadata = req.metadata;
+  return chat;
+}
+
+/** One item as the runner hands it over. */
+export interface RunnableItem {
+  /** Activity id and ledger source, fixed at create. */
+  requestId: string;
+  batchId: string;
+  customId: string | null;
+  url: BatchItemUrl;
+  body: Record<string, unknown>;
+}
+
+/**
+ * Runs one item through the synchronous endpoint's path and records it (activity `type: batch`).
+ * Resolves once the record is committed.
+ * @throws what the call throws: AppError 429 / client_closed when `onFailure` chose not to record
+ *   (the runner retries the item), or the recorded failure's error; AppError 400 when the stored
+ *   body no longer validates (e.g. its model left the catalog) — not recorded, the runner ends the
+ *   item itself.
+ */
+export async function runBatchItem(
+  inference: InferenceService,
+  catalog: ModelCatalogService,
+  ctx: RequestContext,
+  item: RunnableItem,
+  signal: AbortSignal,
+  onFailure: (err: unknown) => FailureRecord | null,
+): Promise<void> {
+  const common = {
+    requestId: item.requestId,
+    createdAt: new Date(),
+    endpoint: item.url,
+    body: item.body,
+    maxQueueWaitS: ITEM_QUEUE_WAIT_S,
+    signal,
+    batch: { batchId: item.batchId, customId: item.customId },
+    onFailure,
+  };
+  switch (item.url) {
+    case "/v1/chat/completions": {
+      const body = chatCompletionRequest.parse(item.body);
+      const model = catalog.resolve(body.model, "text_generation");
+      await inference.generate(ctx, {
+        ...common,
+        model,
+        messages: chatMessages(body).messages,
+        params: chatParams(body),
+        metadata: body.metadata,
+        render: (result) => ({ body: chatCompletion(item.requestId, common.createdAt, model.id, result) }),
+      });
+      return;
+    }
+    case "/v1/messages": {
+      const body = messagesRequest.parse(item.body);
+      const model = catalog.resolve(body.model, "text_generation");
+      await inference.generate(ctx, {
+        ...common,
+        model,
+        messages: anthropicMessages(body).messages,
+        params: anthropicParams(body),
+        stopField: "stop_sequences",
+        metadata: body.metadata,
+        render: (result) => ({ body: anthropicMessage(item.requestId, model.id, result) }),
+      });
+      return;
+    }
+    case "/v1/embeddings": {
+      const body = embeddingRequest.parse(item.body);
+      const model = catalog.resolve(body.model, "text_embedding");
+      await inference.embed(ctx, {
+        ...common,
+        model,
+        inputs: embeddingInputs(body),
+        metadata: body.metadata,
+        render: (result) => {
+          const vectors =
+            body.dimensions != null ? result.vectors.map((v) => shorten(v, body.dimensions!)) : result.vectors;
+          return embeddingList(model.id, vectors, body.encoding_format ?? "float", result.promptTokens);
+        },
+      });
+      return;
+    }
+  }
+}

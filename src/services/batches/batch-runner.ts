@@ -1,0 +1,434 @@
+/**
+ * Batches, the worker side (issue 7, items 2, 5–7, 9): runs a batch's items through
+ * `runBatchItem` (the synchronous endpoints' path), a bounded number at once per process.
+ *
+ * Exactly once: an item's activity id (`request_id`) is fixed at create, and the activity record
+ * (written with its charge by the metering group commit, `ON CONFLICT DO NOTHING`) is the truth an
+ * item row is finalised from. A runner that dies leaves items `running`; whoever claims the batch
+ * next finalises those whose activity exists and puts the rest back to `pending` — so no item is
+ * charged or given a result twice, and none is lost.
+ *
+ * Who runs a batch: the `batch-run` job (one queued and one active per batch) claims it (`runner`
+ * = this process, heartbeat every 2 s); a runner silent for 10 s is replaced: every worker's
+ * reconciler re-sends the job of such batches, and expires batches whose window passed.
+ *
+ * Scheduling policy (DESIGN §3 Batches, issue 7 item 2): a worker process runs at most
+ * `concurrency` items at once across all its batches (default: engine sequences − 1, so one slot
+ * stays for interactive requests), and in the engine's slot queue a batch item waits behind every
+ * interactive request. An item refused for capacity (429) goes back to `pending` and is retried.
+ */
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import type { DataSource } from "typeorm";
+import { queryRows } from "../../db/sql.js";
+import { AppError, ErrorCode } from "../../shared/errors.js";
+import type { JobSender } from "../background-responses.service.js";
+import type { CacheBus } from "../cache-bus.js";
+import type { Principal } from "../context.js";
+import type { FailureRecord, InferenceService } from "../inference.service.js";
+import type { ModelCatalogService } from "../model-catalog.service.js";
+import { type BatchItemUrl, runBatchItem } from "./batch-operations.js";
+import type { BatchesService } from "./batches.service.js";
+
+/** Heartbeat and reconcile period of a worker process, ms. */
+export const BATCH_HEARTBEAT_MS = 2_000;
+/** A batch runner silent this long is taken for dead, seconds. */
+export const BATCH_RUNNER_STALE_S = 10;
+/** A progress line per running batch this often, ms. */
+const PROGRESS_LOG_MS = 10_000;
+/** Pause before an item refused for capacity is offered again, ms. */
+const RETRY_PAUSE_MS = 1_000;
+
+export interface BatchRunnerOptions {
+  /** Items run at once by this process, across its batches. */
+  concurrency: number;
+}
+
+interface RunningBatch {
+  batchId: string;
+  principal: Principal;
+  total: number;
+  /** Items this runner finished. */
+  done: number;
+  startedAt: number;
+  lastLog: number;
+  /** Items in flight here, by index. */
+  controllers: Map<number, AbortController>;
+  /** Items finished since the last heartbeat (then `updated_at` moves). */
+  progressed: boolean;
+}
+
+interface ClaimedItem {
+  idx: number;
+  request_id: string;
+  custom_id: string | null;
+  url: BatchItemUrl;
+  body_json: Record<string, unknown>;
+}
+
+/** A FIFO counting semaphore. */
+class Slots {
+  private free: number;
+  private readonly waiters: Array<() => void> = [];
+  constructor(size: number) {
+    this.free = size;
+  }
+  async acquire(): Promise<void> {
+    if (this.free > 0) {
+      this.free--;
+      return;
+    }
+    await new Promise<void>((resolve) => this.waiters.push(resolve));
+  }
+  release(): void {
+    const next = this.waiters.shift();
+    if (next) next();
+    else this.free++;
+  }
+}
+
+/** Runs batches in a worker process: the `batch-run` handler, heartbeats, reconciling. One per process. */
+export class BatchRunner {
+  /** This process as a runner of batches. */
+  readonly holder = randomUUID();
+  private readonly running = new Map<string, RunningBatch>();
+  private readonly slots: Slots;
+  private ticker?: NodeJS.Timeout;
+  private stopping = false;
+  private ticks = 0;
+
+  constructor(
+    private readonly ds: DataSource,
+    private readonly inference: InferenceService,
+    private readonly catalog: ModelCatalogService,
+    private readonly batches: BatchesService,
+    private readonly jobs: JobSender,
+    bus: CacheBus,
+    private readonly logger: Logger,
+    opts: BatchRunnerOptions,
+  ) {
+    this.slots = new Slots(opts.concurrency);
+    // An expired batch's running items are aborted wherever they run (issue 7, item 5).
+    bus.on("batch-abort", (batchId) => {
+      const batch = this.running.get(batchId);
+      if (!batch) return;
+      for (const c of batch.controllers.values()) {
+        c.abort(new AppError(ErrorCode.ClientClosed, "The batch ended"));
+      }
+    });
+  }
+
+  /**
+   * The `batch-run` job: claims the batch (unless a live runner has it, or it ended), finalises
+   * what a dead runner left, runs every pending item, and ends the batch when none is left.
+   * @throws when the database fails (the queue retries; the claim lapses after 10 s).
+   */
+  async run(batchId: string): Promise<void> {
+    if (this.running.has(batchId) || this.stopping) return;
+    const [claimed] = await queryRows<{
+      was: string;
+      principal_json: Principal;
+      request_count: number;
+      overdue: boolean;
+    }>(
+      this.ds,
+      `WITH before AS (SELECT id, status FROM batches WHERE id = $1 FOR NO KEY UPDATE)
+       UPDATE batches b SET runner = $2, runner_seen_at = now(), updated_at = now(),
+                            status = CASE WHEN b.status = 'pending' THEN 'running' ELSE b.status END
+         FROM before
+        WHERE b.id = before.id AND b.status IN ('pending', 'running')
+          AND (b.runner IS NULL OR b.runner = $2 OR b.runner_seen_at < now() - make_interval(secs => $3))
+        RETURNING before.status AS was, b.principal_json, b.request_count, b.expires_at <= now() AS overdue`,
+      [batchId, this.holder, BATCH_RUNNER_STALE_S],
+    );
+    if (!claimed) return;
+    if (claimed.overdue) {
+      await this.batches.expire(batchId);
+      return;
+    }
+    if (claimed.was === "pending") {
+      this.logger.info({ batchId, status: "running", items: claimed.request_count }, "batch state changed");
+    }
+    const batch: RunningBatch = {
+      batchId,
+      principal: claimed.principal_json,
+      total: claimed.request_count,
+      done: 0,
+      startedAt: Date.now(),
+      lastLog: Date.now(),
+      controllers: new Map(),
+      progressed: false,
+    };
+    this.running.set(batchId, batch);
+    try {
+      await this.recover(batchId);
+      const inFlight = new Set<Promise<void>>();
+      for (;;) {
+        while (!this.stopping) {
+          await this.slots.acquire();
+          const item = this.stopping
+            ? undefined
+            : await this.claimItem(batchId).catch((err) => {
+                this.slots.release();
+                throw err;
+              });
+          if (!item) {
+            this.slots.release();
+            break;
+          }
+          const p: Promise<void> = this.runItem(batch, item).finally(() => {
+            inFlight.delete(p);
+          });
+          inFlight.add(p);
+        }
+        await Promise.all(inFlight);
+        // Items put back for a retry (429) are claimed again; otherwise the batch ends here.
+        if (this.stopping || !(await this.hasPending(batchId))) break;
+      }
+      if (!this.stopping) await this.finish(batch);
+    } finally {
+      this.running.delete(batchId);
+      await this.ds
+        .query(`UPDATE batches SET runner = NULL WHERE id = $1 AND runner = $2`, [batchId, this.holder])
+        .catch(() => undefined);
+    }
+  }
+
+  /** Items a dead runner left `running`: finalised from their activity record, else put back. */
+  private async recover(batchId: string): Promise<void> {
+    await this.finalizeFromActivity(batchId, null);
+    await this.ds.query(
+      `UPDATE batch_items SET status = 'pending', started_at = NULL WHERE batch_id = $1 AND status = 'running'`,
+      [batchId],
+    );
+  }
+
+  /** Claims the next pending item in input order, while the batch is running. */
+  private async claimItem(batchId: string): Promise<ClaimedItem | undefined> {
+    const [item] = await queryRows<ClaimedItem>(
+      this.ds,
+      `UPDATE batch_items SET status = 'running', started_at = now()
+        WHERE (batch_id, idx) = (
+                SELECT batch_id, idx FROM batch_items
+                 WHERE batch_id = $1 AND status = 'pending'
+                 ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED)
+          AND EXISTS (SELECT FROM batches WHERE id = $1 AND status = 'running')
+        RETURNING idx, request_id, custom_id, url, body_json`,
+      [batchId],
+    );
+    return item;
+  }
+
+  private async hasPending(batchId: string): Promise<boolean> {
+    const [row] = await queryRows<{ pending: boolean }>(
+      this.ds,
+      `SELECT EXISTS (SELECT FROM batch_items WHERE batch_id = $1 AND status = 'pending')
+              AND EXISTS (SELECT FROM batches WHERE id = $1 AND status = 'running') AS pending`,
+      [batchId],
+    );
+    return row?.pending ?? false;
+  }
+
+  /** Runs one claimed item and finalises its row; holds one of this process's slots meanwhile. */
+  private async runItem(batch: RunningBatch, item: ClaimedItem): Promise<void> {
+    const controller = new AbortController();
+    batch.controllers.set(item.idx, controller);
+    let retry = false;
+    try {
+      await runBatchItem(
+        this.inference,
+        this.catalog,
+        { requestId: randomUUID(), principal: batch.principal },
+        {
+          requestId: item.request_id,
+          batchId: batch.batchId,
+          customId: item.custom_id,
+          url: item.url,
+          body: item.body_json,
+        },
+        controller.signal,
+        (err): FailureRecord | null => (isRetryable(err) ? null : { status: "failed", errorJson: errorJson(err) }),
+      );
+      await this.finalizeFromActivity(batch.batchId, [item.idx]);
+    } catch (err) {
+      if (isRetryable(err)) {
+        // Capacity (429) or an abort before the engine started: nothing was recorded. An expired
+        // batch's items were ended already; anything else runs again.
+        retry = !controller.signal.aborted;
+      } else {
+        // The failure was recorded through onFailure (then the row follows its activity), or was
+        // thrown before any record (e.g. the stored body's model left the catalog).
+        this.logger.debug({ err, batchId: batch.batchId, idx: item.idx }, "batch item failed");
+        const finalized = await this.finalizeFromActivity(batch.batchId, [item.idx]).catch(() => 0);
+        if (finalized === 0) await this.failItem(batch.batchId, item.idx, errorJson(err)).catch(() => undefined);
+      }
+    } finally {
+      batch.controllers.delete(item.idx);
+      batch.done++;
+      batch.progressed = true;
+      if (retry) {
+        batch.done--;
+        await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS));
+        await this.ds
+          .query(
+            `UPDATE batch_items SET status = 'pending', started_at = NULL
+              WHERE batch_id = $1 AND idx = $2 AND status = 'running'`,
+            [batch.batchId, item.idx],
+          )
+          .catch(() => undefined);
+      }
+      this.slots.release();
+    }
+  }
+
+  /**
+   * Copies the outcome of items (all `running` ones when `idxs` is null) from their activity
+   * records: status, result, error. Only rows still `running` change (a cancel or expiry that
+   * ended an item first keeps its end).
+   * @returns how many rows changed.
+   */
+  private async finalizeFromActivity(batchId: string, idxs: number[] | null): Promise<number> {
+    const rows = await queryRows<{ idx: number }>(
+      this.ds,
+      `UPDATE batch_items i
+          SET status = CASE a.status WHEN 'completed' THEN 'completed' WHEN 'cancelled' THEN 'cancelled'
+                                     ELSE 'failed' END,
+              result_json = a.result_json, error_json = a.error_json, completed_at = COALESCE(a.completed_at, now())
+         FROM activity a
+        WHERE i.batch_id = $1 AND ($2::int[] IS NULL OR i.idx = ANY($2::int[])) AND i.status = 'running'
+          AND a.id = i.request_id
+        RETURNING i.idx`,
+      [batchId, idxs],
+    );
+    return rows.length;
+  }
+
+  private async failItem(batchId: string, idx: number, error: unknown): Promise<void> {
+    await this.ds.query(
+      `UPDATE batch_items SET status = 'failed', error_json = $3::jsonb, completed_at = now()
+        WHERE batch_id = $1 AND idx = $2 AND status = 'running'`,
+      [batchId, idx, JSON.stringify(error)],
+    );
+  }
+
+  /** Ends a running batch whose items have all ended: `completed` if any completed, else `failed`. */
+  private async finish(batch: RunningBatch): Promise<void> {
+    const [row] = await queryRows<{ status: string }>(
+      this.ds,
+      `UPDATE batches b
+          SET status = CASE WHEN EXISTS (SELECT FROM batch_items WHERE batch_id = b.id AND status = 'completed')
+                            THEN 'completed' ELSE 'failed' END,
+              completed_at = now(), updated_at = now(), runner = NULL
+        WHERE id = $1 AND status = 'running'
+          AND NOT EXISTS (SELECT FROM batch_items WHERE batch_id = $1 AND status IN ('pending', 'running'))
+        RETURNING status`,
+      [batch.batchId],
+    );
+    if (row) {
+      const seconds = (Date.now() - batch.startedAt) / 1000;
+      this.logger.info(
+        {
+          batchId: batch.batchId,
+          status: row.status,
+          items: batch.total,
+          ranHere: batch.done,
+          seconds: Math.round(seconds * 10) / 10,
+        },
+        "batch state changed",
+      );
+    }
+  }
+
+  /** Starts heartbeats, progress lines and the reconciler (worker processes). */
+  start(): void {
+    this.ticker = setInterval(() => void this.tick(), BATCH_HEARTBEAT_MS);
+    this.ticker.unref();
+  }
+
+  /**
+   * Stops claiming items, waits for the items in flight here (they finish and are recorded), and
+   * gives the batches up so another process takes them at once.
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.ticker);
+    const deadline = Date.now() + 30_000;
+    while (this.running.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await this.ds.query(`UPDATE batches SET runner = NULL WHERE runner = $1`, [this.holder]).catch(() => undefined);
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      const ids = [...this.running.keys()];
+      if (ids.length > 0) {
+        const moved = ids.filter((id) => this.running.get(id)?.progressed);
+        for (const id of moved) this.running.get(id)!.progressed = false;
+        await this.ds.query(
+          `UPDATE batches SET runner_seen_at = now(),
+                              updated_at = CASE WHEN id = ANY($3::uuid[]) THEN now() ELSE updated_at END
+            WHERE runner = $1 AND id = ANY($2::uuid[])`,
+          [this.holder, ids, moved],
+        );
+      }
+      this.logProgress();
+      // Reconcile every other tick (4 s): expire overdue batches, re-send the run job of batches
+      // nobody runs (a runner died, or the job was lost).
+      if (this.ticks++ % 2 === 0) await this.reconcile();
+    } catch (err) {
+      this.logger.warn({ err }, "batch heartbeat failed");
+    }
+  }
+
+  private logProgress(): void {
+    const now = Date.now();
+    for (const b of this.running.values()) {
+      if (now - b.lastLog < PROGRESS_LOG_MS) continue;
+      b.lastLog = now;
+      const seconds = (now - b.startedAt) / 1000;
+      this.logger.info(
+        {
+          batchId: b.batchId,
+          done: b.done,
+          total: b.total,
+          running: b.controllers.size,
+          itemsPerS: Math.round((b.done / Math.max(seconds, 0.001)) * 10) / 10,
+        },
+        "batch progress",
+      );
+    }
+  }
+
+  private async reconcile(): Promise<void> {
+    const overdue = await queryRows<{ id: string }>(
+      this.ds,
+      `SELECT id FROM batches WHERE status IN ('pending', 'running') AND expires_at <= now() LIMIT 100`,
+    );
+    for (const { id } of overdue) await this.batches.expire(id);
+    const orphans = await queryRows<{ id: string }>(
+      this.ds,
+      `UPDATE batches SET nudged_at = now()
+        WHERE id IN (
+          SELECT id FROM batches
+           WHERE status IN ('pending', 'running') AND created_at < now() - interval '5 seconds'
+             AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $1))
+             AND (nudged_at IS NULL OR nudged_at < now() - interval '30 seconds')
+           LIMIT 100)
+        RETURNING id`,
+      [BATCH_RUNNER_STALE_S],
+    );
+    for (const { id } of orphans) {
+      await this.jobs.send("batch-run", { batchId: id }, { singletonKey: id, retryLimit: 10, expireInSeconds: 3600 });
+    }
+  }
+}
+
+/** Failures that leave an item to run again: capacity (429), or an abort before any record. */
+function isRetryable(err: unknown): boolean {
+  return err instanceof AppError && (err.code === ErrorCode.RateLimited || err.code === ErrorCode.ClientClosed);
+}
+
+/** An item's `error_json`: `{code, message}` (`insufficient_credit`, `invalid_request`, engine codes …). */
+function errorJson(err: unknown): { code: string; message: string } {
+  if (err instanceof AppError) return { code: err.code, message: err.detail };
+  return { code: ErrorCode.Internal, message: "Internal error" };
+}

@@ -1,0 +1,490 @@
+/**
+ * Batches, the API side (issue 7; DESIGN §3 Batches): create (every item validated up front, the
+ * batch stored atomically with its run and expiry jobs), read with progress and totals, list,
+ * cancel, expire, and the results (JSON and NDJSON, both streamed from the database in pages).
+ * The worker side is `batch-runner.ts`.
+ *
+ * States (exactly these): `pending` → `running` → `completed` | `failed` | `cancelled`.
+ * - cancel: `cancelled` at once; items not started become `cancelled` and never run; running items
+ *   finish and keep their results.
+ * - expiry (the window passed): unfinished items end `failed` with `error_json.code = "expired"`
+ *   (running ones are aborted and charged for what they generated), and the batch is `failed`.
+ * - otherwise, when every item has ended: `completed` if at least one item completed, else `failed`.
+ * Totals are sums over the batch's activity records (what each finished item was charged), so they
+ * always equal those records.
+ */
+import type { Logger } from "pino";
+import type { DataSource, QueryRunner } from "typeorm";
+import { v7 as uuidv7 } from "uuid";
+import { z } from "zod";
+import { type Queryable, queryRows } from "../../db/sql.js";
+import { AppError, parseInput, parseUuidParam } from "../../shared/errors.js";
+import type { JobSender, SqlExecutor } from "../background-responses.service.js";
+import type { CacheBus } from "../cache-bus.js";
+import { type RequestContext, requirePrincipal } from "../context.js";
+import type { MeteringService } from "../metering.service.js";
+import { toJsonbText } from "../metering.service.js";
+import type { ModelCatalogService } from "../model-catalog.service.js";
+import { optionalQuery, queryInt } from "../validation.js";
+import { type ItemIssue, type PreparedItem, prepareBatchItem } from "./batch-operations.js";
+import { type BatchBodyLimits, parseItem, scanBatchBody } from "./batch-body.js";
+
+export type BatchStatus = "pending" | "running" | "completed" | "failed" | "cancelled";
+export type BatchItemStatus = BatchStatus;
+
+/** Item counts by status. */
+export interface BatchRequestCounts {
+  total: number;
+  pending: number;
+  running: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+}
+
+/** spec: Batch, plus `object`, `metadata`, `output_url`, `request_counts`, `cancelled_at`, `expires_at`. */
+export interface BatchObject {
+  id: string;
+  object: "batch";
+  status: BatchStatus;
+  window: "24h";
+  request_count: number;
+  request_counts: BatchRequestCounts;
+  metadata: Record<string, unknown> | null;
+  /** Absolute URL of `results.jsonl` on the request's origin. */
+  output_url: string;
+  /** ISO 8601. */
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+  cancelled_at: string | null;
+  expires_at: string;
+  total_prompt_tokens: number;
+  total_completion_tokens: number;
+  total_tokens: number;
+  /** Micro-USD. */
+  total_cost_micros: number;
+}
+
+/** One result row (the `results` array and each `results.jsonl` line), in input order. */
+export interface BatchResultRow {
+  custom_id: string | null;
+  status: "completed" | "failed" | "cancelled";
+  result_json: unknown;
+  error_json: unknown;
+}
+
+/** `GET /v1/batches` (`has_more` and `limit`/`after` paging beyond the spec's `{items}`). */
+export interface BatchList {
+  items: BatchObject[];
+  has_more: boolean;
+}
+
+/** What `create` needs to know besides the body. */
+export interface BatchServiceOptions {
+  /** The window, seconds (24 h; shortened in tests). */
+  windowS: number;
+  limits: BatchBodyLimits;
+  /** Base URL for `output_url` when the request's origin is unknown. */
+  publicUrl: string;
+}
+
+/** Items validated and inserted per step of a create. */
+const CREATE_CHUNK = 500;
+/** Result rows read per page while streaming results. */
+const RESULTS_PAGE = 500;
+/** Most issues a refused batch lists. */
+const MAX_ISSUES = 50;
+
+const EXPIRED_ERROR = { code: "expired", message: "The batch's completion window passed before this request ran" };
+
+const batchMembers = z.object({
+  window: z.literal("24h", { error: 'must be "24h"' }).nullish(),
+  completion_window: z.literal("24h", { error: 'must be "24h"' }).nullish(),
+  metadata: z.record(z.string(), z.unknown()).nullish(),
+});
+
+const listQuery = z.object({
+  limit: optionalQuery(queryInt(1, 100)),
+  after: optionalQuery(z.uuid()),
+});
+
+interface BatchRow {
+  id: string;
+  status: BatchStatus;
+  window: "24h";
+  metadata: Record<string, unknown> | null;
+  request_count: number;
+  created_at: Date;
+  updated_at: Date;
+  completed_at: Date | null;
+  cancelled_at: Date | null;
+  expires_at: Date;
+}
+
+interface Aggregates {
+  counts: BatchRequestCounts;
+  totals: { prompt: number; completion: number; total: number; cost: number };
+}
+
+const BATCH_COLUMNS = `id, status, "window", metadata, request_count, created_at, updated_at, completed_at, cancelled_at,
+  expires_at`;
+
+/** Batches of a team: create, read, list, cancel, results; and expiry (jobs and reads). */
+export class BatchesService {
+  constructor(
+    private readonly ds: DataSource,
+    private readonly catalog: ModelCatalogService,
+    private readonly metering: MeteringService,
+    private readonly jobs: JobSender,
+    private readonly bus: CacheBus,
+    private readonly logger: Logger,
+    private readonly opts: BatchServiceOptions,
+  ) {}
+
+  /**
+   * `POST /v1/batches`: validates every item (model, url, the operation's body schema, no
+   * `background`, no `stream`), converts Responses bodies to chat, and stores the batch `pending`
+   * with its items, its run job and its expiry job in one transaction.
+   * @param body the raw request body (up to `limits` bytes; the caller answers 413 above).
+   * @throws AppError 400 naming each bad `requests[i]` (with its `custom_id`; nothing stored);
+   *   401; 402 when the team has no credit; 413 with more than `maxItems` items or an item larger
+   *   than `maxMemberBytes`.
+   */
+  async create(ctx: RequestContext, body: Buffer): Promise<BatchObject> {
+    const principal = requirePrincipal(ctx);
+    await this.metering.assertCredit(principal.teamId);
+    const scanned = await scanBatchBody(body, this.opts.limits);
+    const members = parseInput(batchMembers, scanned.members);
+    if (scanned.items === null) {
+      throw AppError.invalid("Invalid request: requests", [
+        { field: "requests", message: scanned.requestsValue === undefined ? "is required" : "must be an array" },
+      ]);
+    }
+    if (scanned.items.length === 0) {
+      throw AppError.invalid("Invalid request: requests", [{ field: "requests", message: "must not be empty" }]);
+    }
+    const id = uuidv7();
+    const createdAt = new Date();
+    const expiresAt = new Date(createdAt.getTime() + this.opts.windowS * 1000);
+    const issues: ItemIssue[] = [];
+    let qr: QueryRunner | undefined;
+    try {
+      for (let from = 0; from < scanned.items.length; from += CREATE_CHUNK) {
+        const rows: Array<PreparedItem & { idx: number }> = [];
+        for (let idx = from; idx < Math.min(from + CREATE_CHUNK, scanned.items.length); idx++) {
+          const parsed = parseItem(body, scanned.items[idx]);
+          if (parsed.error !== undefined) {
+            issues.push({ field: `requests[${idx}]`, message: parsed.error, custom_id: null });
+            continue;
+          }
+          const prepared = prepareBatchItem(this.catalog, parsed.value, idx);
+          if ("issues" in prepared) issues.push(...prepared.issues);
+          else if (issues.length === 0) rows.push({ ...prepared.item, idx });
+        }
+        if (issues.length >= MAX_ISSUES) break;
+        if (issues.length === 0) {
+          if (!qr) {
+            qr = this.ds.createQueryRunner();
+            await qr.connect();
+            await qr.startTransaction();
+            await qr.query(
+              `INSERT INTO batches (id, team_id, user_id, api_key_id, principal_json, status, metadata, request_count,
+                                    created_at, updated_at, expires_at)
+               VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $8, $9)`,
+              [
+                id,
+                principal.teamId,
+                principal.userId,
+                principal.apiKey?.id ?? null,
+                principal,
+                members.metadata == null ? null : toJsonbText(members.metadata),
+                scanned.items.length,
+                createdAt,
+                expiresAt,
+              ],
+            );
+          }
+          await insertItems(qr, id, rows);
+        }
+        // Other requests get the event loop between chunks.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      if (issues.length > 0) {
+        const listed = issues.slice(0, MAX_ISSUES);
+        const fields = [...new Set(listed.map((i) => i.field.replace(/^(requests\[\d+\]).*$/, "$1")))].join(", ");
+        throw AppError.invalid(`Invalid batch: ${fields}${issues.length > listed.length ? " (and more)" : ""}`, listed);
+      }
+      const tx = qr!;
+      const db = executor(tx);
+      await this.jobs.send(
+        "batch-run",
+        { batchId: id },
+        { db, singletonKey: id, retryLimit: 10, expireInSeconds: 3600 },
+      );
+      await this.jobs.send("batch-expire", { batchId: id }, { db, startAfter: expiresAt });
+      await tx.commitTransaction();
+    } catch (err) {
+      if (qr?.isTransactionActive) await qr.rollbackTransaction().catch(() => undefined);
+      throw err;
+    } finally {
+      await qr?.release();
+    }
+    this.logger.info({ batchId: id, teamId: principal.teamId, items: scanned.items.length }, "batch created");
+    return this.get(ctx, id);
+  }
+
+  /**
+   * `GET /v1/batches/{id}` (ends it first if its window passed).
+   * @throws AppError 400 non-uuid id; 401; 404 unknown or another team's.
+   */
+  async get(ctx: RequestContext, id: unknown): Promise<BatchObject> {
+    const principal = requirePrincipal(ctx);
+    const batchId = parseUuidParam("batch_id", id);
+    await this.expireOverdue(principal.teamId, batchId);
+    const [row] = await queryRows<BatchRow>(
+      this.ds,
+      `SELECT ${BATCH_COLUMNS} FROM batches WHERE id = $1 AND team_id = $2`,
+      [batchId, principal.teamId],
+    );
+    if (!row) throw AppError.notFound("Batch not found");
+    const aggregates = await this.aggregates([batchId]);
+    return this.toObject(ctx, row, aggregates.get(batchId));
+  }
+
+  /**
+   * `GET /v1/batches`: the team's batches, newest first; `limit` 1–100 (default 20), `after` a
+   * batch id to page on.
+   * @throws AppError 400 bad `limit`/`after`; 401.
+   */
+  async list(ctx: RequestContext, query: unknown): Promise<BatchList> {
+    const principal = requirePrincipal(ctx);
+    const q = parseInput(listQuery, query ?? {});
+    const limit = q.limit ?? 20;
+    await this.expireOverdue(principal.teamId, null);
+    const rows = await queryRows<BatchRow>(
+      this.ds,
+      `SELECT ${BATCH_COLUMNS} FROM batches
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR id < $2)
+        ORDER BY id DESC LIMIT $3`,
+      [principal.teamId, q.after ?? null, limit + 1],
+    );
+    const page = rows.slice(0, limit);
+    const aggregates = await this.aggregates(page.map((r) => r.id));
+    return { items: page.map((r) => this.toObject(ctx, r, aggregates.get(r.id))), has_more: rows.length > limit };
+  }
+
+  /**
+   * `POST /v1/batches/{id}/cancel`: `cancelled` at once; items not started are cancelled and never
+   * run; running items finish and keep their results. A batch that already ended is returned as it is.
+   * @throws AppError 400 non-uuid id; 401; 404 unknown or another team's.
+   */
+  async cancel(ctx: RequestContext, id: unknown): Promise<BatchObject> {
+    const principal = requirePrincipal(ctx);
+    const batchId = parseUuidParam("batch_id", id);
+    await this.expireOverdue(principal.teamId, batchId);
+    const cancelled = await this.ds.transaction(async (m) => {
+      const [row] = await queryRows<{ id: string }>(
+        m,
+        `UPDATE batches SET status = 'cancelled', cancelled_at = now(), completed_at = now(), updated_at = now()
+          WHERE id = $1 AND team_id = $2 AND status IN ('pending', 'running')
+          RETURNING id`,
+        [batchId, principal.teamId],
+      );
+      if (!row) return false;
+      await m.query(
+        `UPDATE batch_items SET status = 'cancelled', completed_at = now()
+          WHERE batch_id = $1 AND status = 'pending'`,
+        [batchId],
+      );
+      return true;
+    });
+    if (cancelled) this.logger.info({ batchId, status: "cancelled" }, "batch state changed");
+    return this.get(ctx, batchId);
+  }
+
+  /**
+   * Ends a batch whose window passed (the expiry job, the worker's reconciler and reads): items not
+   * finished become `failed`/`expired`, running ones are aborted wherever they run, the batch is
+   * `failed`. No-op when it ended already or its window has not passed.
+   * @returns true when this call ended it.
+   */
+  async expire(batchId: string): Promise<boolean> {
+    const ended = await this.ds.transaction(async (m) => {
+      const [row] = await queryRows<{ id: string }>(
+        m,
+        `UPDATE batches SET status = 'failed', completed_at = now(), updated_at = now()
+          WHERE id = $1 AND status IN ('pending', 'running') AND expires_at <= now()
+          RETURNING id`,
+        [batchId],
+      );
+      if (!row) return false;
+      await m.query(
+        `UPDATE batch_items SET status = 'failed', error_json = $2::jsonb, completed_at = now()
+          WHERE batch_id = $1 AND status IN ('pending', 'running')`,
+        [batchId, JSON.stringify(EXPIRED_ERROR)],
+      );
+      // Runners abort the batch's running items at commit.
+      await this.bus.publish("batch-abort", batchId, m);
+      return true;
+    });
+    if (ended) this.logger.info({ batchId, status: "failed", reason: "expired" }, "batch state changed");
+    return ended;
+  }
+
+  /** Expires the team's overdue batches (one, or all with `batchId` null) before a read. */
+  private async expireOverdue(teamId: string, batchId: string | null): Promise<void> {
+    const overdue = await queryRows<{ id: string }>(
+      this.ds,
+      `SELECT id FROM batches
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status IN ('pending', 'running')
+          AND expires_at <= now()`,
+      [teamId, batchId],
+    );
+    for (const { id } of overdue) await this.expire(id);
+  }
+
+  /**
+   * `GET /v1/batches/{id}/results`: `{batch_id, status, output_url, completed_at, results}`;
+   * `results` is null until the batch is terminal. Written to `write` in pieces (a 50,000-item
+   * batch is never one string in memory).
+   * @throws AppError 400 non-uuid; 401; 404 (before anything is written).
+   */
+  async writeResults(ctx: RequestContext, id: unknown, write: (chunk: string) => Promise<void>): Promise<void> {
+    const batch = await this.get(ctx, id);
+    const head = {
+      batch_id: batch.id,
+      status: batch.status,
+      output_url: batch.output_url,
+      completed_at: batch.completed_at,
+    };
+    const prefix = JSON.stringify(head).slice(0, -1);
+    if (!isTerminal(batch.status)) {
+      await write(`${prefix},"results":null}`);
+      return;
+    }
+    await write(`${prefix},"results":[`);
+    let first = true;
+    await this.eachResultPage(batch.id, async (lines) => {
+      await write((first ? "" : ",") + lines.join(","));
+      first = false;
+    });
+    await write("]}");
+  }
+
+  /**
+   * `GET /v1/batches/{id}/results.jsonl`: one JSON line per item in input order (`{custom_id,
+   * status, result_json, error_json}`; unfinished items are listed with status `pending`/`running`
+   * and null results while the batch runs), read from the database in pages of 500.
+   * @throws AppError 400 non-uuid; 401; 404 (before anything is written).
+   */
+  async writeResultsJsonl(ctx: RequestContext, id: unknown, write: (chunk: string) => Promise<void>): Promise<void> {
+    const batch = await this.get(ctx, id);
+    await this.eachResultPage(batch.id, async (lines) => write(lines.join("\n") + "\n"));
+  }
+
+  /** Reads a batch's result rows in input order, a page at a time, as JSON lines. */
+  private async eachResultPage(batchId: string, onPage: (lines: string[]) => Promise<void>): Promise<void> {
+    let after = -1;
+    for (;;) {
+      const rows = await queryRows<{ idx: number; line: string }>(
+        this.ds,
+        `SELECT idx, json_build_object('custom_id', custom_id, 'status', status, 'result_json', result_json,
+                                       'error_json', error_json)::text AS line
+           FROM batch_items WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3`,
+        [batchId, after, RESULTS_PAGE],
+      );
+      if (rows.length === 0) return;
+      await onPage(rows.map((r) => r.line));
+      after = rows[rows.length - 1].idx;
+      if (rows.length < RESULTS_PAGE) return;
+    }
+  }
+
+  /** Item counts and activity totals of each batch, in two grouped queries. */
+  private async aggregates(batchIds: string[]): Promise<Map<string, Aggregates>> {
+    const out = new Map<string, Aggregates>();
+    if (batchIds.length === 0) return out;
+    for (const id of batchIds) {
+      out.set(id, {
+        counts: { total: 0, pending: 0, running: 0, completed: 0, failed: 0, cancelled: 0 },
+        totals: { prompt: 0, completion: 0, total: 0, cost: 0 },
+      });
+    }
+    const counts = await queryRows<{ batch_id: string; status: BatchItemStatus; n: string }>(
+      this.ds,
+      `SELECT batch_id, status, count(*) AS n FROM batch_items WHERE batch_id = ANY($1::uuid[]) GROUP BY 1, 2`,
+      [batchIds],
+    );
+    for (const c of counts) {
+      const a = out.get(c.batch_id)!;
+      a.counts[c.status] = Number(c.n);
+      a.counts.total += Number(c.n);
+    }
+    const totals = await queryRows<{ batch_id: string; p: string; c: string; t: string; cost: string }>(
+      this.ds,
+      `SELECT batch_id, sum(prompt_tokens) AS p, sum(completion_tokens) AS c, sum(total_tokens) AS t,
+              sum(cost_micros) AS cost
+         FROM activity WHERE batch_id = ANY($1::uuid[]) GROUP BY 1`,
+      [batchIds],
+    );
+    for (const t of totals) {
+      out.get(t.batch_id)!.totals = {
+        prompt: Number(t.p),
+        completion: Number(t.c),
+        total: Number(t.t),
+        cost: Number(t.cost),
+      };
+    }
+    return out;
+  }
+
+  private toObject(ctx: RequestContext, row: BatchRow, aggregates: Aggregates | undefined): BatchObject {
+    const a = aggregates ?? {
+      counts: { total: 0, pending: 0, running: 0, completed: 0, failed: 0, cancelled: 0 },
+      totals: { prompt: 0, completion: 0, total: 0, cost: 0 },
+    };
+    const origin = ctx.origin ?? this.opts.publicUrl.replace(/\/+$/, "");
+    return {
+      id: row.id,
+      object: "batch",
+      status: row.status,
+      window: row.window,
+      request_count: row.request_count,
+      request_counts: a.counts,
+      metadata: row.metadata,
+      output_url: `${origin}/v1/batches/${row.id}/results.jsonl`,
+      created_at: row.created_at.toISOString(),
+      updated_at: row.updated_at.toISOString(),
+      completed_at: row.completed_at?.toISOString() ?? null,
+      cancelled_at: row.cancelled_at?.toISOString() ?? null,
+      expires_at: row.expires_at.toISOString(),
+      total_prompt_tokens: a.totals.prompt,
+      total_completion_tokens: a.totals.completion,
+      total_tokens: a.totals.total,
+      total_cost_micros: a.totals.cost,
+    };
+  }
+}
+
+/** True for `completed`, `failed`, `cancelled`. */
+export function isTerminal(status: BatchStatus): boolean {
+  return status === "completed" || status === "failed" || status === "cancelled";
+}
+
+async function insertItems(db: Queryable, batchId: string, rows: Array<PreparedItem & { idx: number }>): Promise<void> {
+  if (rows.length === 0) return;
+  const json = toJsonbText(
+    rows.map((r) => ({ idx: r.idx, request_id: uuidv7(), custom_id: r.customId, url: r.url, body: r.body })),
+  );
+  await db.query(
+    `INSERT INTO batch_items (batch_id, idx, request_id, custom_id, url, body_json)
+     SELECT $1, x.idx, x.request_id, x.custom_id, x.url, x.body
+       FROM jsonb_to_recordset($2::jsonb) AS x(idx integer, request_id uuid, custom_id text, url text, body jsonb)`,
+    [batchId, json],
+  );
+}
+
+function executor(qr: QueryRunner): SqlExecutor {
+  return (text, values) => queryRows<Record<string, unknown>>(qr, text, values);
+}
