@@ -41,6 +41,7 @@ import {
   responseRequest,
 } from "./protocols/openai-responses.protocol.js";
 import type { ResponseList, ResponsesService } from "./responses.service.js";
+import { type StreamStatus, closedStreamError } from "./stream-directory.js";
 
 /** The job queue's names (`src/jobs`). */
 export type JobName = "response-generate" | "response-deadline";
@@ -130,19 +131,32 @@ export class BackgroundResponsesService {
    * Accepts a background response: stores it `in_progress` and, in the same transaction, enqueues
    * its generation and its deadline (`timeout_s`, else 24 h).
    * @returns the stored in-progress Response object.
-   * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another team's stream.
+   * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another
+   *   team's stream; 400 naming `metadata.stream_id` when it is the team's cancelled or archived one.
    */
   async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
-    // 404 for another team's stream (issue 6, item 4), before anything is stored.
-    await this.inference.activityType(principal.teamId, req.metadata);
+    // 404 for another team's stream, 400 for a closed one of the team (issue 6, item 4), before
+    // anything is stored.
+    await this.inference.activityType(principal.teamId, req.metadata, true);
     await this.metering.assertCredit(principal.teamId);
+    const streamId = typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null;
     const id = uuidv7();
     const createdAt = new Date();
     const windowS = req.timeout_s ?? BACKGROUND_WINDOW_S;
     const deadline = new Date(createdAt.getTime() + windowS * 1000);
     const object = inProgressResponse(id, createdAt, model.id, answeredTier(req));
     await this.ds.transaction(async (m) => {
+      if (streamId) {
+        // Checked again under a share lock on the stream row: a PATCH that closes the stream waits
+        // for this commit and then cancels this response too, or commits first and refuses it.
+        const [stream] = await queryRows<{ status: StreamStatus }>(
+          m,
+          `SELECT status FROM streams WHERE id = $1 AND team_id = $2 FOR SHARE`,
+          [streamId, principal.teamId],
+        );
+        if (stream && stream.status !== "open") throw closedStreamError(stream.status);
+      }
       await m.query(
         `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
                                 request_json, response_json, created_at, deadline_at, principal_json)
@@ -153,7 +167,7 @@ export class BackgroundResponsesService {
           principal.userId,
           principal.apiKey?.id ?? null,
           model.id,
-          typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null,
+          streamId,
           req.metadata ?? null,
           raw,
           object,
@@ -329,6 +343,8 @@ export class BackgroundResponsesService {
         params: responseParams(req),
         metadata: req.metadata,
         body: row.request_json,
+        // Accepted at create: a stream closed since does not refuse it.
+        admitted: true,
         // No 429 for background work: it waits for a slot until its deadline.
         maxQueueWaitS: Math.max(1, remainingMs / 1000),
         signal: entry.controller.signal,
