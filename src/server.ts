@@ -194,7 +194,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     events.start();
 
     // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
-    const streamDirectory = new StreamDirectory(ds);
+    const streamDirectory = new StreamDirectory(ds, bus);
     const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS, streamDirectory);
     const responses = new ResponsesService(ds);
 

@@ -5,116 +5,34 @@
  * generating, restarted, and every accepted response must reach a terminal status with one
  * activity row and at most one charge.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
-import pg from "pg";
-import { packageRoot } from "../src/config/config.js";
-import { CHAT_MODEL, MODELS_DIR, createTestCaller, eventually, http } from "./support/harness.js";
+import { type ChildServer, cleanUpChildren, embeddedSql, launchChild } from "./support/child-server.js";
+import { CHAT_MODEL, createTestCaller, eventually, http } from "./support/harness.js";
 
-const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
-
-interface Running {
-  child: ChildProcess;
-  url: string;
-  pgPort: number;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-const launched: ChildProcess[] = [];
 let dataDir: string;
 
-/** Starts `node src/main.ts` (role `all`) on `dataDir`; resolves once it logs "Switchyard listening". */
-function launch(): Promise<Running> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    PORT: "0",
-    HOST: "127.0.0.1",
-    LOG_LEVEL: "info",
-    SWITCHYARD_DATA_DIR: dataDir,
-    SWITCHYARD_MODELS_DIR: MODELS_DIR,
-    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-    SWITCHYARD_JWT_SECRET: "bg-restart-test-secret-bg-restart-test-secret",
-    SWITCHYARD_WORKER_CONCURRENCY: "2",
-  };
-  delete env.DATABASE_URL;
-  delete env.SWITCHYARD_CONFIG;
-  delete env.SWITCHYARD_ROLE;
-  const child = spawn(process.execPath, ["--import", LOADER, path.join(packageRoot, "src/main.ts")], {
-    cwd: dataDir,
-    env,
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  launched.push(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once("exit", (code, signal) => resolve({ code, signal })),
-  );
-  let stderr = "";
-  child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
-  return new Promise((resolve, reject) => {
-    let pgPort = 0;
-    const timer = setTimeout(() => reject(new Error("no 'Switchyard listening' after 45 s")), 45_000);
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      let entry: Record<string, unknown>;
-      try {
-        entry = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        return;
-      }
-      if (entry.msg === "embedded PostgreSQL started") pgPort = entry.port as number;
-      else if (entry.msg === "Switchyard listening") {
-        clearTimeout(timer);
-        resolve({ child, url: entry.url as string, pgPort, exited });
-      }
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`Switchyard exited (${code ?? signal}) before listening: ${stderr}`));
-    });
+/** `node src/main.ts` (role `all`) on `dataDir` and its embedded PostgreSQL. */
+function launch(): Promise<ChildServer> {
+  return launchChild({
+    dataDir,
+    env: {
+      SWITCHYARD_JWT_SECRET: "bg-restart-test-secret-bg-restart-test-secret",
+      SWITCHYARD_WORKER_CONCURRENCY: "2",
+    },
   });
 }
 
-/** SQL against the embedded cluster (superuser; the password lives beside the cluster). */
-async function sql<T>(pgPort: number, text: string, params: unknown[] = []): Promise<T[]> {
-  const password = readFileSync(path.join(dataDir, "pg.password"), "utf8").trim();
-  const client = new pg.Client({ host: "127.0.0.1", port: pgPort, user: "postgres", password, database: "switchyard" });
-  await client.connect();
-  try {
-    return (await client.query(text, params)).rows as T[];
-  } finally {
-    await client.end();
-  }
+function sql<T>(pgPort: number, text: string, params: unknown[] = []): Promise<T[]> {
+  return embeddedSql<T>(dataDir, pgPort, text, params);
 }
 
 beforeAll(() => {
   dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bg-restart-"));
 });
 
-afterAll(async () => {
-  for (const child of launched) {
-    if (child.exitCode === null && child.signalCode === null) {
-      try {
-        process.kill(-child.pid!, "SIGKILL");
-      } catch {
-        /* gone */
-      }
-    }
-  }
-  const lockFile = path.join(dataDir, "pg", "postmaster.pid");
-  const pid = existsSync(lockFile) ? Number.parseInt(readFileSync(lockFile, "utf8"), 10) : 0;
-  if (pid > 0) {
-    try {
-      process.kill(pid, "SIGQUIT");
-    } catch {
-      /* gone */
-    }
-    await eventually(async () => !existsSync(lockFile), 10_000);
-  }
-  rmSync(dataDir, { recursive: true, force: true });
-}, 20_000);
+afterAll(() => cleanUpChildren(dataDir), 20_000);
 
 test("when Switchyard is SIGKILLed with background responses queued and generating, then after a restart all 20 end terminal, each with one activity row and at most one charge", async () => {
   const first = await launch();

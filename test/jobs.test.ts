@@ -3,21 +3,8 @@
  * same transaction as their rows, roles (`api` runs no workers; `npm run worker`'s entry runs
  * workers only, against the same database), and a clean stop.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import path from "node:path";
-import { createInterface } from "node:readline";
-import { packageRoot } from "../src/config/config.js";
-import {
-  CHAT_MODEL,
-  MODELS_DIR,
-  type TestServer,
-  createTestCaller,
-  eventually,
-  http,
-  startTestServer,
-} from "./support/harness.js";
-
-const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
+import { cleanUpChildren, launchChild } from "./support/child-server.js";
+import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
 
 function createBackground(base: string, key: string, body: Record<string, unknown> = {}) {
   return http(base, "POST", "/v1/responses", {
@@ -27,40 +14,17 @@ function createBackground(base: string, key: string, body: Record<string, unknow
 }
 
 /** `node src/worker.ts` (the `npm run worker` entry) on `databaseUrl`; resolves once it has started. */
-function launchWorker(databaseUrl: string): Promise<{ child: ChildProcess; exited: Promise<number | null> }> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DATABASE_URL: databaseUrl,
-    LOG_LEVEL: "info",
-    SWITCHYARD_MODELS_DIR: MODELS_DIR,
-    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-    SWITCHYARD_JWT_SECRET: "jobs-test-secret-jobs-test-secret-0123",
-    SWITCHYARD_ROLE: "api", // the entry overrides it: `npm run worker` always runs workers only
-  };
-  delete env.SWITCHYARD_CONFIG;
-  const child = spawn(process.execPath, ["--import", LOADER, path.join(packageRoot, "src/worker.ts")], {
-    cwd: packageRoot,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  let stderr = "";
-  child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("worker did not start in 45 s")), 45_000);
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (line.includes('"Switchyard worker started"')) {
-        clearTimeout(timer);
-        resolve({ child, exited });
-      }
-      if (line.includes('"Switchyard listening"')) reject(new Error("a worker process must not serve HTTP"));
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`worker exited (${code}) before starting: ${stderr}`));
-    });
+function launchWorker(databaseUrl: string) {
+  return launchChild({
+    entry: "worker",
+    databaseUrl,
+    detached: false,
+    // The entry overrides it: `npm run worker` always runs workers only.
+    env: { SWITCHYARD_ROLE: "api", SWITCHYARD_JWT_SECRET: "jobs-test-secret-jobs-test-secret-0123" },
   });
 }
+
+afterAll(() => cleanUpChildren());
 
 describe("job queue", () => {
   let server: TestServer;
@@ -122,7 +86,7 @@ describe("roles", () => {
       }, 30_000);
       expect(status).toBe("incomplete");
       worker.child.kill("SIGTERM");
-      expect(await worker.exited).toBe(0);
+      expect((await worker.exited).code).toBe(0);
       worker = undefined;
     } finally {
       worker?.child.kill("SIGKILL");

@@ -4,64 +4,35 @@
  * prefixes and hashes, prompts). Logs are captured from a real server through a pino stream while
  * the database refuses writes (a trigger raises).
  */
-import { mkdtempSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { Writable } from "node:stream";
-import { pino } from "pino";
-import { loadConfig } from "../src/config/config.js";
-import { type Switchyard, startSwitchyard } from "../src/server.js";
-import { CHAT_MODEL, MODELS_DIR, createTestCaller, createTestDatabase, http } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
+import { CHAT_MODEL, type TestServer, createTestCaller, http, startTestServer } from "./support/harness.js";
 
-let app: Switchyard;
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
-const lines: string[] = [];
+let server: TestServer;
+let app: TestServer["app"];
+const logs = captureLogs("info");
+const lines = logs.lines;
 
 beforeAll(async () => {
-  database = await createTestDatabase();
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      lines.push(chunk.toString("utf8"));
-      done();
-    },
-  });
-  const config = loadConfig(
-    {},
-    {
-      port: 0,
-      host: "127.0.0.1",
-      databaseUrl: database.url,
-      dataDir: mkdtempSync(path.join(os.tmpdir(), "switchyard-data-")),
-      modelsDir: MODELS_DIR,
-      jwtSecret: "test-secret-test-secret-test-secret-0123",
-      allowModelDownload: false,
-    },
-  );
-  app = await startSwitchyard(config, { logger: pino({ level: "info" }, sink) });
+  server = await startTestServer({}, undefined, { logger: logs.logger });
+  app = server.app;
 });
-afterAll(async () => {
-  await app.close();
-  await database.close();
-});
+afterAll(() => server.close());
 
 /** Makes every INSERT into `table` fail with SQLSTATE P0001 until `allow` is called. */
 async function refuseInserts(table: string): Promise<() => Promise<void>> {
-  await database.query(`CREATE OR REPLACE FUNCTION refuse_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+  await server.db(`CREATE OR REPLACE FUNCTION refuse_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION 'refused by the test'; END $$`);
-  await database.query(
+  await server.db(
     `CREATE TRIGGER refuse_${table} BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION refuse_for_test()`,
   );
   return async () => {
-    await database.query(`DROP TRIGGER refuse_${table} ON ${table}`);
+    await server.db(`DROP TRIGGER refuse_${table} ON ${table}`);
   };
 }
 
 /** Log records at error level or above written since `from`. */
 function errorsSince(from: number): Array<Record<string, any>> {
-  return lines
-    .slice(from)
-    .map((l) => JSON.parse(l))
-    .filter((r) => r.level >= 50);
+  return logs.records(from).filter((r) => r.level >= 50);
 }
 
 describe("error logs of failed queries", () => {

@@ -6,90 +6,26 @@
  * The tests run in order on one data folder (initialising a cluster costs seconds): each leaves
  * it with a running Switchyard (`current`) or none, and creates its own caller.
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
-import pg from "pg";
-import { packageRoot } from "../src/config/config.js";
-import { CHAT_MODEL, MODELS_DIR, createTestCaller, eventually, http } from "./support/harness.js";
+import {
+  type ChildServer,
+  ChildStartError,
+  alive,
+  cleanUpChildren,
+  embeddedSql,
+  launchChild,
+} from "./support/child-server.js";
+import { CHAT_MODEL, createTestCaller, http } from "./support/harness.js";
 
-const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
-const STARTUP_TIMEOUT_MS = 45_000;
-
-interface Running {
-  child: ChildProcess;
-  url: string;
-  /** The embedded PostgreSQL's port and postmaster pid, from the startup log. */
-  pgPort: number;
-  pgPid: number;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-const launched: ChildProcess[] = [];
 let dataDir: string;
-let current: Running | undefined;
+let current: ChildServer | undefined;
 
-/**
- * Starts `node src/main.ts` in a process group of its own (as a shell runs a foreground job, so
- * `process.kill(-pid)` is a terminal's Ctrl-C) on `dataDir`, without DATABASE_URL (embedded
- * PostgreSQL). Resolves once it logs "Switchyard listening".
- */
-function launch(): Promise<Running> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    PORT: "0",
-    HOST: "127.0.0.1",
-    LOG_LEVEL: "info",
-    SWITCHYARD_DATA_DIR: dataDir,
-    SWITCHYARD_MODELS_DIR: MODELS_DIR,
-    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-    SWITCHYARD_JWT_SECRET: "restart-test-secret-restart-test-secret",
-  };
-  delete env.DATABASE_URL;
-  delete env.SWITCHYARD_CONFIG;
-  const child = spawn(process.execPath, ["--import", LOADER, path.join(packageRoot, "src/main.ts")], {
-    cwd: dataDir, // no switchyard.config.json there
-    env,
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  launched.push(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once("exit", (code, signal) => resolve({ code, signal })),
-  );
-  let stderr = "";
-  child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
-  return new Promise((resolve, reject) => {
-    let pgPort = 0;
-    let pgPid = 0;
-    const timer = setTimeout(
-      () => reject(new Error(`no "Switchyard listening" after ${STARTUP_TIMEOUT_MS} ms`)),
-      STARTUP_TIMEOUT_MS,
-    );
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      let entry: Record<string, unknown>;
-      try {
-        entry = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        return;
-      }
-      if (entry.msg === "embedded PostgreSQL started") {
-        pgPort = entry.port as number;
-        pgPid = entry.postgresPid as number;
-      } else if (entry.msg === "Switchyard listening") {
-        clearTimeout(timer);
-        resolve({ child, url: entry.url as string, pgPort, pgPid, exited });
-      }
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(
-        Object.assign(new Error(`Switchyard exited (${code ?? signal}) before listening: ${stderr}`), { stderr, code }),
-      );
-    });
-  });
+/** `node src/main.ts` on `dataDir`, in a process group of its own, on its embedded PostgreSQL. */
+function launch(): Promise<ChildServer> {
+  return launchChild({ dataDir, env: { SWITCHYARD_JWT_SECRET: "restart-test-secret-restart-test-secret" } });
 }
 
 /** A start expected to fail: its exit code and stderr. */
@@ -99,18 +35,8 @@ async function launchFailing(): Promise<{ code: number | null; stderr: string }>
     process.kill(-running.child.pid!, "SIGKILL");
     throw new Error("Switchyard started although it should not have");
   } catch (err) {
-    const { code, stderr } = err as { code?: number | null; stderr?: string };
-    if (stderr === undefined) throw err;
-    return { code: code ?? null, stderr };
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    const state = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.[0];
-    return state !== undefined && state !== "Z";
-  } catch {
-    return false;
+    if (!(err instanceof ChildStartError)) throw err;
+    return { code: err.code, stderr: err.stderr };
   }
 }
 
@@ -126,22 +52,9 @@ function livePostgresUserProcess(): { pid: number; kill(): void } {
   return { pid: sleeper.pid!, kill: () => sleeper.kill("SIGKILL") };
 }
 
-/** SQL against the embedded cluster of `running` (superuser; the password lives beside the cluster). */
-async function sql<T>(running: Running, text: string, params: unknown[] = []): Promise<T[]> {
-  const password = readFileSync(path.join(dataDir, "pg.password"), "utf8").trim();
-  const client = new pg.Client({
-    host: "127.0.0.1",
-    port: running.pgPort,
-    user: "postgres",
-    password,
-    database: "switchyard",
-  });
-  await client.connect();
-  try {
-    return (await client.query(text, params)).rows as T[];
-  } finally {
-    await client.end();
-  }
+/** SQL against the embedded cluster of `running`. */
+function sql<T>(running: ChildServer, text: string, params: unknown[] = []): Promise<T[]> {
+  return embeddedSql<T>(dataDir, running.pgPort, text, params);
 }
 
 const chat = (customId: string) => ({
@@ -158,7 +71,7 @@ const chat = (customId: string) => ({
  * "error" when its connection broke).
  */
 async function burstThen(
-  running: Running,
+  running: ChildServer,
   key: string,
   prefix: string,
   n: number,
@@ -181,7 +94,7 @@ async function burstThen(
 }
 
 /** Every request in `answered` has its completed activity row and its usage charge. */
-async function expectRecordedAndCharged(running: Running, teamId: string, answered: string[]): Promise<void> {
+async function expectRecordedAndCharged(running: ChildServer, teamId: string, answered: string[]): Promise<void> {
   const rows = await sql<{ custom_id: string; status: string; cost_micros: string; amount_micros: string | null }>(
     running,
     `SELECT a.custom_id, a.status, a.cost_micros::text, l.amount_micros::text
@@ -211,25 +124,7 @@ beforeAll(async () => {
   dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-restart-"));
 }, 10_000);
 
-afterAll(async () => {
-  for (const child of launched) {
-    if (child.exitCode === null && child.signalCode === null) {
-      try {
-        process.kill(-child.pid!, "SIGKILL");
-      } catch {
-        /* gone */
-      }
-    }
-  }
-  // A postgres left behind (a test failed half-way) is shut down, then the folder removed.
-  const lockFile = path.join(dataDir, "pg", "postmaster.pid");
-  const pid = existsSync(lockFile) ? Number.parseInt(readFileSync(lockFile, "utf8"), 10) : 0;
-  if (pid > 0 && alive(pid)) {
-    process.kill(pid, "SIGQUIT");
-    await eventually(async () => !alive(pid), 10_000);
-  }
-  rmSync(dataDir, { recursive: true, force: true });
-}, 20_000);
+afterAll(() => cleanUpChildren(dataDir), 20_000);
 
 describe("restart safety of the embedded PostgreSQL", () => {
   test("when the node process is SIGKILLed with requests in flight, then the next start comes up on the same data folder and every answered request is recorded and charged", async () => {

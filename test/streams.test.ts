@@ -6,6 +6,7 @@
 import { holdNextGeneration } from "./support/engine-faults.js";
 import {
   CHAT_MODEL,
+  EMBED_MODEL,
   type TestServer,
   activityByCustomId,
   createTestCaller,
@@ -36,6 +37,13 @@ async function createStream(key: string, body: Record<string, unknown> = { name:
   const res = await http(server.url, "POST", "/v1/streams", { token: key, body });
   expect(res.status).toBe(201);
   return res.body;
+}
+
+function chatBody(metadata: Record<string, unknown>, key: string) {
+  return {
+    token: key,
+    body: { model: CHAT_MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4, metadata },
+  };
 }
 
 function chat(key: string, metadata: Record<string, unknown>) {
@@ -209,6 +217,126 @@ describe("requests in a stream", () => {
     await eventually(async () => (body = await streamOf(caller.key, s.id)).cancelled_items === 1, 10_000);
     expect(body).toMatchObject({ total_items: 1, running_items: 0, pending_items: 0, cancelled_items: 1 });
   });
+});
+
+describe("closed streams", () => {
+  /** One request of each create operation (and a background response) naming `streamId`, on `base`. */
+  function everyCreate(base: string, key: string, streamId: string, tag: string) {
+    const metadata = (op: string) => ({ stream_id: streamId, custom_id: `${tag}-${op}` });
+    const post = (path: string, body: Record<string, unknown>) => http(base, "POST", path, { token: key, body });
+    return Promise.all([
+      post("/v1/responses", { model: CHAT_MODEL, input: "Once", max_output_tokens: 4, metadata: metadata("resp") }),
+      post("/v1/responses", {
+        model: CHAT_MODEL,
+        input: "Once",
+        max_output_tokens: 4,
+        background: true,
+        metadata: metadata("bg"),
+      }),
+      post("/v1/chat/completions", {
+        model: CHAT_MODEL,
+        messages: [{ role: "user", content: "Once" }],
+        max_tokens: 4,
+        metadata: metadata("chat"),
+      }),
+      post("/v1/embeddings", { model: EMBED_MODEL, input: "Once", metadata: metadata("embed") }),
+      post("/v1/messages", {
+        model: CHAT_MODEL,
+        max_tokens: 4,
+        messages: [{ role: "user", content: "Once" }],
+        metadata: metadata("msg"),
+      }),
+    ]);
+  }
+
+  test.each(["cancelled", "archived"])(
+    "when a request of any create operation names the team's %s stream, then 400 names metadata.stream_id and nothing runs or is stored",
+    async (status) => {
+      const s = await createStream(caller.key);
+      // Used once while open, so this process has it cached as open.
+      expect((await chat(caller.key, { stream_id: s.id })).status).toBe(200);
+      const patched = await http(server.url, "PATCH", `/v1/streams/${s.id}`, { token: caller.key, body: { status } });
+      expect(patched.body.status).toBe(status);
+      const before = await server.db<{ n: number }>("SELECT count(*)::int AS n FROM activity WHERE stream_id = $1", [
+        s.id,
+      ]);
+      for (const res of await everyCreate(server.url, caller.key, s.id, `closed-${status}`)) {
+        expectInvalid(res, "metadata.stream_id");
+      }
+      expect(await server.db("SELECT custom_id FROM activity WHERE custom_id LIKE $1", [`closed-${status}-%`])).toEqual(
+        [],
+      );
+      expect(await server.db("SELECT id FROM responses WHERE stream_id = $1", [s.id])).toEqual([]);
+      const after = await server.db<{ n: number }>("SELECT count(*)::int AS n FROM activity WHERE stream_id = $1", [
+        s.id,
+      ]);
+      expect(after).toEqual(before);
+      // The official client sees the same 400.
+      await expect(
+        openaiClient(server.url, caller.key).chat.completions.create({
+          model: CHAT_MODEL,
+          messages: [{ role: "user", content: "Once" }],
+          metadata: { stream_id: s.id },
+        }),
+      ).rejects.toMatchObject({ status: 400 });
+    },
+  );
+
+  test("when a stream is closed on one process, then another process that used it refuses new requests naming it", async () => {
+    const b = await startTestServer({}, server);
+    try {
+      const s = await createStream(caller.key);
+      // b caches the stream as open.
+      expect(
+        (await http(b.url, "POST", "/v1/chat/completions", chatBody({ stream_id: s.id }, caller.key))).status,
+      ).toBe(200);
+      await http(server.url, "PATCH", `/v1/streams/${s.id}`, { token: caller.key, body: { status: "cancelled" } });
+      let res: Awaited<ReturnType<typeof http>> | undefined;
+      expect(
+        await eventually(
+          async () =>
+            (res = await http(b.url, "POST", "/v1/chat/completions", chatBody({ stream_id: s.id }, caller.key)))
+              .status === 400,
+        ),
+      ).toBe(true);
+      expectInvalid(res!, "metadata.stream_id");
+      for (const r of await everyCreate(b.url, caller.key, s.id, "closed-b")) expectInvalid(r, "metadata.stream_id");
+    } finally {
+      await b.close();
+    }
+  }, 30_000);
+
+  test("when a stream is archived after a background response in it was accepted, then that response still runs to its end", async () => {
+    const api = await startTestServer({ role: "api" });
+    let worker: TestServer | undefined;
+    try {
+      const c = await createTestCaller(api.url);
+      const s = (await http(api.url, "POST", "/v1/streams", { token: c.key, body: { name: "late" } })).body;
+      const bg = await http(api.url, "POST", "/v1/responses", {
+        token: c.key,
+        body: {
+          model: CHAT_MODEL,
+          input: "Once",
+          background: true,
+          max_output_tokens: 4,
+          metadata: { stream_id: s.id },
+        },
+      });
+      expect(bg.body.status).toBe("in_progress");
+      // No worker yet: it waits, accepted; then the stream is archived, then a worker starts.
+      await http(api.url, "PATCH", `/v1/streams/${s.id}`, { token: c.key, body: { status: "archived" } });
+      worker = await startTestServer({ role: "worker" }, api);
+      let body: any;
+      await eventually(async () => {
+        body = (await http(api.url, "GET", `/v1/responses/${bg.body.id}`, { token: c.key })).body;
+        return body.status !== "in_progress";
+      }, 15_000);
+      expect(body.status).toBe("incomplete");
+    } finally {
+      await worker?.close();
+      await api.close();
+    }
+  }, 45_000);
 });
 
 describe("other teams and bad input", () => {

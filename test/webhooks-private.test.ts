@@ -4,26 +4,20 @@
  * connection (a counting listener on loopback sees none), the create is unaffected, the refusal is
  * recorded as the delivery's attempt and logged — without the webhook token.
  */
-import { mkdtempSync } from "node:fs";
 import net from "node:net";
-import os from "node:os";
-import path from "node:path";
-import { Writable } from "node:stream";
-import { pino } from "pino";
-import { loadConfig } from "../src/config/config.js";
-import { type Switchyard, startSwitchyard } from "../src/server.js";
-import { CHAT_MODEL, MODELS_DIR, createTestCaller, createTestDatabase, eventually, http } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
+import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
 
-let app: Switchyard;
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let server: TestServer;
+let app: TestServer["app"];
 let listener: net.Server;
 let port: number;
 let connections = 0;
-const lines: string[] = [];
+const logs = captureLogs("debug");
+const lines = logs.lines;
 const TOKEN = "secret-webhook-token-4f1c9e";
 
 beforeAll(async () => {
-  database = await createTestDatabase();
   // Counts every TCP connection on loopback (IPv4 and, where the host has it, IPv6).
   listener = net.createServer((socket) => {
     connections++;
@@ -31,32 +25,14 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
   port = (listener.address() as net.AddressInfo).port;
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      lines.push(chunk.toString("utf8"));
-      done();
-    },
+  server = await startTestServer({ webhookRetryDelaysMs: "20,20,20", webhookTimeoutMs: 1000 }, undefined, {
+    logger: logs.logger,
   });
-  const config = loadConfig(
-    {},
-    {
-      port: 0,
-      host: "127.0.0.1",
-      databaseUrl: database.url,
-      dataDir: mkdtempSync(path.join(os.tmpdir(), "switchyard-data-")),
-      modelsDir: MODELS_DIR,
-      jwtSecret: "test-secret-test-secret-test-secret-0123",
-      allowModelDownload: false,
-      webhookRetryDelaysMs: "20,20,20",
-      webhookTimeoutMs: 1000,
-    },
-  );
-  expect(config.webhookAllowPrivate).toBe(false);
-  app = await startSwitchyard(config, { logger: pino({ level: "debug" }, sink) });
+  app = server.app;
+  expect(app.config.webhookAllowPrivate).toBe(false);
 });
 afterAll(async () => {
-  await app.close();
-  await database.close();
+  await server.close();
   await new Promise<void>((resolve) => listener.close(() => resolve()));
 });
 
@@ -83,14 +59,14 @@ test.each([
     expect(res.body.error).toBeNull();
     let delivery: { id: string; status: string } | undefined;
     await eventually(async () => {
-      [delivery] = await database.query<{ id: string; status: string }>(
+      [delivery] = await server.db<{ id: string; status: string }>(
         "SELECT id, status FROM webhook_deliveries WHERE response_id = $1",
         [res.body.id],
       );
       return delivery?.status === "failed";
     }, 10_000);
     expect(delivery?.status).toBe("failed");
-    const attempts = await database.query<{ status_code: number | null; error: string }>(
+    const attempts = await server.db<{ status_code: number | null; error: string }>(
       "SELECT status_code, error FROM webhook_attempts WHERE delivery_id = $1",
       [delivery!.id],
     );
@@ -99,11 +75,9 @@ test.each([
     expect(attempts[0].status_code).toBeNull();
     expect(attempts[0].error).toMatch(/^refused address \(/);
     expect(connections).toBe(0);
-    const failedLog = lines
-      .map((l) => JSON.parse(l))
-      .find((l) => l.msg === "webhook delivery failed" && l.deliveryId === delivery!.id);
+    const failedLog = logs.records().find((l) => l.msg === "webhook delivery failed" && l.deliveryId === delivery!.id);
     expect(failedLog).toBeDefined();
-    expect(failedLog.responseId).toBe(res.body.id);
+    expect(failedLog?.responseId).toBe(res.body.id);
   },
 );
 

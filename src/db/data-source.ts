@@ -9,6 +9,7 @@ import { BackgroundResponses1764100000000 } from "./migrations/1764100000000-bac
 import { CompletionEvents1764200000000 } from "./migrations/1764200000000-completion-events.js";
 import { Webhooks1764300000000 } from "./migrations/1764300000000-webhooks.js";
 import { Streams1764400000000 } from "./migrations/1764400000000-streams.js";
+import { WebhookToken1764450000000 } from "./migrations/1764450000000-webhook-token.js";
 import { Batches1764500000000 } from "./migrations/1764500000000-batches.js";
 
 /** Migrations in the order they apply; append only. */
@@ -19,6 +20,7 @@ export const migrations = [
   CompletionEvents1764200000000,
   Webhooks1764300000000,
   Streams1764400000000,
+  WebhookToken1764450000000,
   Batches1764500000000,
 ];
 

@@ -16,6 +16,10 @@
  * whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler that
  * every worker process runs, and deadlines are also enforced by it and lazily by reads, so a
  * missed deadline ends the response even when no worker is running at all.
+ *
+ * The request is stored with its `metadata.webhook_token` redacted; the token waits in
+ * `responses.webhook_token` (never returned by any read) for the record whose outbox row carries
+ * it to the deliveries, and is dropped once that record is written.
  */
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
@@ -41,6 +45,8 @@ import {
   responseRequest,
 } from "./protocols/openai-responses.protocol.js";
 import type { ResponseList, ResponsesService } from "./responses.service.js";
+import { type StreamStatus, closedStreamError } from "./stream-directory.js";
+import { redactedMetadata, redactedRequest, webhookToken, withWebhookToken } from "./webhooks/webhook-target.js";
 
 /** The job queue's names (`src/jobs`). */
 export type JobName = "response-generate" | "response-deadline" | "batch-run" | "batch-expire";
@@ -105,6 +111,8 @@ interface EndedRow {
   request_json: unknown;
   response_json: ResponseObject;
   created_at: Date;
+  /** The request's `metadata.webhook_token`, kept apart from the stored (redacted) request until its record is written. */
+  webhook_token: string | null;
 }
 
 const TIMEOUT_ERROR = { code: "timeout", message: "The response did not finish before its deadline" };
@@ -140,36 +148,51 @@ export class BackgroundResponsesService {
    * Accepts a background response: stores it `in_progress` and, in the same transaction, enqueues
    * its generation and its deadline (`timeout_s`, else 24 h).
    * @returns the stored in-progress Response object.
-   * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another team's stream.
+   * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another
+   *   team's stream; 400 naming `metadata.stream_id` when it is the team's cancelled or archived one.
    */
   async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
-    // 404 for another team's stream (issue 6, item 4), before anything is stored.
-    await this.inference.activityType(principal.teamId, req.metadata);
+    // 404 for another team's stream, 400 for a closed one of the team (issue 6, item 4), before
+    // anything is stored.
+    await this.inference.activityType(principal.teamId, req.metadata, true);
     await this.metering.assertCredit(principal.teamId);
+    const streamId = typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null;
     const id = uuidv7();
     const createdAt = new Date();
     const windowS = req.timeout_s ?? BACKGROUND_WINDOW_S;
     const deadline = new Date(createdAt.getTime() + windowS * 1000);
     const object = inProgressResponse(id, createdAt, model.id, answeredTier(req));
     await this.ds.transaction(async (m) => {
+      if (streamId) {
+        // Checked again under a share lock on the stream row: a PATCH that closes the stream waits
+        // for this commit and then cancels this response too, or commits first and refuses it.
+        const [stream] = await queryRows<{ status: StreamStatus }>(
+          m,
+          `SELECT status FROM streams WHERE id = $1 AND team_id = $2 FOR SHARE`,
+          [streamId, principal.teamId],
+        );
+        if (stream && stream.status !== "open") throw closedStreamError(stream.status);
+      }
       await m.query(
         `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
-                                request_json, response_json, created_at, deadline_at, principal_json)
-         VALUES ($1, $2, $3, $4, $5, 'in_progress', true, $6, $7, $8, $9, $10, $11, $12)`,
+                                request_json, response_json, created_at, deadline_at, principal_json, webhook_token)
+         VALUES ($1, $2, $3, $4, $5, 'in_progress', true, $6, $7, $8, $9, $10, $11, $12, $13)`,
         [
           id,
           principal.teamId,
           principal.userId,
           principal.apiKey?.id ?? null,
           model.id,
-          typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null,
-          req.metadata ?? null,
-          raw,
+          streamId,
+          // The webhook token is stored apart, never with the request (issue 6, item 3).
+          redactedMetadata(req.metadata ?? null),
+          redactedRequest(raw),
           object,
           createdAt,
           deadline,
           principal,
+          webhookToken(req.metadata),
         ],
       );
       const db = executor(m);
@@ -243,7 +266,7 @@ export class BackgroundResponsesService {
                             updated_at = now()
         WHERE id = $1 AND status = 'in_progress' AND ($4::uuid IS NULL OR team_id = $4)
         RETURNING id, team_id, model, runner, principal_json, metadata, request_json, response_json, created_at,
-                  (runner IS NOT NULL AND runner_seen_at > now() - make_interval(secs => $5)) AS runner_live`,
+                  webhook_token, (runner IS NOT NULL AND runner_seen_at > now() - make_interval(secs => $5)) AS runner_live`,
       [id, patch.status, JSON.stringify(patch), teamId, RUNNER_STALE_S],
     );
     if (!row) return null;
@@ -279,7 +302,7 @@ export class BackgroundResponsesService {
           WHERE id = $1 AND background AND status = 'in_progress'
             AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $3))
           RETURNING id, team_id, model, runner, principal_json, metadata, request_json, response_json, created_at,
-                    deadline_at, true AS runner_live`,
+                    webhook_token, deadline_at, true AS runner_live`,
         [responseId, this.holder, RUNNER_STALE_S],
       );
       if (!row) return;
@@ -298,7 +321,20 @@ export class BackgroundResponsesService {
       clearTimeout(timer);
       this.running.delete(responseId);
     }
+    await this.forgetWebhookToken(responseId);
     await this.releaseUnrecorded(responseId);
+  }
+
+  /**
+   * Drops the webhook token kept apart for a response once its record is written: the outbox row
+   * written with that record carries it to the deliveries (and drops it when they end).
+   */
+  private async forgetWebhookToken(responseId: string): Promise<void> {
+    await this.ds.query(
+      `UPDATE responses SET webhook_token = NULL
+        WHERE id = $1 AND webhook_token IS NOT NULL AND EXISTS (SELECT 1 FROM activity WHERE id = $1)`,
+      [responseId],
+    );
   }
 
   /**
@@ -321,10 +357,12 @@ export class BackgroundResponsesService {
     const model = this.catalog.resolve(req.model, "text_generation");
     const tier = answeredTier(req);
     const principal = row.principal_json!;
+    // The stored request is redacted; the webhook of its record needs the token kept apart.
+    const metadata = withWebhookToken(row.metadata, row.webhook_token);
     const stored = (object: ResponseObject): StoredResponse => ({
       status: object.status,
       background: true,
-      metadata: row.metadata,
+      metadata,
       requestJson: row.request_json,
       responseJson: { ...object },
     });
@@ -337,8 +375,10 @@ export class BackgroundResponsesService {
         model,
         messages: responseMessages(req).messages,
         params: responseParams(req),
-        metadata: req.metadata,
+        metadata,
         body: row.request_json,
+        // Accepted at create: a stream closed since does not refuse it.
+        admitted: true,
         // No 429 for background work: it waits for a slot until its deadline.
         maxQueueWaitS: Math.max(1, remainingMs / 1000),
         signal: entry.controller.signal,
@@ -399,11 +439,13 @@ export class BackgroundResponsesService {
       response: {
         status: object.status,
         background: true,
-        metadata: row.metadata,
+        // Its webhook (derived from this metadata) needs the token kept apart; stored redacted.
+        metadata: withWebhookToken(row.metadata, row.webhook_token),
         requestJson: row.request_json,
         responseJson: { ...object },
       },
     });
+    await this.forgetWebhookToken(row.id);
   }
 
   private abortLocal(id: string, kind: EndKind): void {
@@ -480,7 +522,7 @@ export class BackgroundResponsesService {
     const rows = await queryRows<EndedRow>(
       this.ds,
       `SELECT r.id, r.team_id, r.model, r.runner, r.principal_json, r.metadata, r.request_json, r.response_json,
-              r.created_at, false AS runner_live
+              r.created_at, r.webhook_token, false AS runner_live
          FROM responses r
         WHERE r.background AND r.status <> 'in_progress'
           AND r.updated_at BETWEEN now() - interval '1 day' AND now() - interval '30 seconds'

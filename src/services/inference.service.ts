@@ -82,6 +82,11 @@ export interface RequestInfo {
    * caller retries). Without it refusals are not recorded.
    */
   onFailure?: (err: unknown) => FailureRecord | null;
+  /**
+   * True when the request was accepted earlier (a background response its worker runs): a stream
+   * closed since then does not refuse it. Otherwise a closed stream is a 400 (DESIGN §3 Streams).
+   */
+  admitted?: boolean;
 }
 
 export interface GenerationCall<T> extends RequestInfo {
@@ -131,10 +136,16 @@ export class InferenceService {
 
   /**
    * The activity type of a request (`stream` in one of the team's streams).
-   * @throws AppError 404 when `metadata.stream_id` names another team's stream.
+   * @param creating true for a request being accepted now (see `StreamDirectory.activityType`).
+   * @throws AppError 404 when `metadata.stream_id` names another team's stream; 400 naming
+   *   `metadata.stream_id` when `creating` and the team's stream is cancelled or archived.
    */
-  activityType(teamId: string, metadata: Record<string, unknown> | null | undefined): Promise<ActivityType> {
-    return this.streams?.activityType(teamId, metadata) ?? Promise.resolve("standalone");
+  activityType(
+    teamId: string,
+    metadata: Record<string, unknown> | null | undefined,
+    creating = false,
+  ): Promise<ActivityType> {
+    return this.streams?.activityType(teamId, metadata, creating) ?? Promise.resolve("standalone");
   }
 
   /**
@@ -144,7 +155,8 @@ export class InferenceService {
    * the worst-case cost (prompt at the input price + `max_tokens`, or the rest of the context, at
    * the output price) is reserved through `CreditService` before a slot is taken, and settled at
    * the real cost when the record commits.
-   * @throws AppError 401; 404 when `metadata.stream_id` names another team's stream; 402 without credit or when the worst case is not covered (before any
+   * @throws AppError 401; 404 when `metadata.stream_id` names another team's stream, 400 when it
+   *   names the team's cancelled or archived one (unless `admitted`); 402 without credit or when the worst case is not covered (before any
    *   engine work); 400 when the prompt does not fit or breaks `GENERATION_LIMITS`; 429 when no
    *   engine slot frees up within `max_queue_wait_s` (no charge); 502/503 on engine failure
    *   (recorded as a failed request, no charge).
@@ -154,7 +166,7 @@ export class InferenceService {
     // Refusals before any engine work; a batch item's are recorded as its failure (in the try).
     const admitCall = async (): Promise<ActivityType> => {
       assertGenerationLimits(call);
-      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata);
+      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
       await this.metering.assertCredit(principal.teamId);
       return type;
     };
@@ -213,7 +225,7 @@ export class InferenceService {
   async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
     const principal = requirePrincipal(ctx);
     const admitCall = async (): Promise<ActivityType> => {
-      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata);
+      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
       await this.metering.assertCredit(principal.teamId);
       return type;
     };

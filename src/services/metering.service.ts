@@ -19,7 +19,7 @@ import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "./completion-events.service.j
 import type { Principal } from "./context.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { TokenUsage } from "../shared/money.js";
-import { type WebhookRequest, webhookTarget } from "./webhooks/webhook-target.js";
+import { type WebhookRequest, redactedMetadata, redactedRequest, webhookTarget } from "./webhooks/webhook-target.js";
 
 /** A Response object to store with its request (`store: true`). */
 export interface StoredResponse {
@@ -461,7 +461,8 @@ function activityRow(r: UsageRecord) {
     total_tokens: r.usage.promptTokens + r.usage.completionTokens,
     cached_prompt_tokens: r.usage.cachedPromptTokens,
     cost_micros: r.costMicros.toString(),
-    body_json: r.bodyJson ?? null,
+    // The webhook token is never stored with the request (issue 6, item 3): only the outbox has it.
+    body_json: redactedRequest(r.bodyJson ?? null),
     result_json: r.resultJson ?? null,
     error_json: r.errorJson ?? null,
     engine_ms: r.engineMs === null ? null : Math.round(r.engineMs),
@@ -483,8 +484,8 @@ function responseRow(r: UsageRecord) {
     status: response.status,
     background: response.background,
     stream_id: r.streamId,
-    metadata: response.metadata,
-    request_json: response.requestJson,
+    metadata: redactedMetadata(response.metadata),
+    request_json: redactedRequest(response.requestJson),
     response_json: response.responseJson,
     created_at: r.createdAt.toISOString(),
     completed_at: r.completedAt?.toISOString() ?? null,

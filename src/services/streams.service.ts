@@ -197,7 +197,8 @@ export class StreamsService {
   /**
    * Renames and/or archives or cancels a stream. Cancelling cancels every unfinished background
    * response of the stream (through `BackgroundResponsesService.end`, as `POST
-   * /v1/responses/{id}/cancel` does) and sets `cancelled_at`; archiving sets `archived_at`.
+   * /v1/responses/{id}/cancel` does) and sets `cancelled_at`; archiving sets `archived_at`. Either
+   * way the stream takes no new requests (`StreamDirectory`); accepted ones are not refused.
    * @returns the stream as `get` answers it.
    * @throws AppError 400 (`name`, `status`, non-uuid id), 401, 404 unknown or another team's.
    */
@@ -214,6 +215,8 @@ export class StreamsService {
       [streamId, principal.teamId, input.name ?? null, input.status ?? null],
     );
     if (!row) throw AppError.notFound("No such stream");
+    // New requests naming it are refused from now on, in every process (400, `metadata.stream_id`).
+    if (input.status) await this.directory.closed(streamId, principal.teamId, input.status);
     if (input.status === "cancelled") {
       const open = await queryRows<{ id: string }>(
         this.ds,

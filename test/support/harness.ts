@@ -13,7 +13,7 @@ import pg from "pg";
 import { type ConfigInput, loadConfig, packageRoot } from "../../src/config/config.js";
 import { openDatabase } from "../../src/db/data-source.js";
 import { ensureDatabase } from "../../src/db/embedded.js";
-import { type Switchyard, startSwitchyard } from "../../src/server.js";
+import { type StartOptions, type Switchyard, startSwitchyard } from "../../src/server.js";
 
 const TEMPLATE_DB = "switchyard_test_template";
 
@@ -87,6 +87,8 @@ export async function startTestServer(
   overrides: Partial<ConfigInput> = {},
   /** Share another server's database (a second API process); by default a fresh one. */
   shareWith?: TestServer,
+  /** Start options, e.g. a logger whose lines the test reads (`support/log-capture.ts`). */
+  start: StartOptions = {},
 ): Promise<TestServer> {
   const database = shareWith
     ? { url: shareWith.databaseUrl, query: shareWith.db, close: async () => {} }
@@ -106,7 +108,7 @@ export async function startTestServer(
       ...overrides,
     },
   );
-  const app = await startSwitchyard(config);
+  const app = await startSwitchyard(config, start);
   return {
     app,
     url: app.url,

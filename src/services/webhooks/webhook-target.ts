@@ -39,8 +39,49 @@ export function webhookTarget(metadata: Record<string, unknown> | null | undefin
   if ((url.protocol !== "http:" && url.protocol !== "https:") || !url.hostname || url.username || url.password) {
     return null;
   }
+  return { url: url.toString(), token: webhookToken(metadata) };
+}
+
+/** What stands in for `metadata.webhook_token` wherever a request is stored. */
+export const REDACTED_TOKEN = "[redacted]";
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * `metadata` as it may be stored: `webhook_token`, when present, replaced by `"[redacted]"` (the
+ * token is a shared secret; it is never stored with the request nor readable back through any
+ * API). Returns `metadata` itself when there is nothing to redact.
+ */
+export function redactedMetadata<T>(metadata: T): T {
+  if (!isPlainObject(metadata) || !("webhook_token" in metadata)) return metadata;
+  return { ...metadata, webhook_token: REDACTED_TOKEN } as T;
+}
+
+/** A create request's body as it may be stored (activity `body_json`, `request_json`): its `metadata` redacted. */
+export function redactedRequest<T>(body: T): T {
+  if (!isPlainObject(body) || !isPlainObject(body.metadata) || !("webhook_token" in body.metadata)) return body;
+  return { ...body, metadata: redactedMetadata(body.metadata) } as T;
+}
+
+/**
+ * The request's webhook token, as kept apart from the stored request (background responses keep
+ * it in `responses.webhook_token` until their record is written): a non-empty string, else null.
+ */
+export function webhookToken(metadata: Record<string, unknown> | null | undefined): string | null {
   const token = metadata?.webhook_token;
-  return { url: url.toString(), token: typeof token === "string" && token.length > 0 ? token : null };
+  return typeof token === "string" && token.length > 0 ? token : null;
+}
+
+/** Stored (redacted) `metadata` with the token kept apart put back (or none, when `token` is null). */
+export function withWebhookToken(
+  metadata: Record<string, unknown> | null,
+  token: string | null,
+): Record<string, unknown> | null {
+  if (!metadata) return metadata;
+  const { webhook_token: _redacted, ...rest } = metadata;
+  return token === null ? rest : { ...rest, webhook_token: token };
 }
 
 /** `whsec_` + base64 of at least 24 bytes (Standard Webhooks secrets are 24–64 bytes). */
