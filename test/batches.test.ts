@@ -432,6 +432,22 @@ describe("cancel, failures and paging", () => {
     await untilStatus(caller.key, res.body.id, ["completed"]);
   }, 30_000);
 
+  test("when an item carries a webhook token, then the token is never stored and no per-item webhook is sent", async () => {
+    const metadata = { completion_webhook: "http://127.0.0.1:9/hook", webhook_token: "tok-secret-4711" };
+    const res = await createBatch(caller.key, [chatItem("wh-1", { metadata })]);
+    await untilStatus(caller.key, res.body.id, ["completed"]);
+    const stored = await server.db<any>(
+      `SELECT i.body_json::text AS item, a.body_json::text AS activity,
+              (SELECT count(*)::int FROM webhook_deliveries w WHERE w.response_id = i.request_id) AS deliveries
+         FROM batch_items i JOIN activity a ON a.id = i.request_id WHERE i.batch_id = $1`,
+      [res.body.id],
+    );
+    expect(stored).toHaveLength(1);
+    expect(stored[0].item).not.toContain("tok-secret-4711");
+    expect(stored[0].activity).not.toContain("tok-secret-4711");
+    expect(stored[0].deliveries).toBe(0);
+  }, 30_000);
+
   test("when the list is paged with limit and after, then pages follow newest first without overlap", async () => {
     const pager = await createTestCaller(server.url);
     const ids: string[] = [];

@@ -23,13 +23,6 @@ import type {
 /** Every queue this build uses; created (idempotently) at start. */
 export const JOB_NAMES: readonly JobName[] = ["response-generate", "response-deadline", "batch-run", "batch-expire"];
 
-/**
- * Queues with a pg-boss policy other than `standard`: `batch-run` is `stately` (per
- * `singletonKey` = batch id, at most one job queued and one running), so the reconciler can re-send
- * a batch's run job without piling up duplicates.
- */
-const QUEUE_POLICIES: Partial<Record<JobName, PgBoss.QueuePolicy>> = { "batch-run": "stately" };
-
 /** Options of a `JobQueue`. */
 export interface JobQueueOptions {
   databaseUrl: string;
@@ -66,26 +59,21 @@ export class JobQueue implements JobSender {
   async start(): Promise<void> {
     await this.boss.start();
     this.started = true;
-    for (const name of JOB_NAMES) {
-      const policy = QUEUE_POLICIES[name];
-      await this.boss.createQueue(name, policy ? { name, policy } : undefined);
-    }
+    for (const name of JOB_NAMES) await this.boss.createQueue(name);
   }
 
   /**
    * Sends one job; with `options.db` it is written through that executor (inside its transaction).
-   * @returns the job id; null when `singletonKey` matched a job already queued.
-   * @throws Error when pg-boss created no job otherwise.
+   * @returns the job id.
    */
-  async send<N extends JobName>(name: N, data: JobData[N], options: SendOptions = {}): Promise<string | null> {
+  async send<N extends JobName>(name: N, data: JobData[N], options: SendOptions = {}): Promise<string> {
     // pg-boss checks `key in options`, so absent settings must be absent, not undefined.
     const sendOptions: PgBoss.SendOptions = { retryLimit: options.retryLimit ?? 3, retryDelay: 5 };
     if (options.startAfter) sendOptions.startAfter = options.startAfter;
     if (options.expireInSeconds) sendOptions.expireInSeconds = options.expireInSeconds;
     if (options.db) sendOptions.db = toPgBossDb(options.db);
-    if (options.singletonKey) sendOptions.singletonKey = options.singletonKey;
     const id = await this.boss.send(name, data, sendOptions);
-    if (!id && !options.singletonKey) throw new Error(`job ${name} was not created`);
+    if (!id) throw new Error(`job ${name} was not created`);
     return id;
   }
 

@@ -55,7 +55,7 @@ export type JobName = "response-generate" | "response-deadline" | "batch-run" | 
 export interface JobData {
   "response-generate": { responseId: string };
   "response-deadline": { responseId: string };
-  /** Runs a batch's items (issue 7); at most one queued and one running per batch. */
+  /** Runs a batch's items (issue 7); a duplicate finds the batch claimed and returns. */
   "batch-run": { batchId: string };
   /** Ends a batch whose window passed (issue 7, item 5). */
   "batch-expire": { batchId: string };
@@ -72,17 +72,11 @@ export interface SendOptions {
   expireInSeconds?: number;
   /** Write the job through this executor, i.e. in that transaction. */
   db?: SqlExecutor;
-  /**
-   * On queues that allow one job per key (`batch-run`): a second job with the same key, while one
-   * is queued, is not created (`send` then returns null).
-   */
-  singletonKey?: string;
 }
 
 /** What services need of the job queue (implemented by `jobs/job-queue.ts`; services never import jobs). */
 export interface JobSender {
-  /** @returns the job id; null only when `singletonKey` found one already queued. */
-  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string | null>;
+  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string>;
 }
 
 /** The background window when `timeout_s` is not given (DESIGN §3: 24 h), seconds. */

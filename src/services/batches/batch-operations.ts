@@ -181,6 +181,17 @@ function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMes
   return chat;
 }
 
+/**
+ * An item's metadata as its call sees it: no completion webhook. Batch items are followed through
+ * the batch (results, the events feed with `batch_id`), not one callback per item; the token is
+ * redacted when the item is stored, so it could not be sent anyway.
+ */
+function itemMetadata(metadata: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
+  if (!metadata) return null;
+  const { completion_webhook: _url, webhook_token: _token, ...rest } = metadata;
+  return rest;
+}
+
 /** One item as the runner hands it over. */
 export interface RunnableItem {
   /** Activity id and ledger source, fixed at create. */
@@ -226,7 +237,7 @@ export async function runBatchItem(
         model,
         messages: chatMessages(body).messages,
         params: chatParams(body),
-        metadata: body.metadata,
+        metadata: itemMetadata(body.metadata),
         render: (result) => ({ body: chatCompletion(item.requestId, common.createdAt, model.id, result) }),
       });
       return;
@@ -240,7 +251,7 @@ export async function runBatchItem(
         messages: anthropicMessages(body).messages,
         params: anthropicParams(body),
         stopField: "stop_sequences",
-        metadata: body.metadata,
+        metadata: itemMetadata(body.metadata),
         render: (result) => ({ body: anthropicMessage(item.requestId, model.id, result) }),
       });
       return;
@@ -252,7 +263,7 @@ export async function runBatchItem(
         ...common,
         model,
         inputs: embeddingInputs(body),
-        metadata: body.metadata,
+        metadata: itemMetadata(body.metadata),
         render: (result) => {
           const vectors =
             body.dimensions != null ? result.vectors.map((v) => shorten(v, body.dimensions!)) : result.vectors;

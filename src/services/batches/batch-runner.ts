@@ -417,7 +417,7 @@ export class BatchRunner {
       [BATCH_RUNNER_STALE_S],
     );
     for (const { id } of orphans) {
-      await this.jobs.send("batch-run", { batchId: id }, { singletonKey: id, retryLimit: 10, expireInSeconds: 3600 });
+      await this.jobs.send("batch-run", { batchId: id }, { retryLimit: 10, expireInSeconds: 3600 });
     }
   }
 }

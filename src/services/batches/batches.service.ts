@@ -26,6 +26,7 @@ import type { MeteringService } from "../metering.service.js";
 import { toJsonbText } from "../metering.service.js";
 import type { ModelCatalogService } from "../model-catalog.service.js";
 import { optionalQuery, queryInt } from "../validation.js";
+import { redactedRequest } from "../webhooks/webhook-target.js";
 import { type ItemIssue, type PreparedItem, prepareBatchItem } from "./batch-operations.js";
 import { type BatchBodyLimits, parseItem, scanBatchBody } from "./batch-body.js";
 
@@ -217,11 +218,7 @@ export class BatchesService {
       }
       const tx = qr!;
       const db = executor(tx);
-      await this.jobs.send(
-        "batch-run",
-        { batchId: id },
-        { db, singletonKey: id, retryLimit: 10, expireInSeconds: 3600 },
-      );
+      await this.jobs.send("batch-run", { batchId: id }, { db, retryLimit: 10, expireInSeconds: 3600 });
       await this.jobs.send("batch-expire", { batchId: id }, { db, startAfter: expiresAt });
       await tx.commitTransaction();
     } catch (err) {
@@ -475,7 +472,14 @@ export function isTerminal(status: BatchStatus): boolean {
 async function insertItems(db: Queryable, batchId: string, rows: Array<PreparedItem & { idx: number }>): Promise<void> {
   if (rows.length === 0) return;
   const json = toJsonbText(
-    rows.map((r) => ({ idx: r.idx, request_id: uuidv7(), custom_id: r.customId, url: r.url, body: r.body })),
+    // A webhook token is a secret: never stored (batch items send no per-item webhook anyway).
+    rows.map((r) => ({
+      idx: r.idx,
+      request_id: uuidv7(),
+      custom_id: r.customId,
+      url: r.url,
+      body: redactedRequest(r.body),
+    })),
   );
   await db.query(
     `INSERT INTO batch_items (batch_id, idx, request_id, custom_id, url, body_json)
