@@ -381,6 +381,28 @@ describe("cancel, failures and paging", () => {
     expect(again.body).toMatchObject({ status: "cancelled", completed_at: cancelled.body.completed_at });
   }, 30_000);
 
+  test("when a pending batch is cancelled, then it is cancelled and none of its items ever runs", async () => {
+    // The runner runs one item at a time: while another batch's item is held, this batch waits.
+    const held = await holdNextGeneration();
+    const blocker = await createBatch(caller.key, [chatItem("b-0")]);
+    await held.started;
+    const res = await createBatch(caller.key, [chatItem("q-0"), chatItem("q-1")]);
+    expect(res.body.status).toBe("pending");
+    const cancelled = await http(server.url, "POST", `/v1/batches/${res.body.id}/cancel`, { token: caller.key });
+    expect(cancelled.body).toMatchObject({
+      status: "cancelled",
+      cancelled_at: expect.stringMatching(ISO),
+      request_counts: { cancelled: 2, pending: 0 },
+    });
+    held.release();
+    await untilStatus(caller.key, blocker.body.id, ["completed"]);
+    await new Promise((r) => setTimeout(r, 300));
+    const ran = await server.db<any>("SELECT id FROM activity WHERE batch_id = $1", [res.body.id]);
+    expect(ran).toEqual([]);
+    const results = await http(server.url, "GET", `/v1/batches/${res.body.id}/results`, { token: caller.key });
+    expect(results.body.results.map((r: any) => r.status)).toEqual(["cancelled", "cancelled"]);
+  }, 30_000);
+
   test("when an item cannot run (prompt too long) the others still complete and the batch is completed", async () => {
     const long = "Once upon a time ".repeat(400);
     const res = await createBatch(caller.key, [

@@ -41,3 +41,30 @@ test("when the waiter's signal aborts, then it leaves the queue with the reason"
   await expect(waiting).rejects.toThrow("gone");
   expect(pool.waiting).toBe(0);
 });
+
+test("when batch work and interactive requests wait, then a freed slot goes to the interactive request first (issue 7, item 2)", async () => {
+  const pool = new SlotPool(["only"]);
+  const first = await pool.acquire(1000);
+  const order: string[] = [];
+  const batch1 = pool.acquire(1000, undefined, undefined, true).then((s) => (order.push("batch1"), s));
+  const batch2 = pool.acquire(1000, undefined, undefined, true).then((s) => (order.push("batch2"), s));
+  const interactive = pool.acquire(1000).then((s) => (order.push("interactive"), s));
+  expect(pool.waiting).toBe(3);
+  pool.release(first);
+  pool.release(await interactive);
+  pool.release(await batch1);
+  await batch2;
+  expect(order).toEqual(["interactive", "batch1", "batch2"]);
+});
+
+test("when batch work waits, then a free slot is not taken by a newer batch request ahead of it", async () => {
+  const pool = new SlotPool(["a", "b"]);
+  const a = await pool.acquire(1000);
+  const b = await pool.acquire(1000);
+  const queued = pool.acquire(1000, undefined, undefined, true);
+  pool.release(a);
+  expect(await queued).toBe("a");
+  // Free slot, no waiter: batch work takes it at once.
+  pool.release(b);
+  expect(await pool.acquire(10, undefined, undefined, true)).toBe("b");
+});
