@@ -64,6 +64,7 @@ import { CredentialService } from "./services/credential.service.js";
 import { AppError } from "./shared/errors.js";
 import { HealthService } from "./services/health.service.js";
 import { InferenceService } from "./services/inference.service.js";
+import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { ResponsesService } from "./services/responses.service.js";
@@ -86,6 +87,8 @@ export interface Switchyard {
   credit: CreditService;
   /** The completion events feed (issue 6, item 6). */
   events: CompletionEventsService;
+  /** Outgoing mail (issue 8): the outbox, and SMTP when configured. */
+  mailer: Mailer;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -165,6 +168,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
+    // Mail (issue 8): the outbox, and SMTP when SMTP_URL is set.
+    const mailer = new OutboxMailer(ds, logger, { smtpUrl: config.smtpUrl, from: config.mailFrom });
+    cleanup.push(["mailer", async () => mailer.close()]);
     const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
     const metering = new MeteringService(
       ds,
@@ -238,6 +244,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       metering,
       credit,
       events,
+      mailer,
       close: closeAll,
     });
     if (config.role === "worker") {

@@ -119,6 +119,13 @@ export const configSchema = z.object({
    * − 1 (at least 1), so a slot stays free for interactive requests (DESIGN §3 Batches).
    */
   batchConcurrency: intFromEnv(1, 1024).optional(),
+  /** Mail (issue 8): `smtp://user:pass@host:port` or `smtps://…`; unset: mail goes to the `mail_outbox` table only. */
+  smtpUrl: z
+    .string()
+    .regex(/^smtps?:\/\//, "expected smtp://… or smtps://…")
+    .optional(),
+  /** Mail: the From header. */
+  mailFrom: z.string().min(3).default("Switchyard <no-reply@switchyard.local>"),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -158,6 +165,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   batchMaxBytes: "SWITCHYARD_BATCH_MAX_BYTES",
   batchMaxItems: "SWITCHYARD_BATCH_MAX_ITEMS",
   batchConcurrency: "SWITCHYARD_BATCH_CONCURRENCY",
+  smtpUrl: "SMTP_URL",
+  mailFrom: "SWITCHYARD_MAIL_FROM",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

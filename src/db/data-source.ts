@@ -11,6 +11,7 @@ import { Webhooks1764300000000 } from "./migrations/1764300000000-webhooks.js";
 import { Streams1764400000000 } from "./migrations/1764400000000-streams.js";
 import { WebhookToken1764450000000 } from "./migrations/1764450000000-webhook-token.js";
 import { Batches1764500000000 } from "./migrations/1764500000000-batches.js";
+import { MailOutbox1764550000000 } from "./migrations/1764550000000-mail-outbox.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -22,6 +23,7 @@ export const migrations = [
   Streams1764400000000,
   WebhookToken1764450000000,
   Batches1764500000000,
+  MailOutbox1764550000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
