@@ -217,6 +217,53 @@ describe("cancel", () => {
     expect(again.body.status).toBe("cancelled");
   });
 
+  test("when a running background response is cancelled, then its stored object keeps the text generated before the abort", async () => {
+    const slow = await slowNextGeneration(20);
+    const res = await create(server.url, caller.key, {
+      max_output_tokens: 200,
+      temperature: 0,
+      metadata: { custom_id: "bg-partial" },
+    });
+    await slow.firstToken;
+    const cancelled = await http(server.url, "POST", `/v1/responses/${res.body.id}/cancel`, { token: caller.key });
+    expect(cancelled.body.status).toBe("cancelled");
+    let rec = await recorded(server, res.body.id);
+    await eventually(async () => (rec = await recorded(server, res.body.id)).activity.length > 0, 10_000);
+    const generated = rec.activity[0].completion_tokens;
+    expect(generated).toBeGreaterThan(0);
+
+    const read = await http(server.url, "GET", `/v1/responses/${res.body.id}`, { token: caller.key });
+    expect(read.body).toMatchObject({
+      id: res.body.id,
+      status: "cancelled",
+      error: null,
+      incomplete_details: null,
+      output: [
+        {
+          type: "message",
+          role: "assistant",
+          status: "incomplete",
+          content: [{ type: "output_text", text: expect.any(String), annotations: [] }],
+        },
+      ],
+      usage: { output_tokens: generated },
+    });
+    expect(read.body.output[0].content[0].text.length).toBeGreaterThan(0);
+    // The activity result and the completion event say what GET says.
+    const [activity] = await server.db<{ result_json: unknown }>("SELECT result_json FROM activity WHERE id = $1", [
+      res.body.id,
+    ]);
+    expect(activity.result_json).toEqual(read.body);
+    const feed = await http(server.url, "GET", "/v1/responses/events?limit=100", { token: caller.key });
+    expect(feed.body.data.find((e: any) => e.response_id === res.body.id)?.result).toEqual(read.body);
+    // GraphQL shows the text so far too.
+    const gql = await http(server.url, "POST", "/graphql", {
+      token: caller.key,
+      body: { query: "query ($id: ID!) { response(id: $id) { status outputText } }", variables: { id: res.body.id } },
+    });
+    expect(gql.body.data.response).toEqual({ status: "cancelled", outputText: read.body.output[0].content[0].text });
+  });
+
   test("when DELETE reaches a running response, then it is cancelled and kept; a second DELETE deletes it", async () => {
     const held = await holdNextGeneration();
     const res = await create(server.url, caller.key, { max_output_tokens: 64 });
