@@ -258,7 +258,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
-      events: new CompletionEventsResolver(events),
+      events: new CompletionEventsResolver(events, streams),
       // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
       teams: new TeamResolver(new TeamService(ds)),
       streams: new StreamResolver(streams),

@@ -36,7 +36,10 @@ export function placeholderResolvers(): Resolvers {
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
-    events: new CompletionEventsResolver(undefined as unknown as CompletionEventsService),
+    events: new CompletionEventsResolver(
+      undefined as unknown as CompletionEventsService,
+      undefined as unknown as StreamsService,
+    ),
     teams: new TeamResolver(undefined as unknown as TeamService),
     streams: new StreamResolver(undefined as unknown as StreamsService),
     batches: new BatchResolver(undefined as unknown as BatchesService),

@@ -12,10 +12,13 @@
  *   cache bus) and records what it generated (charged for it); when none does (queued, or its
  *   worker died), `end` writes the activity record itself, uncharged.
  *
- * Workers claim a response (`runner` = their process id) and heartbeat it every 2 s; a response
- * whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler that
- * every worker process runs, and deadlines are also enforced by it and lazily by reads, so a
- * missed deadline ends the response even when no worker is running at all.
+ * Workers claim a response (`runner` = their process id) and heartbeat it every 2 s for as long
+ * as its generation runs — also after a cancel or the deadline ended it, until the aborted
+ * generation returns and its record is written (at most `ABORTED_HEARTBEAT_MS`). A response in
+ * progress whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler
+ * that every worker process runs; an ended one with no record whose runner was silent for 30 s
+ * gets its record (uncharged) from the reconciler. Deadlines are also enforced by it and lazily by
+ * reads, so a missed deadline ends the response even when no worker is running at all.
  *
  * The request is stored with its `metadata.webhook_token` redacted; the token waits in
  * `responses.webhook_token` (never returned by any read) for the record whose outbox row carries
@@ -85,6 +88,14 @@ export const BACKGROUND_WINDOW_S = 86_400;
 export const HEARTBEAT_MS = 2_000;
 /** A runner silent this long is taken for dead, seconds. */
 export const RUNNER_STALE_S = 10;
+/** An ended response whose runner was silent this long (and that has no record) is recorded by the reconciler, seconds. */
+export const ENDED_UNRECORDED_S = 30;
+/**
+ * How long a runner keeps heartbeating a generation it aborted (cancel, deadline) while that
+ * generation has not returned, ms. Past it the engine is taken for stuck: the reconciler records
+ * the response (uncharged) and the generation's own record, should it ever come, is dropped.
+ */
+export const ABORTED_HEARTBEAT_MS = 5 * 60_000;
 
 type EndKind = "cancelled" | "timeout";
 
@@ -92,6 +103,8 @@ interface Running {
   controller: AbortController;
   /** Why it was aborted, once it was. */
   endedAs?: EndKind;
+  /** When it was aborted (ms since the epoch), once it was. */
+  abortedAt?: number;
 }
 
 interface EndedRow {
@@ -446,6 +459,7 @@ export class BackgroundResponsesService {
     const entry = this.running.get(id);
     if (!entry || entry.controller.signal.aborted) return;
     entry.endedAs = kind;
+    entry.abortedAt = Date.now();
     const detail = kind === "timeout" ? TIMEOUT_ERROR.message : "The response was cancelled";
     entry.controller.abort(new AppError(ErrorCode.ClientClosed, detail));
   }
@@ -482,9 +496,17 @@ export class BackgroundResponsesService {
   }
 
   private async tick(): Promise<void> {
-    if (this.running.size > 0) {
-      await this.ds.query("UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND status = 'in_progress'", [
+    // Every generation this process still runs, ended or not: a cancelled or timed-out one was
+    // aborted but records what it generated only when it returns, and until then the reconciler
+    // must not take its runner for dead and write an uncharged record in its place.
+    const now = Date.now();
+    const live = [...this.running]
+      .filter(([, r]) => r.abortedAt === undefined || now - r.abortedAt < ABORTED_HEARTBEAT_MS)
+      .map(([id]) => id);
+    if (live.length > 0) {
+      await this.ds.query("UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND id = ANY($2::uuid[])", [
         this.holder,
+        live,
       ]);
     }
     const overdue = await queryRows<{ id: string }>(
@@ -519,10 +541,11 @@ export class BackgroundResponsesService {
               r.created_at, r.webhook_token, false AS runner_live
          FROM responses r
         WHERE r.background AND r.status <> 'in_progress'
-          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - interval '30 seconds'
-          AND (r.runner IS NULL OR r.runner_seen_at < now() - interval '30 seconds')
+          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - make_interval(secs => $1)
+          AND (r.runner IS NULL OR r.runner_seen_at < now() - make_interval(secs => $1))
           AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id)
         LIMIT 100`,
+      [ENDED_UNRECORDED_S],
     );
     for (const row of rows) {
       const error = row.response_json.error;

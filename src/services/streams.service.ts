@@ -136,6 +136,23 @@ export class StreamsService {
   }
 
   /**
+   * The team's streams among `ids`, in the order asked: null for an id that is no stream of the
+   * team (a label, or another team's). One query however many ids (GraphQL's per-request stream
+   * loader batches a page's lookups into one call). Ids must be UUIDs (event and response stream ids are).
+   * @throws AppError 401.
+   */
+  async summaries(ctx: RequestContext, ids: readonly string[]): Promise<Array<StreamSummary | null>> {
+    const principal = requirePrincipal(ctx);
+    const rows = await queryRows<StreamRow>(
+      this.ds,
+      `SELECT ${STREAM_COLUMNS} FROM streams WHERE team_id = $1 AND id = ANY($2::uuid[])`,
+      [principal.teamId, [...new Set(ids)]],
+    );
+    const byId = new Map(rows.map((r) => [r.id, toSummary(r)]));
+    return ids.map((id) => byId.get(id) ?? null);
+  }
+
+  /**
    * One stream with its counters: finished requests from activity, unfinished background
    * responses (`pending` before a runner claims it, `running` after) from responses.
    * @throws AppError 400 non-uuid id; 401; 404 unknown or another team's.
