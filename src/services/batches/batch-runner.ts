@@ -28,7 +28,7 @@ import type { Principal } from "../context.js";
 import type { FailureRecord, InferenceService } from "../inference.service.js";
 import type { ModelCatalogService } from "../model-catalog.service.js";
 import { type BatchItemUrl, runBatchItem } from "./batch-operations.js";
-import type { BatchesService } from "./batches.service.js";
+import { BATCH_JOB_EXPIRE_S, type BatchesService } from "./batches.service.js";
 
 /** Heartbeat and reconcile period of a worker process, ms. */
 export const BATCH_HEARTBEAT_MS = 2_000;
@@ -408,7 +408,7 @@ export class BatchRunner {
           );
         }
       }
-      this.logProgress();
+      await this.logProgress();
       // Reconcile every other tick (4 s): expire overdue batches, re-send the run job of batches
       // nobody runs (a runner died, or the job was lost).
       if (this.ticks++ % 2 === 0) await this.reconcile();
@@ -417,18 +417,28 @@ export class BatchRunner {
     }
   }
 
-  private logProgress(): void {
+  /** A progress line per running batch every 10 s: items ended / total (from the database, so a takeover counts what others did), and this runner's items/s. */
+  private async logProgress(): Promise<void> {
     const now = Date.now();
-    for (const b of this.running.values()) {
-      if (now - b.lastLog < PROGRESS_LOG_MS) continue;
+    const due = [...this.running.values()].filter((b) => now - b.lastLog >= PROGRESS_LOG_MS);
+    if (due.length === 0) return;
+    const rows = await queryRows<{ batch_id: string; ended: number }>(
+      this.ds,
+      `SELECT batch_id, count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled'))::int AS ended
+         FROM batch_items WHERE batch_id = ANY($1::uuid[]) GROUP BY 1`,
+      [due.map((b) => b.batchId)],
+    );
+    const ended = new Map(rows.map((r) => [r.batch_id, r.ended]));
+    for (const b of due) {
       b.lastLog = now;
       const seconds = (now - b.startedAt) / 1000;
       this.logger.info(
         {
           batchId: b.batchId,
-          done: b.done,
+          done: ended.get(b.batchId) ?? 0,
           total: b.total,
           running: b.controllers.size,
+          ranHere: b.done,
           itemsPerS: Math.round((b.done / Math.max(seconds, 0.001)) * 10) / 10,
         },
         "batch progress",
@@ -447,9 +457,15 @@ export class BatchRunner {
       `UPDATE batches SET nudged_at = now()
         WHERE id IN (
           SELECT id FROM batches
-           WHERE status IN ('pending', 'running') AND created_at < now() - interval '5 seconds'
-             AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $1))
-             AND (nudged_at IS NULL OR nudged_at < now() - interval '30 seconds')
+           WHERE created_at < now() - interval '5 seconds'
+             AND (
+               -- a runner that went silent (died), or a batch given up at a graceful stop: at once;
+               (status = 'running' AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $1))
+                AND (nudged_at IS NULL OR nudged_at < now() - interval '30 seconds'))
+               -- a pending batch whose job may be lost: its job normally waits for a free worker
+               -- (re-sending it sooner would only pile up duplicates behind busy workers).
+               OR (status = 'pending' AND created_at < now() - interval '5 minutes'
+                   AND (nudged_at IS NULL OR nudged_at < now() - interval '5 minutes')))
            LIMIT 100)
         RETURNING id`,
       [BATCH_RUNNER_STALE_S],
@@ -478,7 +494,7 @@ export class BatchRunner {
       );
     }
     for (const { id } of orphans) {
-      await this.jobs.send("batch-run", { batchId: id }, { retryLimit: 10, expireInSeconds: 3600 });
+      await this.jobs.send("batch-run", { batchId: id }, { retryLimit: 10, expireInSeconds: BATCH_JOB_EXPIRE_S });
     }
   }
 }

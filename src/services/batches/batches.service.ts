@@ -90,6 +90,13 @@ export interface BatchServiceOptions {
   publicUrl: string;
 }
 
+/**
+ * pg-boss's limit on one `batch-run` handler, seconds (23 h: its maximum is a day). A batch runs
+ * within its 24 h window; were the job failed while `run` goes on, its retry would find the batch
+ * running here and return, freeing a worker slot while the batch still runs.
+ */
+export const BATCH_JOB_EXPIRE_S = 23 * 3600;
+
 /** Items validated and inserted per step of a create, at most. */
 const CREATE_CHUNK = 500;
 /** Item bytes per step of a create, at most (a step may hold the event loop for a few ms per MB). */
@@ -242,7 +249,7 @@ export class BatchesService {
       }
       const tx = await transaction();
       const db = executor(tx);
-      await this.jobs.send("batch-run", { batchId: id }, { db, retryLimit: 10, expireInSeconds: 3600 });
+      await this.jobs.send("batch-run", { batchId: id }, { db, retryLimit: 10, expireInSeconds: BATCH_JOB_EXPIRE_S });
       await this.jobs.send("batch-expire", { batchId: id }, { db, startAfter: expiresAt });
       await tx.commitTransaction();
     } catch (err) {
