@@ -210,12 +210,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const runsWorkers = config.role !== "api";
     const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
     await jobs.start();
-    cleanup.push(["job queue", () => jobs.stop()]);
     const background = new BackgroundResponsesService(ds, inference, metering, catalog, responses, bus, jobs, logger);
+    // Stopped after the job queue (cleanup runs in reverse): the queue's stop waits for running
+    // generations while they are still heartbeated; what still runs after it is left, unrecorded,
+    // to another worker, as after a SIGKILL.
+    if (runsWorkers) cleanup.push(["background reconciler", async () => background.stopWorker()]);
+    cleanup.push(["job queue", () => jobs.stop()]);
     if (runsWorkers) {
       await workBackgroundResponses(jobs, background, config.workerConcurrency);
       background.startWorker();
-      cleanup.push(["background reconciler", async () => background.stopWorker()]);
     }
     // Batches (issue 7): the API side here, the runner in worker processes. The runner stops
     // before the job queue: items in flight finish and are recorded, then its batches are given up.
