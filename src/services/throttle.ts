@@ -35,7 +35,8 @@ export interface ThrottleLimits {
 /** One admitted hit: enough to give it back. */
 interface Hit {
   bucket: Buffer;
-  windowStart: Date;
+  /** The window it was counted in, as PostgreSQL wrote it (microseconds: a JS Date would round them). */
+  windowStart: string;
 }
 
 /** A login attempt holding its place in the counters until it is known to have succeeded. */
@@ -93,13 +94,13 @@ export class AuthThrottle {
       const bucket = createHash("sha256").update(`${rule}:${key}`).digest();
       // SET reads the row as it was: a window that has run out starts over at this hit. A full
       // window stays at max + 1 (refused), so `hits <= max` says whether this hit got in.
-      const [row] = await queryRows<{ hits: number; window_start: Date; retry_after_s: string }>(
+      const [row] = await queryRows<{ hits: number; window_start: string; retry_after_s: string }>(
         this.ds,
         `INSERT INTO auth_throttle AS t (bucket, window_start, hits) VALUES ($1, now(), 1)
          ON CONFLICT (bucket) DO UPDATE SET
            window_start = CASE WHEN t.window_start <= now() - make_interval(secs => $2) THEN now() ELSE t.window_start END,
            hits = CASE WHEN t.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE least(t.hits + 1, $3 + 1) END
-         RETURNING hits, window_start,
+         RETURNING hits, window_start::text AS window_start,
            extract(epoch FROM window_start + make_interval(secs => $2) - now())::text AS retry_after_s`,
         [bucket, this.limits.windowS, this.limits.max],
       );
@@ -123,7 +124,7 @@ export class AuthThrottle {
   private async giveBack(hits: Hit[]): Promise<void> {
     for (const hit of hits) {
       await this.ds.query(
-        `UPDATE auth_throttle SET hits = hits - 1 WHERE bucket = $1 AND window_start = $2 AND hits > 0`,
+        `UPDATE auth_throttle SET hits = hits - 1 WHERE bucket = $1 AND window_start = $2::timestamptz AND hits > 0`,
         [hit.bucket, hit.windowStart],
       );
     }
