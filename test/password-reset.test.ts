@@ -5,9 +5,10 @@
  * addresses (127.0.0.x), so each test has client addresses of its own for the per-address
  * counters. A second API process on the same database checks what must hold across processes.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import nodeHttp from "node:http";
 import type { AddressInfo } from "node:net";
+import { SignJWT, decodeJwt } from "jose";
 import { SMTPServer } from "smtp-server";
 import {
   type TestServer,
@@ -19,6 +20,7 @@ import {
   expectInvalid,
   startTestServer,
 } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
 
 const FORGOT = "/control/v1/auth/forgot-password";
 const RESET = "/control/v1/auth/reset-password";
@@ -29,6 +31,8 @@ const RESET_MESSAGE = "Password has been reset.";
 const RESET_URL = "https://app.example.test/reset-password";
 const NEW_PASSWORD = "a brand new passphrase";
 const LIMIT = 10;
+/** The harness's access-token secret (to sign tokens with chosen issue times). */
+const JWT_SECRET = "test-secret-test-secret-test-secret-0123";
 
 // ---------------------------------------------------------------------------------------------
 // A real SMTP server
@@ -162,6 +166,7 @@ function call(
 }
 
 let server: TestServer;
+const logs = captureLogs("info");
 
 const forgot = (body: unknown, from = freshAddress(), headers?: Record<string, string>) =>
   call(server.url, "POST", FORGOT, { body, from, headers });
@@ -188,7 +193,9 @@ const sha256 = (text: string) => createHash("sha256").update(text).digest();
 beforeAll(async () => {
   await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
   const port = (smtp.server.address() as AddressInfo).port;
-  server = await startTestServer({ smtpUrl: `smtp://127.0.0.1:${port}`, passwordResetUrl: RESET_URL });
+  server = await startTestServer({ smtpUrl: `smtp://127.0.0.1:${port}`, passwordResetUrl: RESET_URL }, undefined, {
+    logger: logs.logger,
+  });
 }, 60_000);
 afterAll(async () => {
   await server?.close();
@@ -258,6 +265,38 @@ describe("password reset through a real SMTP server", () => {
     // The token works once.
     expectInvalid(await reset({ token, password: "yet another passphrase" }), "token");
     expect((await login(user.email, NEW_PASSWORD)).status).toBe(200);
+  }, 60_000);
+
+  test("when tokens were issued a few milliseconds before and after the reset, then the one before is refused and the one after accepted", async () => {
+    const user = await createTestUser(server.url);
+    const token = await mailedToken(user);
+    expect((await reset({ token, password: NEW_PASSWORD })).status).toBe(200);
+    const [row] = await server.db<{ t: string }>(
+      "SELECT extract(epoch FROM tokens_valid_after)::text AS t FROM users WHERE id = $1",
+      [user.userId],
+    );
+    const cutoff = Number(row.t);
+    const signedAt = (iat: number) =>
+      new SignJWT({ tid: user.teamId })
+        .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+        .setSubject(user.userId)
+        .setIssuer("switchyard")
+        .setIssuedAt(iat)
+        .setJti(randomUUID())
+        .setExpirationTime("1h")
+        .sign(new TextEncoder().encode(JWT_SECRET));
+    expectEnvelope(await me(await signedAt(cutoff - 0.002)), 401);
+    expect((await me(await signedAt(cutoff + 0.002))).status).toBe(200);
+  }, 60_000);
+
+  test("when a token is issued, then its issue time carries milliseconds", async () => {
+    const user = await createTestUser(server.url);
+    const before = Date.now();
+    const res = await login(user.email, user.password);
+    const after = Date.now();
+    const iat = decodeJwt(res.body.access_token).iat!;
+    expect(iat * 1000).toBeGreaterThanOrEqual(before);
+    expect(iat * 1000).toBeLessThanOrEqual(after);
   }, 60_000);
 
   test("when two reset mails are open and one is used, then the other is spent too", async () => {
@@ -469,12 +508,18 @@ describe("throttling", () => {
   test("when many wrong passwords arrive at once, then no more than the limit are checked", async () => {
     const user = await createTestUser(server.url);
     const from = freshAddress();
+    const mark = logs.lines.length;
     const answers = await Promise.all(
       Array.from({ length: LIMIT + 15 }, () => login(user.email, "wrong password", from)),
     );
     const statuses = answers.map((a) => a.status);
     expect(statuses.filter((s) => s === 401)).toHaveLength(LIMIT);
     expect(statuses.filter((s) => s === 429)).toHaveLength(15);
+    // Each refused password check logs one line: only LIMIT passwords were checked at all.
+    const failures = logs.records(mark).filter((r) => r.msg === "login failed" && r.userId === user.userId);
+    expect(failures).toHaveLength(LIMIT);
+    expect(failures[0].ip).toBe(from);
+    expect(JSON.stringify(failures)).not.toContain(user.email);
   }, 60_000);
 
   test("when X-Forwarded-For is sent but no proxy is trusted, then it is ignored", async () => {

@@ -147,7 +147,10 @@ export class AccountService {
     const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE lower(email) = $1`, [address]);
     const row = rows[0];
     const ok = await verifyPassword(row?.password_hash ?? null, input.password);
-    if (!row || !ok || !row.is_active) throw AppError.unauthenticated("Incorrect email or password");
+    if (!row || !ok || !row.is_active) {
+      attempt?.failed(row?.id);
+      throw AppError.unauthenticated("Incorrect email or password");
+    }
     await attempt?.succeeded();
     const token = await this.tokens.issue(row.id, row.team_id);
     return { ...token, user: toUserDto(row) };

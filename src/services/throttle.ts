@@ -43,6 +43,12 @@ interface Hit {
 export interface LoginAttempt {
   /** The password was right: the attempt does not count as a failure. */
   succeeded(): Promise<void>;
+  /**
+   * The password was checked and refused: the attempt stays counted, and an `info` line
+   * "login failed" names the client address and, when the email is registered, the user id (never
+   * the email or password). At most `max` such lines per window per address and per account.
+   */
+  failed(userId: string | undefined): void;
 }
 
 /** Sweep stale counters after this many hits counted by this process. */
@@ -69,7 +75,10 @@ export class AuthThrottle {
       ["login_ip", clientKey(ctx.ip)],
       ["login_account", account],
     ]);
-    return { succeeded: () => this.giveBack(hits) };
+    return {
+      succeeded: () => this.giveBack(hits),
+      failed: (userId) => this.logger.info({ requestId: ctx.requestId, ip: ctx.ip, userId }, "login failed"),
+    };
   }
 
   /**
