@@ -8,8 +8,10 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import nodeHttp from "node:http";
 import type { AddressInfo } from "node:net";
+import { createClient } from "graphql-ws";
 import { SignJWT, decodeJwt } from "jose";
 import { SMTPServer } from "smtp-server";
+import WebSocket from "ws";
 import {
   type TestServer,
   type TestUser,
@@ -583,6 +585,33 @@ describe("GraphQL", () => {
     expect(refused.errors?.[0].extensions).toEqual(
       expect.objectContaining({ code: "RATE_LIMITED", status_code: 429, extra: { retry_after_s: expect.any(Number) } }),
     );
+  }, 60_000);
+
+  test("when forgotPassword runs over graphql-ws, then the socket's address is counted too", async () => {
+    const from = freshAddress();
+    class FromAddress extends WebSocket {
+      constructor(url: string, protocols?: string | string[]) {
+        super(url, protocols, { localAddress: from });
+      }
+    }
+    const client = createClient({
+      url: `${server.url.replace(/^http/, "ws")}/graphql`,
+      webSocketImpl: FromAddress,
+      retryAttempts: 0,
+      lazy: true,
+    });
+    try {
+      const ask = async (email: string) => {
+        const results: Array<{ data?: any; errors?: readonly any[] }> = [];
+        for await (const r of client.iterate({ query: FORGOT_GQL, variables: { email } })) results.push(r);
+        return results[0];
+      };
+      for (let i = 0; i < LIMIT; i++) expect((await ask(`ws${i}@example.com`)).errors).toBeUndefined();
+      const refused = await ask("ws-last@example.com");
+      expect(refused.errors?.[0].extensions).toEqual(expect.objectContaining({ status_code: 429 }));
+    } finally {
+      await client.dispose();
+    }
   }, 60_000);
 });
 
