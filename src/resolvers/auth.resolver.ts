@@ -1,6 +1,7 @@
 /**
- * Account resolver: signup, login, the current user, password reset. One service call per field. Inputs arrive in
- * the REST spelling (GraphQL inputs are mapped by `MappedArg`), and the service validates them.
+ * Account resolver: signup, login, the current user, password reset. One service call per field.
+ * Inputs arrive in the REST spelling (GraphQL inputs are mapped by `MappedArg`; the reset
+ * mutations' plain arguments are put in the REST shape), and the services validate them.
  */
 import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
 import {
