@@ -3,7 +3,6 @@
  * route reads its own body (up to `batchMaxBytes`, 413 above; the JSON parser of other routes is
  * skipped for it) and the results routes stream what the service writes, with backpressure.
  */
-import { once } from "node:events";
 import type { Request, Response } from "express";
 import { AppError, ErrorCode } from "../../shared/errors.js";
 import type { DataPlaneHandler } from "./deps.js";
@@ -87,7 +86,18 @@ const EMPTY = Buffer.alloc(0);
 function writer(res: Response): (chunk: string) => Promise<void> {
   return async (chunk) => {
     if (res.destroyed) throw new AppError(ErrorCode.ClientClosed, "The client closed the connection");
-    if (!res.write(chunk)) await Promise.race([once(res, "drain"), once(res, "close")]);
+    if (res.write(chunk)) return;
+    // Waits for whichever comes first and removes both listeners (racing two `once` promises left
+    // the loser's listener behind at every wait: MaxListenersExceededWarning on large results).
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        res.off("drain", done);
+        res.off("close", done);
+        resolve();
+      };
+      res.on("drain", done);
+      res.on("close", done);
+    });
   };
 }
 
