@@ -415,6 +415,9 @@ async function healthDuringUpload(server: Server, key: string, body: Buffer) {
     throw new Error(`big create answered ${answer.status}: ${answer.body.toString("utf8").slice(0, 300)}`);
   }
   const batch = JSON.parse(answer.body.toString("utf8")) as BatchObject;
+  if (batch.request_counts.total !== UPLOAD_ITEMS) {
+    throw new Error(`big create stored ${batch.request_counts.total} of ${UPLOAD_ITEMS} items`);
+  }
   // It is not run here: cancel it at once.
   await request(base, "POST", `/v1/batches/${batch.id}/cancel`, { key });
   return { idle, during, createS, uploadS, items: batch.request_counts.total };
