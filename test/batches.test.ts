@@ -4,6 +4,7 @@
  * `custom_id` and `batch_id`), totals equal the activity records, results in input order as JSON
  * and NDJSON, cancel mid-run, expiry, per-item failures, limits, and the usual 400/401/404.
  */
+import nodeHttp from "node:http";
 import { holdNextGeneration } from "./support/engine-faults.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 import {
@@ -288,6 +289,52 @@ describe("bad input", () => {
     );
     expectEnvelope(many, 413);
     expect(await teamBatches(fresh.teamId)).toBe(0);
+  });
+
+  test("when the body arrives in pieces, with or without Content-Length, then it is read whole", async () => {
+    const fresh = await createTestCaller(server.url);
+    const requests = Array.from({ length: 40 }, (_, i) => chatItem(`c${i}`));
+    const bytes = Buffer.from(JSON.stringify({ requests }));
+    const cuts = [0, 7, 1000, 1001, 5000, bytes.length];
+    for (const declared of [true, false]) {
+      // Pauses between pieces make them arrive as separate chunks.
+      const created = await new Promise<{ status: number; body: any }>((resolve, reject) => {
+        const req = nodeHttp.request(
+          `${server.url}/v1/batches`,
+          {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${fresh.key}`,
+              "content-type": "application/json",
+              ...(declared ? { "content-length": bytes.length } : {}),
+            },
+          },
+          (res) => {
+            let text = "";
+            res.on("data", (c) => (text += c));
+            res.on("end", () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+          },
+        );
+        req.on("error", reject);
+        void (async () => {
+          for (let i = 0; i + 1 < cuts.length; i++) {
+            req.write(bytes.subarray(cuts[i], cuts[i + 1]));
+            await new Promise((r) => setTimeout(r, 30));
+          }
+          req.end();
+        })();
+      });
+      expect(created.status).toBe(201);
+      expect(created.body.request_count).toBe(40);
+      const rows = await server.db<any>(
+        "SELECT custom_id, body_json FROM batch_items WHERE batch_id = $1 ORDER BY idx",
+        [created.body.id],
+      );
+      expect(rows.map((r) => r.custom_id)).toEqual(requests.map((r) => r.custom_id));
+      expect(rows.every((r) => r.body_json.messages[0].content === "Once upon a time")).toBe(true);
+      // Not run: the tests after this one need the runner's only slot.
+      await http(server.url, "POST", `/v1/batches/${created.body.id}/cancel`, { token: fresh.key });
+    }
   });
 
   test("when ids or list parameters are bad, then 400", async () => {
