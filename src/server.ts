@@ -67,6 +67,8 @@ import { InferenceService } from "./services/inference.service.js";
 import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { OAuthService } from "./services/oauth/oauth.service.js";
+import { OidcProviders } from "./services/oauth/oidc-providers.js";
 import { ResponsesService } from "./services/responses.service.js";
 import { StreamDirectory } from "./services/stream-directory.js";
 import { StreamsService } from "./services/streams.service.js";
@@ -253,8 +255,12 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
 
     const streams = new StreamsService(ds, streamDirectory, background);
+    const accounts = new AccountService(ds, tokens, config.signupCreditMicros);
     const resolvers: Resolvers = {
-      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros)),
+      auth: new AuthResolver(
+        accounts,
+        new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger)),
+      ),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
