@@ -336,9 +336,14 @@ describe("POST /control/v1/auth/oauth/complete", () => {
 
   describe("flows the client ran itself", () => {
     /** The client's own code flow at `provider` (its own state and PKCE verifier, no nonce). */
-    async function clientFlow(name: "acme" | "other", who: TestAccount) {
+    async function clientFlow(
+      name: "acme" | "other",
+      who: TestAccount,
+      app?: { clientId: string; clientSecret: string },
+    ) {
       const p = providerOf(name);
-      const config = await oidc.discovery(new URL(p.issuer), p.clientId, p.clientSecret, undefined, {
+      const { clientId, clientSecret } = app ?? p;
+      const config = await oidc.discovery(new URL(p.issuer), clientId, clientSecret, undefined, {
         execute: [oidc.allowInsecureRequests],
       });
       const verifier = oidc.randomPKCECodeVerifier();
@@ -419,6 +424,20 @@ describe("POST /control/v1/auth/oauth/complete", () => {
       const none = `${Buffer.from(JSON.stringify({ alg: "none" })).toString("base64url")}.${payload}.`;
       expectInvalid(await complete({ provider: "other", id_token: none }), "id_token");
       expectInvalid(await complete({ provider: "other", id_token: `${header}.${payload}.AAAA` }), "id_token");
+    });
+
+    test("when the ID token was issued to another application of the same provider, then 400", async () => {
+      const who = person();
+      const { config, verifier, state, back } = await clientFlow("other", who, other.otherApp);
+      const tokens = await oidc.authorizationCodeGrant(config, back, {
+        pkceCodeVerifier: verifier,
+        expectedState: state,
+      });
+      const users = await count("SELECT count(*) AS n FROM users");
+      const res = await complete({ provider: "other", id_token: tokens.id_token });
+      expectInvalid(res, "id_token");
+      expect(res.body.extra[0].message).toContain("aud");
+      expect(await count("SELECT count(*) AS n FROM users")).toBe(users);
     });
 
     test("when only an access token is sent, then 400: it does not prove who signed in", async () => {

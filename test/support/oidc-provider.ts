@@ -9,7 +9,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { exportJWK, generateKeyPair } from "jose";
-import Provider, { type Adapter, type AdapterPayload, type Configuration } from "oidc-provider";
+import Provider, { type Adapter, type AdapterPayload, type ClientMetadata, type Configuration } from "oidc-provider";
 
 /** What the provider says about a person. */
 export interface TestAccount {
@@ -24,6 +24,8 @@ export interface TestOidcProvider {
   clientId: string;
   clientSecret: string;
   redirectUri: string;
+  /** A second client of the provider (another application), same redirect URI. */
+  otherApp: { clientId: string; clientSecret: string };
   /** The provider entry for Switchyard's `oauthProviders` setting. */
   config(name: string): {
     name: string;
@@ -79,6 +81,7 @@ export async function startOidcProvider(opts: { idTokenClaims?: boolean } = {}):
   const clientId = `switchyard-${Math.random().toString(36).slice(2, 8)}`;
   const clientSecret = `secret-${Math.random().toString(36).slice(2)}-${Math.random().toString(36).slice(2)}`;
   const redirectUri = "http://127.0.0.1:9/oauth/callback";
+  const otherApp = { clientId: `${clientId}-other-app`, clientSecret: `${clientSecret}-other-app` };
   const { privateKey } = await generateKeyPair("RS256", { extractable: true });
   const jwk = { ...(await exportJWK(privateKey)), kid: "test-key", alg: "RS256", use: "sig" };
 
@@ -89,14 +92,17 @@ export async function startOidcProvider(opts: { idTokenClaims?: boolean } = {}):
   const configuration: Configuration = {
     adapter: mapAdapter(),
     clients: [
-      {
-        client_id: clientId,
-        client_secret: clientSecret,
+      ...[
+        [clientId, clientSecret],
+        [otherApp.clientId, otherApp.clientSecret],
+      ].map(([id, secret]): ClientMetadata => ({
+        client_id: id,
+        client_secret: secret,
         redirect_uris: [redirectUri],
         grant_types: ["authorization_code"],
         response_types: ["code"],
         token_endpoint_auth_method: "client_secret_basic",
-      },
+      })),
     ],
     jwks: { keys: [jwk] },
     cookies: { keys: ["test-cookie-key-0123456789"] },
@@ -138,6 +144,7 @@ export async function startOidcProvider(opts: { idTokenClaims?: boolean } = {}):
     clientId,
     clientSecret,
     redirectUri,
+    otherApp,
     config: (name) => ({ name, issuer, client_id: clientId, client_secret: clientSecret, redirect_uri: redirectUri }),
     addAccount: (account) => void accounts.set(account.sub, account),
     async authorize(authorizationUrl, account) {
