@@ -45,6 +45,40 @@ async function slowNextGeneration(msPerToken: number): Promise<{ firstToken: Pro
   return { firstToken };
 }
 
+/**
+ * Makes the next generation produce tokens slowly and, once it has returned (aborted or not),
+ * hold its result until `release()`: an aborted generation that takes long to come back and record.
+ */
+async function slowToReturnNextGeneration(
+  msPerToken: number,
+): Promise<{ firstToken: Promise<void>; returned: Promise<void>; release: () => void }> {
+  const lib = await import("node-llama-cpp");
+  const proto = lib.LlamaCompletion.prototype as unknown as { generateCompletionWithMeta: (...a: any[]) => any };
+  const original = proto.generateCompletionWithMeta;
+  let markFirst!: () => void;
+  const firstToken = new Promise<void>((r) => (markFirst = r));
+  let markReturned!: () => void;
+  const returned = new Promise<void>((r) => (markReturned = r));
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  proto.generateCompletionWithMeta = async function slowReturnOnce(this: unknown, tokens: unknown, options: any) {
+    proto.generateCompletionWithMeta = original;
+    const onToken = options.onToken as (t: unknown[]) => void;
+    const result = await original.call(this, tokens, {
+      ...options,
+      onToken: (t: unknown[]) => {
+        onToken(t);
+        markFirst();
+        for (const until = Date.now() + msPerToken; Date.now() < until;);
+      },
+    });
+    markReturned();
+    await gate;
+    return result;
+  };
+  return { firstToken, returned, release };
+}
+
 let server: TestServer;
 let caller: Caller;
 let other: Caller;
@@ -217,6 +251,53 @@ describe("cancel", () => {
     expect(again.body.status).toBe("cancelled");
   });
 
+  test("when a running background response is cancelled, then its stored object keeps the text generated before the abort", async () => {
+    const slow = await slowNextGeneration(20);
+    const res = await create(server.url, caller.key, {
+      max_output_tokens: 200,
+      temperature: 0,
+      metadata: { custom_id: "bg-partial" },
+    });
+    await slow.firstToken;
+    const cancelled = await http(server.url, "POST", `/v1/responses/${res.body.id}/cancel`, { token: caller.key });
+    expect(cancelled.body.status).toBe("cancelled");
+    let rec = await recorded(server, res.body.id);
+    await eventually(async () => (rec = await recorded(server, res.body.id)).activity.length > 0, 10_000);
+    const generated = rec.activity[0].completion_tokens;
+    expect(generated).toBeGreaterThan(0);
+
+    const read = await http(server.url, "GET", `/v1/responses/${res.body.id}`, { token: caller.key });
+    expect(read.body).toMatchObject({
+      id: res.body.id,
+      status: "cancelled",
+      error: null,
+      incomplete_details: null,
+      output: [
+        {
+          type: "message",
+          role: "assistant",
+          status: "incomplete",
+          content: [{ type: "output_text", text: expect.any(String), annotations: [] }],
+        },
+      ],
+      usage: { output_tokens: generated },
+    });
+    expect(read.body.output[0].content[0].text.length).toBeGreaterThan(0);
+    // The activity result and the completion event say what GET says.
+    const [activity] = await server.db<{ result_json: unknown }>("SELECT result_json FROM activity WHERE id = $1", [
+      res.body.id,
+    ]);
+    expect(activity.result_json).toEqual(read.body);
+    const feed = await http(server.url, "GET", "/v1/responses/events?limit=100", { token: caller.key });
+    expect(feed.body.data.find((e: any) => e.response_id === res.body.id)?.result).toEqual(read.body);
+    // GraphQL shows the text so far too.
+    const gql = await http(server.url, "POST", "/graphql", {
+      token: caller.key,
+      body: { query: "query ($id: ID!) { response(id: $id) { status outputText } }", variables: { id: res.body.id } },
+    });
+    expect(gql.body.data.response).toEqual({ status: "cancelled", outputText: read.body.output[0].content[0].text });
+  });
+
   test("when DELETE reaches a running response, then it is cancelled and kept; a second DELETE deletes it", async () => {
     const held = await holdNextGeneration();
     const res = await create(server.url, caller.key, { max_output_tokens: 64 });
@@ -295,6 +376,45 @@ describe("reconciler", () => {
     expect(rec.activity).toEqual([expect.objectContaining({ status: "cancelled", cost_micros: "0" })]);
     expect(rec.charges).toEqual([]);
   }, 60_000);
+});
+
+describe("heartbeats after an abort", () => {
+  test("when a cancelled generation takes long to return, then its runner keeps heartbeating it and its own charged record is the one written", async () => {
+    const slow = await slowToReturnNextGeneration(20);
+    const res = await create(server.url, caller.key, { max_output_tokens: 200, temperature: 0 });
+    await slow.firstToken;
+    const cancelled = await http(server.url, "POST", `/v1/responses/${res.body.id}/cancel`, { token: caller.key });
+    expect(cancelled.body.status).toBe("cancelled");
+    await slow.returned; // aborted; its record waits until release
+    // As if the aborted generation had been coming back for a minute: ended a minute ago, runner
+    // last seen then (past the reconciler's 30 s).
+    await server.db(
+      `UPDATE responses SET updated_at = now() - interval '1 minute', runner_seen_at = now() - interval '1 minute'
+        WHERE id = $1`,
+      [res.body.id],
+    );
+    // The runner is alive and still runs it: its heartbeat says so.
+    const heartbeat = await eventually(async () => {
+      const [row] = await server.db<{ fresh: boolean }>(
+        "SELECT runner_seen_at > now() - interval '10 seconds' AS fresh FROM responses WHERE id = $1",
+        [res.body.id],
+      );
+      return row.fresh;
+    }, 6_000);
+    expect(heartbeat).toBe(true);
+    // Long enough for the reconciler's look for ended, unrecorded responses (every 10 s) to run.
+    await new Promise((r) => setTimeout(r, 11_000));
+    expect((await recorded(server, res.body.id)).activity).toEqual([]);
+    slow.release();
+    let rec = await recorded(server, res.body.id);
+    await eventually(async () => (rec = await recorded(server, res.body.id)).activity.length > 0, 10_000);
+    // The generation's own record: cancelled, charged for what it generated, once.
+    expect(rec.activity).toHaveLength(1);
+    expect(rec.activity[0].status).toBe("cancelled");
+    expect(rec.activity[0].completion_tokens).toBeGreaterThan(0);
+    expect(BigInt(rec.activity[0].cost_micros)).toBeGreaterThan(0n);
+    expect(rec.charges).toEqual([{ amount_micros: `-${rec.activity[0].cost_micros}` }]);
+  }, 40_000);
 });
 
 describe("roles", () => {

@@ -363,10 +363,13 @@ describe("cancel, failures and paging", () => {
     expect(cancelled.status).toBe(200);
     expect(cancelled.body).toMatchObject({ status: "cancelled", completed_at: expect.stringMatching(ISO) });
     held.release();
+    // Until the running item ends, results stay null and results.jsonl lists only ended items.
+    const early = await http(server.url, "GET", `/v1/batches/${res.body.id}/results`, { token: caller.key });
+    expect(early.body.results).toBeNull();
     let lines: any[] = [];
     await eventually(async () => {
       lines = await jsonl(caller.key, res.body.id);
-      return lines[0].status !== "running";
+      return lines.length === 3;
     }, 10_000);
     expect(lines.map((l) => [l.custom_id, l.status])).toEqual([
       ["c-0", "completed"],

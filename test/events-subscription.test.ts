@@ -186,3 +186,40 @@ test("when the completionEvents query pages with cursors, then it matches the RE
   const anonymous = await http(a.url, "POST", "/graphql", { body: { query: q } });
   expect(anonymous.body.errors[0].extensions).toMatchObject({ status_code: 401 });
 });
+
+test("when subscribed events name one of the team's streams, then each resolves that stream as it is now", async () => {
+  const caller = await createTestCaller(a.url);
+  const principal = principalOf(caller);
+  const created = await http(a.url, "POST", "/v1/streams", { token: caller.key, body: { name: "before" } });
+  const streamId = created.body.id as string;
+  const client = wsClient(a, `Bearer ${caller.key}`);
+  try {
+    const received: any[] = [];
+    const before = a.app.events.subscribers;
+    const dispose = client.subscribe(
+      { query: "subscription { completionEvents { responseId stream { id name status } } }" },
+      {
+        next: (r) => received.push(r.data?.completionEvents ?? r.errors),
+        error: () => undefined,
+        complete: () => undefined,
+      },
+    );
+    expect(await eventually(async () => a.app.events.subscribers > before, 5_000)).toBe(true);
+    await b.app.metering.record(record(principal, { streamId }));
+    expect(await eventually(async () => received.length === 1, 5_000)).toBe(true);
+    expect(received[0].stream).toEqual({ id: streamId, name: "before", status: "open" });
+    // The subscription's context lives on; the stream it shows does not go stale.
+    await http(a.url, "PATCH", `/v1/streams/${streamId}`, {
+      token: caller.key,
+      body: { name: "after", status: "archived" },
+    });
+    await b.app.metering.record(record(principal, { streamId }));
+    await b.app.metering.record(record(principal));
+    expect(await eventually(async () => received.length === 3, 5_000)).toBe(true);
+    expect(received[1].stream).toEqual({ id: streamId, name: "after", status: "archived" });
+    expect(received[2].stream).toBeNull();
+    dispose();
+  } finally {
+    await client.dispose();
+  }
+});

@@ -3,8 +3,19 @@
  * same transaction as their rows, roles (`api` runs no workers; `npm run worker`'s entry runs
  * workers only, against the same database), and a clean stop.
  */
+import { pino } from "pino";
+import { v7 as uuidv7 } from "uuid";
+import { JobQueue } from "../src/jobs/job-queue.js";
 import { cleanUpChildren, launchChild } from "./support/child-server.js";
-import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
+import {
+  CHAT_MODEL,
+  type TestServer,
+  createTestCaller,
+  createTestDatabase,
+  eventually,
+  http,
+  startTestServer,
+} from "./support/harness.js";
 
 function createBackground(base: string, key: string, body: Record<string, unknown> = {}) {
   return http(base, "POST", "/v1/responses", {
@@ -60,6 +71,26 @@ describe("job queue", () => {
     await other.close();
     expect(await eventually(async () => (await count()) < before, 5_000)).toBe(true);
   });
+});
+
+describe("workers", () => {
+  test("when a worker has just run a job, then it fetches the next at once instead of waiting out its polling interval", async () => {
+    const db = await createTestDatabase();
+    const queue = new JobQueue({ databaseUrl: db.url, logger: pino({ level: "silent" }), supervise: false });
+    try {
+      await queue.start();
+      const ids = Array.from({ length: 5 }, () => uuidv7());
+      for (const responseId of ids) await queue.send("response-deadline", { responseId });
+      const handled: string[] = [];
+      // One worker polling once a minute: only going straight to the next job gets through all 5.
+      await queue.work("response-deadline", 1, async ({ responseId }) => void handled.push(responseId), 60);
+      expect(await eventually(async () => handled.length === ids.length, 15_000)).toBe(true);
+      expect([...handled].sort()).toEqual([...ids].sort());
+    } finally {
+      await queue.stop();
+      await db.close();
+    }
+  }, 30_000);
 });
 
 describe("roles", () => {

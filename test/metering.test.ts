@@ -149,22 +149,53 @@ describe("background responses ended before their record lands", () => {
     };
   }
 
-  test("when a cancel ended the response first, then its record says cancelled, shows the stored object, and the tokens are charged", async () => {
+  test("when a cancel ended the response first, then its record says cancelled, keeps what was generated before the abort, and the tokens are charged", async () => {
     const principal = await principalFor();
     const id = uuidv7();
     const cancelled = { id, object: "response", status: "cancelled", output: [] };
     await server.db(
-      `INSERT INTO responses (id, team_id, model, status, background, request_json, response_json, created_at)
-       VALUES ($1, $2, 'tinystories-260k', 'cancelled', true, '{}', $3, now())`,
+      `INSERT INTO responses (id, team_id, model, status, background, request_json, response_json, created_at,
+                              completed_at)
+       VALUES ($1, $2, 'tinystories-260k', 'cancelled', true, '{}', $3, now(), '2026-01-01T00:00:00Z')`,
       [id, principal.teamId, JSON.stringify(cancelled)],
     );
     await server.app.metering.record(backgroundRecord(principal, id));
     const [activity] = await server.db<any>("SELECT status, result_json, cost_micros FROM activity WHERE id = $1", [
       id,
     ]);
-    expect(activity).toEqual({ status: "cancelled", result_json: cancelled, cost_micros: "13" });
+    // The record's object (the text so far) under the cancel's status, everywhere.
+    const kept = { ...cancelled, output: ["late text"], incomplete_details: null, error: null };
+    expect(activity).toEqual({ status: "cancelled", result_json: kept, cost_micros: "13" });
+    const [stored] = await server.db<any>("SELECT status, response_json, completed_at FROM responses WHERE id = $1", [
+      id,
+    ]);
+    expect(stored).toEqual({
+      status: "cancelled",
+      response_json: kept,
+      completed_at: new Date("2026-01-01T00:00:00Z"), // when the cancel ended it
+    });
+  });
+
+  test("when the deadline ended the response first, then its record says failed and shows the stored object", async () => {
+    const principal = await principalFor();
+    const id = uuidv7();
+    const failed = {
+      id,
+      object: "response",
+      status: "failed",
+      output: [],
+      error: { code: "timeout", message: "late" },
+    };
+    await server.db(
+      `INSERT INTO responses (id, team_id, model, status, background, request_json, response_json, created_at)
+       VALUES ($1, $2, 'tinystories-260k', 'failed', true, '{}', $3, now())`,
+      [id, principal.teamId, JSON.stringify(failed)],
+    );
+    await server.app.metering.record(backgroundRecord(principal, id));
+    const [activity] = await server.db<any>("SELECT status, result_json, error_json FROM activity WHERE id = $1", [id]);
+    expect(activity).toEqual({ status: "failed", result_json: failed, error_json: failed.error });
     const [stored] = await server.db<any>("SELECT status, response_json FROM responses WHERE id = $1", [id]);
-    expect(stored).toEqual({ status: "cancelled", response_json: cancelled });
+    expect(stored).toEqual({ status: "failed", response_json: failed });
   });
 
   test("when the response was deleted meanwhile, then its record does not bring it back", async () => {

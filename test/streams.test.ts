@@ -120,6 +120,24 @@ describe("create, list, get, patch", () => {
     expect(res.body.archived_at).toMatch(ISO);
     expect((await streamOf(caller.key, s.id)).name).toBe("renamed");
   });
+
+  test("when a cancelled stream is PATCHed to archived, then it stays cancelled; an archived one may still be cancelled", async () => {
+    const s = await createStream(caller.key);
+    await http(server.url, "PATCH", `/v1/streams/${s.id}`, { token: caller.key, body: { status: "cancelled" } });
+    const flipped = await http(server.url, "PATCH", `/v1/streams/${s.id}`, {
+      token: caller.key,
+      body: { status: "archived" },
+    });
+    expect(flipped.status).toBe(200);
+    expect(flipped.body).toMatchObject({ status: "cancelled", archived_at: null });
+    const a = await createStream(caller.key);
+    await http(server.url, "PATCH", `/v1/streams/${a.id}`, { token: caller.key, body: { status: "archived" } });
+    const cancelled = await http(server.url, "PATCH", `/v1/streams/${a.id}`, {
+      token: caller.key,
+      body: { status: "cancelled" },
+    });
+    expect(cancelled.body.status).toBe("cancelled");
+  });
 });
 
 describe("requests in a stream", () => {
@@ -431,5 +449,126 @@ describe("GraphQL", () => {
     const theirs = await gql(`query($id: ID!) { stream(id: $id) { id } }`, { id: s.id }, other.key);
     expect(theirs.errors?.[0].extensions.code).toBe("NOT_FOUND");
     expect((await gql(`{ streams { id } }`, {}, other.key)).data.streams.map((x: any) => x.id)).not.toContain(s.id);
+  });
+
+  const CREATE = `mutation($name: String!, $window: String) { createStream(name: $name, window: $window) {
+    id name window status createdAt updatedAt } }`;
+  const UPDATE = `mutation($id: ID!, $name: String, $status: String) { updateStream(id: $id, name: $name, status: $status) {
+    id name status archivedAt cancelledAt totalItems } }`;
+
+  test("when createStream and updateStream are called, then they create, rename, archive and cancel as REST does", async () => {
+    const created = await gql(CREATE, { name: "via gql" }, caller.key);
+    expect(created.errors).toBeUndefined();
+    expect(created.data.createStream).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      name: "via gql",
+      window: "24h",
+      status: "open",
+      createdAt: expect.stringMatching(ISO),
+      updatedAt: expect.stringMatching(ISO),
+    });
+    const id = created.data.createStream.id;
+    const rest = await streamOf(caller.key, id);
+    expect(rest).toMatchObject({ id, name: "via gql", status: "open" });
+
+    const renamed = await gql(UPDATE, { id, name: "renamed", status: "archived" }, caller.key);
+    expect(renamed.errors).toBeUndefined();
+    expect(renamed.data.updateStream).toMatchObject({ id, name: "renamed", status: "archived", cancelledAt: null });
+    expect(renamed.data.updateStream.archivedAt).toMatch(ISO);
+    expect((await streamOf(caller.key, id)).status).toBe("archived");
+    // A closed stream takes no new requests, whichever surface closed it.
+    expectInvalid(await chat(caller.key, { stream_id: id }), "metadata.stream_id");
+
+    // Cancelling through GraphQL cancels the stream's running background response.
+    const live = (await gql(CREATE, { name: "to cancel" }, caller.key)).data.createStream.id;
+    const held = await holdNextGeneration();
+    const bg = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, input: "Once", background: true, max_output_tokens: 8, metadata: { stream_id: live } },
+    });
+    await held.started;
+    const cancelled = await gql(UPDATE, { id: live, status: "cancelled" }, caller.key);
+    held.release();
+    expect(cancelled.data.updateStream).toMatchObject({ id: live, status: "cancelled" });
+    expect((await http(server.url, "GET", `/v1/responses/${bg.body.id}`, { token: caller.key })).body.status).toBe(
+      "cancelled",
+    );
+  });
+
+  test("when createStream or updateStream get bad input, no caller or another team's stream, then 400, UNAUTHENTICATED or NOT_FOUND", async () => {
+    const fields = (res: { errors?: Array<{ extensions: Record<string, any> }> }) => {
+      expect(res.errors?.[0].extensions.status_code).toBe(400);
+      return (res.errors![0].extensions.extra as Array<{ field: string }>).map((i) => i.field);
+    };
+    expect(fields(await gql(CREATE, { name: "" }, caller.key))).toContain("name");
+    expect(fields(await gql(CREATE, { name: "x".repeat(257) }, caller.key))).toContain("name");
+    expect(fields(await gql(CREATE, { name: "ok", window: "7d" }, caller.key))).toContain("window");
+    const s = await createStream(caller.key, { name: "mine" });
+    expect(fields(await gql(UPDATE, { id: s.id, status: "open" }, caller.key))).toContain("status");
+    expect(fields(await gql(UPDATE, { id: s.id, name: "" }, caller.key))).toContain("name");
+    expect(fields(await gql(UPDATE, { id: "not-a-uuid", name: "x" }, caller.key))).toContain("stream_id");
+    expect((await streamOf(caller.key, s.id)).name).toBe("mine");
+
+    const anonymous = await http(server.url, "POST", "/graphql", { body: { query: CREATE, variables: { name: "x" } } });
+    expect(anonymous.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
+    const anonymousUpdate = await http(server.url, "POST", "/graphql", {
+      body: { query: UPDATE, variables: { id: s.id, name: "x" } },
+    });
+    expect(anonymousUpdate.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
+
+    const theirs = await gql(UPDATE, { id: s.id, status: "cancelled" }, other.key);
+    expect(theirs.errors?.[0].extensions.code).toBe("NOT_FOUND");
+    expect((await streamOf(caller.key, s.id)).status).toBe("open");
+  });
+
+  test("when a page of completion events asks for each event's stream, then the streams are read in one query", async () => {
+    const c = await createTestCaller(server.url);
+    const streams: Array<{ id: string; name: string }> = [];
+    for (const name of ["a", "b", "c"]) streams.push(await createStream(c.key, { name }));
+    const label = "0190b7a4-7c1e-7000-8000-0000000000bb"; // a stream id no stream was created for
+    const requests: Array<ReturnType<typeof chat>> = [];
+    for (let i = 0; i < 12; i++) requests.push(chat(c.key, { stream_id: streams[i % 3].id, custom_id: `dl-${i}` }));
+    requests.push(chat(c.key, { stream_id: label, custom_id: "dl-label" }));
+    requests.push(chat(c.key, { custom_id: "dl-none" }));
+    for (const r of await Promise.all(requests)) expect(r.status).toBe(200);
+    await activityByCustomId(server, "dl-none");
+
+    // Counts the statements that read streams while the page resolves (every service query goes through here).
+    const ds = server.app.dataSource as unknown as { query: (text: string, params?: unknown) => Promise<unknown> };
+    const query = ds.query;
+    const streamQueries: string[] = [];
+    ds.query = function counting(this: unknown, text: string, params?: unknown) {
+      if (/FROM streams/.test(text)) streamQueries.push(text);
+      return query.call(this, text, params);
+    };
+    let page: any;
+    try {
+      page = await gql(
+        `{ completionEvents(limit: 100) { data { responseId streamId stream { id name status } } } }`,
+        {},
+        c.key,
+      );
+    } finally {
+      ds.query = query;
+    }
+    expect(page.errors).toBeUndefined();
+    const events = page.data.completionEvents.data as Array<{ streamId: string | null; stream: any }>;
+    expect(events).toHaveLength(14);
+    for (const e of events) {
+      const own = streams.find((s) => s.id === e.streamId);
+      expect(e.stream).toEqual(own ? { id: own.id, name: own.name, status: "open" } : null);
+    }
+    expect(events.filter((e) => e.streamId === label)).toEqual([
+      { responseId: expect.any(String), streamId: label, stream: null },
+    ]);
+    expect(streamQueries).toHaveLength(1);
+
+    // Another team's page never shows this team's streams.
+    const theirs = await gql(`{ completionEvents(limit: 100) { data { stream { id } } } }`, {}, other.key);
+    expect(
+      theirs.data.completionEvents.data.every(
+        (e: any) => e.stream === null || !streams.some((s) => s.id === e.stream.id),
+      ),
+    ).toBe(true);
   });
 });

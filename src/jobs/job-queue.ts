@@ -38,6 +38,9 @@ export interface JobQueueOptions {
 export class JobQueue implements JobSender {
   private readonly boss: PgBoss;
   private started = false;
+  /** Queues this process works on, and handlers running now. */
+  private readonly worked = new Set<JobName>();
+  private running = 0;
 
   constructor(private readonly opts: JobQueueOptions) {
     this.boss = new PgBoss({
@@ -78,8 +81,8 @@ export class JobQueue implements JobSender {
   }
 
   /**
-   * Runs `handler` for jobs of `name`, up to `concurrency` at once (each worker polls every
-   * `pollingIntervalSeconds`, at least 0.5).
+   * Runs `handler` for jobs of `name`, up to `concurrency` at once. An idle worker polls every
+   * `pollingIntervalSeconds` (at least 0.5); one that just ran a job fetches the next at once.
    * A handler that throws fails the job, which pg-boss retries up to its `retryLimit`.
    */
   async work<N extends JobName>(
@@ -88,21 +91,37 @@ export class JobQueue implements JobSender {
     handler: (data: JobData[N]) => Promise<void>,
     pollingIntervalSeconds = 0.5,
   ): Promise<void> {
+    this.worked.add(name);
     for (let i = 0; i < concurrency; i++) {
-      await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds, batchSize: 1 }, async (jobs) => {
-        for (const job of jobs) await handler(job.data);
+      const worker: { id?: string } = {};
+      worker.id = await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds, batchSize: 1 }, async (jobs) => {
+        this.running++;
+        try {
+          for (const job of jobs) await handler(job.data);
+        } finally {
+          this.running--;
+          // pg-boss waits out the polling interval after every fetch, busy or not: a worker would
+          // run at most one job per interval (4 workers, 0.5 s: 8 background responses a second).
+          if (jobs.length > 0 && worker.id) this.boss.notifyWorker(worker.id);
+        }
       });
     }
   }
 
   /**
-   * Stops polling, waits up to `timeoutMs` for running handlers, then closes pg-boss's pool.
-   * Jobs still running after that are failed by pg-boss and retried elsewhere.
+   * Stops fetching, waits up to `timeoutMs` for running handlers, then closes pg-boss's pool.
+   * Jobs still running after that are failed by pg-boss and retried elsewhere. Handlers are
+   * awaited here, before pg-boss's own stop: pg-boss watches stopping workers from a 1 s timer
+   * loop that outlives its `stop()` while a handler runs (and, under Jest, then fails after the
+   * test file's teardown).
    */
   async stop(timeoutMs = 10_000): Promise<void> {
     if (!this.started) return;
     this.started = false;
-    await this.boss.stop({ graceful: true, wait: true, timeout: timeoutMs });
+    const deadline = Date.now() + timeoutMs;
+    for (const name of this.worked) await this.boss.offWork(name).catch(() => undefined);
+    while (this.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    await this.boss.stop({ graceful: true, wait: true, timeout: Math.max(1000, deadline - Date.now()) });
   }
 }
 

@@ -1,17 +1,21 @@
 /**
  * Completion events over GraphQL (issue 6, item 7): the feed query with the REST cursors, and the
  * `completionEvents(streamId)` subscription (graphql-ws on `/graphql`) fed by the process's one
- * cache-bus listener through `CompletionEventsService.subscribe`.
+ * cache-bus listener through `CompletionEventsService.subscribe`. An event's `stream` is read
+ * through the request's stream loader (`loaders.ts`), one query per page.
  */
-import { Arg, Ctx, ID, Int, type PubSub, Query, Resolver, Root, Subscription } from "type-graphql";
+import { Arg, Ctx, FieldResolver, ID, Int, type PubSub, Query, Resolver, Root, Subscription } from "type-graphql";
 import { CompletionEventListType, CompletionEventType } from "../schema/completion-event.types.js";
+import { StreamSummaryType } from "../schema/stream.types.js";
 import type {
   CompletionEvent,
   CompletionEventList,
   CompletionEventsService,
 } from "../services/completion-events.service.js";
 import { type RequestContext, requirePrincipal } from "../services/context.js";
+import type { StreamsService } from "../services/streams.service.js";
 import { parseUuidParam } from "../shared/errors.js";
+import { streamLoader } from "./loaders.js";
 
 /** The subscription topic; its id is `{teamId, streamId}` (see `completionEventsPubSub`). */
 const TOPIC = "completionEvents";
@@ -36,9 +40,24 @@ export function completionEventsPubSub(events: CompletionEventsService): PubSub 
   };
 }
 
-@Resolver()
+@Resolver(() => CompletionEventType)
 export class CompletionEventsResolver {
-  constructor(private readonly events: CompletionEventsService) {}
+  constructor(
+    private readonly events: CompletionEventsService,
+    private readonly streams: StreamsService,
+  ) {}
+
+  @FieldResolver(() => StreamSummaryType, {
+    nullable: true,
+    description:
+      "The team's stream the request named (null without one, or for a stream id no stream was created for).",
+  })
+  async stream(@Root() event: CompletionEvent, @Ctx() ctx: RequestContext): Promise<StreamSummaryType | null> {
+    if (!event.stream_id) return null;
+    // Per-request DataLoader: a page of events reads its streams in one query.
+    const stream = await streamLoader(ctx, this.streams).load(event.stream_id);
+    return stream && StreamSummaryType.from(stream);
+  }
 
   @Query(() => CompletionEventListType, {
     name: "completionEvents",

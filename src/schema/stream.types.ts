@@ -4,6 +4,7 @@
  * so listing stays one query.
  */
 import { Field, Float, ID, Int, ObjectType } from "type-graphql";
+import type { StreamSummary } from "../services/streams.service.js";
 
 @ObjectType("Stream", { description: "A stream of the caller's team with its counters." })
 export class StreamType {
@@ -38,4 +39,16 @@ export class StreamSummaryType {
   @Field() status!: string;
   @Field({ description: "ISO 8601." }) createdAt!: string;
   @Field({ description: "ISO 8601." }) updatedAt!: string;
+
+  /** The GraphQL object of a service summary. */
+  static from(s: StreamSummary): StreamSummaryType {
+    return {
+      id: s.id,
+      name: s.name,
+      window: s.window,
+      status: s.status,
+      createdAt: s.created_at,
+      updatedAt: s.updated_at,
+    };
+  }
 }

@@ -12,10 +12,13 @@
  *   cache bus) and records what it generated (charged for it); when none does (queued, or its
  *   worker died), `end` writes the activity record itself, uncharged.
  *
- * Workers claim a response (`runner` = their process id) and heartbeat it every 2 s; a response
- * whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler that
- * every worker process runs, and deadlines are also enforced by it and lazily by reads, so a
- * missed deadline ends the response even when no worker is running at all.
+ * Workers claim a response (`runner` = their process id) and heartbeat it every 2 s for as long
+ * as its generation runs — also after a cancel or the deadline ended it, until the aborted
+ * generation returns and its record is written (at most `ABORTED_HEARTBEAT_MS`). A response in
+ * progress whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler
+ * that every worker process runs; an ended one with no record whose runner was silent for 30 s
+ * gets its record (uncharged) from the reconciler. Deadlines are also enforced by it and lazily by
+ * reads, so a missed deadline ends the response even when no worker is running at all.
  *
  * The request is stored with its `metadata.webhook_token` redacted; the token waits in
  * `responses.webhook_token` (never returned by any read) for the record whose outbox row carries
@@ -85,6 +88,14 @@ export const BACKGROUND_WINDOW_S = 86_400;
 export const HEARTBEAT_MS = 2_000;
 /** A runner silent this long is taken for dead, seconds. */
 export const RUNNER_STALE_S = 10;
+/** An ended response whose runner was silent this long (and that has no record) is recorded by the reconciler, seconds. */
+export const ENDED_UNRECORDED_S = 30;
+/**
+ * How long a runner keeps heartbeating a generation it aborted (cancel, deadline) while that
+ * generation has not returned, ms. Past it the engine is taken for stuck: the reconciler records
+ * the response (uncharged) and the generation's own record, should it ever come, is dropped.
+ */
+export const ABORTED_HEARTBEAT_MS = 5 * 60_000;
 
 type EndKind = "cancelled" | "timeout";
 
@@ -92,6 +103,8 @@ interface Running {
   controller: AbortController;
   /** Why it was aborted, once it was. */
   endedAs?: EndKind;
+  /** When it was aborted (ms since the epoch), once it was. */
+  abortedAt?: number;
 }
 
 interface EndedRow {
@@ -120,6 +133,8 @@ export class BackgroundResponsesService {
   readonly holder = randomUUID();
   private readonly running = new Map<string, Running>();
   private ticker?: NodeJS.Timeout;
+  /** Set by `stopWorker`: failures from here on are the shutdown's, not the generation's. */
+  private stopping = false;
   private ticks = 0;
 
   constructor(
@@ -274,6 +289,8 @@ export class BackgroundResponsesService {
         kind === "cancelled" ? "cancelled" : "failed",
         kind === "timeout" ? TIMEOUT_ERROR : null,
       );
+      // A runner taken for dead may only be late: it stops too (its record then finds one written).
+      if (row.runner) await this.bus.publish("abort", `${id}=${kind}`, this.ds).catch(() => undefined);
     }
     return row.response_json;
   }
@@ -305,6 +322,10 @@ export class BackgroundResponsesService {
       try {
         await this.generate(row, entry, Math.max(0, remainingMs));
       } catch (err) {
+        if (this.stopping && entry.endedAs === undefined) {
+          this.logger.info({ responseId }, "background response left to another worker: this process is stopping");
+          return;
+        }
         // Refusals before the engine (402, 400) and unexpected errors end the response as failed
         // (a no-op when the generation's own failure record already landed).
         this.logger.debug({ err, responseId }, "background generation failed");
@@ -315,6 +336,7 @@ export class BackgroundResponsesService {
       clearTimeout(timer);
       this.running.delete(responseId);
     }
+    if (this.stopping) return;
     await this.forgetWebhookToken(responseId);
     await this.releaseUnrecorded(responseId);
   }
@@ -386,6 +408,10 @@ export class BackgroundResponsesService {
           return { body: object, status, response: stored(object) };
         },
         onFailure: (err) => {
+          // A process stopping (its engines closing under the generation) records nothing: the
+          // response stays in progress under this silent runner and another worker resumes it,
+          // as after a SIGKILL.
+          if (this.stopping && entry.endedAs === undefined) return null;
           const kind = entry.endedAs;
           const error =
             kind === "timeout"
@@ -446,6 +472,7 @@ export class BackgroundResponsesService {
     const entry = this.running.get(id);
     if (!entry || entry.controller.signal.aborted) return;
     entry.endedAs = kind;
+    entry.abortedAt = Date.now();
     const detail = kind === "timeout" ? TIMEOUT_ERROR.message : "The response was cancelled";
     entry.controller.abort(new AppError(ErrorCode.ClientClosed, detail));
   }
@@ -475,17 +502,38 @@ export class BackgroundResponsesService {
     this.ticker.unref();
   }
 
-  /** Stops heartbeats and reconciling (running generations are left to the job queue's stop). */
+  /**
+   * Stops heartbeats and reconciling. Runs after the job queue's stop (which waits for running
+   * generations, heartbeating them meanwhile); generations still running after that are left
+   * unrecorded under this silent runner, so another worker resumes them (issue 6, item 2).
+   */
   stopWorker(): void {
+    this.stopping = true;
     clearInterval(this.ticker);
     this.ticker = undefined;
   }
 
   private async tick(): Promise<void> {
-    if (this.running.size > 0) {
-      await this.ds.query("UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND status = 'in_progress'", [
-        this.holder,
-      ]);
+    // Every generation this process still runs, ended or not: a cancelled or timed-out one was
+    // aborted but records what it generated only when it returns, and until then the reconciler
+    // must not take its runner for dead and write an uncharged record in its place.
+    const now = Date.now();
+    const live = [...this.running]
+      .filter(([, r]) => r.abortedAt === undefined || now - r.abortedAt < ABORTED_HEARTBEAT_MS)
+      .map(([id]) => id);
+    if (live.length > 0) {
+      const rows = await queryRows<{ id: string; status: string; error_code: string | null }>(
+        this.ds,
+        `UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND id = ANY($2::uuid[])
+          RETURNING id, status, response_json -> 'error' ->> 'code' AS error_code`,
+        [this.holder, live],
+      );
+      // An end whose abort NOTIFY never arrived (the listener was reconnecting) is acted on here.
+      for (const r of rows) {
+        if (r.status !== "in_progress" && this.running.get(r.id)?.endedAs === undefined) {
+          this.abortLocal(r.id, r.error_code === "timeout" ? "timeout" : "cancelled");
+        }
+      }
     }
     const overdue = await queryRows<{ id: string }>(
       this.ds,
@@ -497,8 +545,11 @@ export class BackgroundResponsesService {
         m,
         `UPDATE responses SET runner = NULL, runner_seen_at = NULL, updated_at = now()
           WHERE id IN (SELECT id FROM responses
-                        WHERE status = 'in_progress' AND runner IS NOT NULL
-                          AND runner_seen_at < now() - make_interval(secs => $1)
+                        WHERE status = 'in_progress'
+                          AND ((runner IS NOT NULL AND runner_seen_at < now() - make_interval(secs => $1))
+                               -- never claimed for long: its job may have been lost in a
+                               -- shutdown (fetched, never run); a duplicate job finds it claimed.
+                               OR (runner IS NULL AND updated_at < now() - interval '2 minutes'))
                         LIMIT 100 FOR UPDATE SKIP LOCKED)
           RETURNING id`,
         [RUNNER_STALE_S],
@@ -519,10 +570,11 @@ export class BackgroundResponsesService {
               r.created_at, r.webhook_token, false AS runner_live
          FROM responses r
         WHERE r.background AND r.status <> 'in_progress'
-          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - interval '30 seconds'
-          AND (r.runner IS NULL OR r.runner_seen_at < now() - interval '30 seconds')
+          AND r.updated_at BETWEEN now() - interval '1 day' AND now() - make_interval(secs => $1)
+          AND (r.runner IS NULL OR r.runner_seen_at < now() - make_interval(secs => $1))
           AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id)
         LIMIT 100`,
+      [ENDED_UNRECORDED_S],
     );
     for (const row of rows) {
       const error = row.response_json.error;

@@ -308,6 +308,12 @@ export class MeteringService {
            created_at timestamptz, completed_at timestamptz, completion_id uuid)
           WHERE EXISTS (SELECT FROM serial)
        ),
+       given AS (
+         SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(
+           id uuid, team_id uuid, user_id uuid, api_key_id uuid, model text, status text, background boolean,
+           stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
+           completed_at timestamptz)
+       ),
        bg AS (
          -- Background responses of this flush, locked (a locking read sees the latest row, and a
          -- cancel or deadline cannot end one until this commits). One that a cancel or deadline
@@ -318,7 +324,16 @@ export class MeteringService {
           WHERE id IN (SELECT id FROM input) AND background
             FOR NO KEY UPDATE
        ),
-       ended AS (SELECT * FROM bg WHERE status <> 'in_progress'),
+       ended AS (
+         -- A cancelled one keeps what its generation produced before the abort (output so far,
+         -- usage): the record's object, with the cancel's status.
+         SELECT b.id, b.status,
+                CASE WHEN b.status = 'cancelled' AND g.id IS NOT NULL
+                     THEN g.response_json || '{"status": "cancelled", "incomplete_details": null, "error": null}'::jsonb
+                     ELSE b.response_json END AS response_json
+           FROM bg b LEFT JOIN given g ON g.id = b.id
+          WHERE b.status <> 'in_progress'
+       ),
        ins AS (
          INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
                                model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
@@ -340,19 +355,20 @@ export class MeteringService {
        stored AS (
          INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
                                 request_json, response_json, created_at, completed_at)
-         SELECT r.* FROM jsonb_to_recordset($2::jsonb) AS r(
-           id uuid, team_id uuid, user_id uuid, api_key_id uuid, model text, status text, background boolean,
-           stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
-           completed_at timestamptz)
-          WHERE r.id IN (SELECT id FROM ins)
+         SELECT g.id, g.team_id, g.user_id, g.api_key_id, g.model, COALESCE(e.status, g.status), g.background,
+                g.stream_id, g.metadata, g.request_json, COALESCE(e.response_json, g.response_json), g.created_at,
+                g.completed_at
+           FROM given g LEFT JOIN ended e ON e.id = g.id
+          WHERE g.id IN (SELECT id FROM ins)
             -- Never re-created: a background row deleted meanwhile stays deleted.
-            AND (NOT r.background OR r.id IN (SELECT id FROM bg))
+            AND (NOT g.background OR g.id IN (SELECT id FROM bg))
          -- A background response's row exists (in_progress) from its create: its terminal record
-         -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2).
+         -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2); a cancel's
+         -- row takes what the aborted generation produced (\`ended\`), keeping its completed_at.
          ON CONFLICT (id) DO UPDATE
            SET status = EXCLUDED.status, response_json = EXCLUDED.response_json,
-               completed_at = EXCLUDED.completed_at, updated_at = now()
-         WHERE responses.background AND responses.status = 'in_progress'
+               completed_at = COALESCE(responses.completed_at, EXCLUDED.completed_at), updated_at = now()
+         WHERE responses.background AND responses.status IN ('in_progress', 'cancelled')
        ),
        billable AS (
          SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,

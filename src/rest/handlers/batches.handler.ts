@@ -55,6 +55,7 @@ function writer(res: Response): (chunk: string) => Promise<void> {
  * `custom_id`; bad `window`), 401, 402, 413 (body over the limit, too many items).
  */
 export const createBatch: DataPlaneHandler = async (deps, req, res, ctx) => {
+  await deps.batches.admit(ctx);
   const body = await readRawBody(req, res, deps.batchMaxBytes);
   res.status(201).json(await deps.batches.create(ctx, body));
 };

@@ -15,12 +15,16 @@ export interface ItemSpan {
   end: number;
 }
 
-/** A scanned batch body: its members other than `requests`, parsed, and the items' spans. */
+/** The members a batch body may have besides `requests` (others are checked as JSON and dropped). */
+export const BATCH_MEMBERS = ["window", "completion_window", "metadata"] as const;
+export type BatchMember = (typeof BATCH_MEMBERS)[number];
+
+/** A scanned batch body: its known members other than `requests`, parsed, and the items' spans. */
 export interface ScannedBatchBody {
-  members: Record<string, unknown>;
-  /** Null when the body has no `requests` member; [] for an empty array. */
+  members: Partial<Record<BatchMember, unknown>>;
+  /** Null when the body has no `requests` member (or its last one is not an array); [] for an empty array. */
   items: ItemSpan[] | null;
-  /** When `requests` is present but not an array, its parsed value. */
+  /** When the last `requests` member is not an array, its parsed value. */
   requestsValue?: unknown;
 }
 
@@ -40,7 +44,7 @@ const CLOSE_BRACE = 0x7d;
 const COMMA = 0x2c;
 const COLON = 0x3a;
 /** Bytes scanned between yields to the event loop. */
-const YIELD_EVERY_BYTES = 2 * 1024 * 1024;
+const YIELD_EVERY_BYTES = 1024 * 1024;
 
 function malformed(detail: string): AppError {
   return AppError.invalid(`The body is not valid JSON: ${detail}`, [{ field: "body", message: detail }]);
@@ -125,7 +129,7 @@ class Scanner {
       buf[i] !== CLOSE_BRACE &&
       buf[i] !== CLOSE_BRACKET
     ) {
-      if (i - start > 64) throw malformed(`unexpected content in ${field}`);
+      if (i - start > 1024) throw malformed(`unexpected content in ${field}`);
       i++;
     }
     if (i === start) throw malformed(`expected a value in ${field} at byte ${start}`);
@@ -157,6 +161,17 @@ function tooLarge(field: string, maxBytes: number): AppError {
   });
 }
 
+/** Parses one member within the shape bounds of any JSON body. @throws AppError 400 naming it. */
+function parseMember(buf: Buffer, start: number, end: number, field: string): unknown {
+  const problem = jsonShapeProblem(buf.subarray(start, end), MAX_JSON_DEPTH, MAX_JSON_MEMBERS, MAX_JSON_VALUES);
+  if (problem) {
+    throw AppError.invalid(`${field} is over a JSON bound (${problem})`, [
+      { field, message: `exceeds the ${problem} bound of a JSON body` },
+    ]);
+  }
+  return parseJson(buf.toString("utf8", start, end), field);
+}
+
 function parseJson(text: string, field: string): unknown {
   try {
     return JSON.parse(text);
@@ -173,7 +188,7 @@ function parseJson(text: string, field: string): unknown {
  */
 export async function scanBatchBody(buf: Buffer, limits: BatchBodyLimits): Promise<ScannedBatchBody> {
   const s = new Scanner(buf, limits);
-  const members: Record<string, unknown> = {};
+  const members: Partial<Record<BatchMember, unknown>> = {};
   let items: ItemSpan[] | null = null;
   let requestsValue: unknown;
   s.expect(OPEN_BRACE, "a JSON object");
@@ -190,6 +205,8 @@ export async function scanBatchBody(buf: Buffer, limits: BatchBodyLimits): Promi
       s.expect(COLON, "':'");
       s.skipWhitespace();
       if (key === "requests" && s.peek() === OPEN_BRACKET) {
+        // A repeated member: the last one counts, as JSON.parse would have it.
+        requestsValue = undefined;
         items = [];
         s.pos++;
         s.skipWhitespace();
@@ -225,9 +242,16 @@ export async function scanBatchBody(buf: Buffer, limits: BatchBodyLimits): Promi
       } else {
         const start = s.pos;
         const end = s.skipValue(key);
-        const value = parseJson(s.text(start, end), key);
-        if (key === "requests") requestsValue = value;
-        else members[key] = value;
+        // Every member is bounded like any JSON body before it is parsed, and parsed (the body
+        // must be JSON), but only the known ones are kept (never `__proto__` and the like).
+        const value = parseMember(buf, start, end, key);
+        if (key === "requests") {
+          items = null;
+          requestsValue = value;
+        } else if ((BATCH_MEMBERS as readonly string[]).includes(key)) {
+          members[key as BatchMember] = value;
+        }
+        await s.maybeYield();
       }
       s.skipWhitespace();
       const next = s.peek();

@@ -77,12 +77,17 @@ export function prepareBatchItem(
   }
   const shape = itemShape.safeParse(raw);
   const rawCustomId = (raw as { custom_id?: unknown } | null)?.custom_id;
-  const customId = typeof rawCustomId === "string" && isPgStorableText(rawCustomId) ? rawCustomId : null;
+  // Echoed in every issue of the item: only when it is a valid one (a 4 MB custom_id in 50 issues
+  // would make a 200 MB answer).
+  const customId =
+    typeof rawCustomId === "string" && rawCustomId.length <= MAX_CUSTOM_ID_CHARS && isPgStorableText(rawCustomId)
+      ? rawCustomId
+      : null;
   const issue = (field: string, message: string): ItemIssue => ({ field, message, custom_id: customId });
   if (!shape.success) {
     return { issues: zodIssues(shape.error, prefix + ".").map((i) => ({ ...i, custom_id: customId })) };
   }
-  if (typeof rawCustomId === "string" && customId === null) {
+  if (typeof rawCustomId === "string" && customId === null && rawCustomId.length <= MAX_CUSTOM_ID_CHARS) {
     return { issues: [issue(`${prefix}.custom_id`, PG_TEXT_MESSAGE)] };
   }
   const { body, url } = shape.data;
@@ -182,13 +187,14 @@ function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMes
 }
 
 /**
- * An item's metadata as its call sees it: no completion webhook. Batch items are followed through
- * the batch (results, the events feed with `batch_id`), not one callback per item; the token is
- * redacted when the item is stored, so it could not be sent anyway.
+ * An item's metadata as its call sees it: no completion webhook and no stream. Batch items are
+ * followed through the batch (results, the events feed with `batch_id`), not one callback per
+ * item (the token is redacted when the item is stored, so it could not be sent anyway), and they
+ * belong to their batch (activity `type: batch`), not to a stream.
  */
 function itemMetadata(metadata: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
   if (!metadata) return null;
-  const { completion_webhook: _url, webhook_token: _token, ...rest } = metadata;
+  const { completion_webhook: _url, webhook_token: _token, stream_id: _stream, ...rest } = metadata;
   return rest;
 }
 

@@ -28,7 +28,7 @@ import type { Principal } from "../context.js";
 import type { FailureRecord, InferenceService } from "../inference.service.js";
 import type { ModelCatalogService } from "../model-catalog.service.js";
 import { type BatchItemUrl, runBatchItem } from "./batch-operations.js";
-import type { BatchesService } from "./batches.service.js";
+import { BATCH_JOB_EXPIRE_S, type BatchesService } from "./batches.service.js";
 
 /** Heartbeat and reconcile period of a worker process, ms. */
 export const BATCH_HEARTBEAT_MS = 2_000;
@@ -54,8 +54,8 @@ interface RunningBatch {
   lastLog: number;
   /** Items in flight here, by index. */
   controllers: Map<number, AbortController>;
-  /** Items finished since the last heartbeat (then `updated_at` moves). */
-  progressed: boolean;
+  /** Set when another process took the batch over (this one was silent too long): claim no more. */
+  lost: boolean;
 }
 
 interface ClaimedItem {
@@ -157,21 +157,23 @@ export class BatchRunner {
       startedAt: Date.now(),
       lastLog: Date.now(),
       controllers: new Map(),
-      progressed: false,
+      lost: false,
     };
     this.running.set(batchId, batch);
+    const inFlight = new Set<Promise<void>>();
     try {
-      await this.recover(batchId);
-      const inFlight = new Set<Promise<void>>();
       for (;;) {
-        while (!this.stopping) {
+        // Items another runner left `running` (it died, or was silent for too long).
+        await this.recover(batchId);
+        while (!this.stopping && !batch.lost) {
           await this.slots.acquire();
-          const item = this.stopping
-            ? undefined
-            : await this.claimItem(batchId).catch((err) => {
-                this.slots.release();
-                throw err;
-              });
+          let item: ClaimedItem | undefined;
+          try {
+            item = this.stopping || batch.lost ? undefined : await this.claimItem(batchId);
+          } catch (err) {
+            this.slots.release();
+            throw err;
+          }
           if (!item) {
             this.slots.release();
             break;
@@ -182,11 +184,17 @@ export class BatchRunner {
           inFlight.add(p);
         }
         await Promise.all(inFlight);
-        // Items put back for a retry (429) are claimed again; otherwise the batch ends here.
-        if (this.stopping || !(await this.hasPending(batchId))) break;
+        if (this.stopping || batch.lost) break;
+        // Items put back for a retry (429, credit promised to sibling items) are claimed again;
+        // items another runner still holds are waited for; otherwise the batch ends here.
+        const open = await this.openItems(batchId);
+        if (open.pending === 0 && open.running === 0) break;
+        if (open.pending === 0) await new Promise((r) => setTimeout(r, BATCH_HEARTBEAT_MS));
       }
-      if (!this.stopping) await this.finish(batch);
+      if (!this.stopping && !batch.lost) await this.finish(batch);
     } finally {
+      // Never leave items in flight behind (a database error above): they finish and are recorded.
+      await Promise.allSettled(inFlight);
       this.running.delete(batchId);
       await this.ds
         .query(`UPDATE batches SET runner = NULL WHERE id = $1 AND runner = $2`, [batchId, this.holder])
@@ -194,39 +202,56 @@ export class BatchRunner {
     }
   }
 
-  /** Items a dead runner left `running`: finalised from their activity record, else put back. */
+  /**
+   * Items another runner left `running`: finalised from their activity record when it exists,
+   * else put back to `pending` once nobody has touched them for `BATCH_RUNNER_STALE_S` (a live
+   * runner refreshes `started_at` of its items with every heartbeat).
+   */
   private async recover(batchId: string): Promise<void> {
     await this.finalizeFromActivity(batchId, null);
     await this.ds.query(
-      `UPDATE batch_items SET status = 'pending', started_at = NULL WHERE batch_id = $1 AND status = 'running'`,
-      [batchId],
+      `UPDATE batch_items SET status = 'pending', started_at = NULL
+        WHERE batch_id = $1 AND status = 'running' AND started_at < now() - make_interval(secs => $2)`,
+      [batchId, BATCH_RUNNER_STALE_S],
     );
   }
 
-  /** Claims the next pending item in input order, while the batch is running. */
+  /**
+   * Claims the next pending item in input order while the batch is running and still this
+   * runner's. The batch row is locked (shared) before the item, in the order a cancel takes them,
+   * so a claim either sees the cancel or finishes before it.
+   */
   private async claimItem(batchId: string): Promise<ClaimedItem | undefined> {
     const [item] = await queryRows<ClaimedItem>(
       this.ds,
-      `UPDATE batch_items SET status = 'running', started_at = now()
-        WHERE (batch_id, idx) = (
-                SELECT batch_id, idx FROM batch_items
-                 WHERE batch_id = $1 AND status = 'pending'
-                 ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED)
-          AND EXISTS (SELECT FROM batches WHERE id = $1 AND status = 'running')
-        RETURNING idx, request_id, custom_id, url, body_json`,
-      [batchId],
+      `WITH batch AS (
+         SELECT id FROM batches WHERE id = $1 AND status = 'running' AND runner = $2 FOR SHARE
+       ),
+       next AS (
+         SELECT batch_id, idx FROM batch_items
+          WHERE batch_id = (SELECT id FROM batch) AND status = 'pending'
+          ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED
+       )
+       UPDATE batch_items i SET status = 'running', started_at = now()
+         FROM next WHERE i.batch_id = next.batch_id AND i.idx = next.idx
+       RETURNING i.idx, i.request_id, i.custom_id, i.url, i.body_json`,
+      [batchId, this.holder],
     );
     return item;
   }
 
-  private async hasPending(batchId: string): Promise<boolean> {
-    const [row] = await queryRows<{ pending: boolean }>(
+  /** Unfinished items of a running batch (none once it ended). */
+  private async openItems(batchId: string): Promise<{ pending: number; running: number }> {
+    const [row] = await queryRows<{ pending: number; running: number }>(
       this.ds,
-      `SELECT EXISTS (SELECT FROM batch_items WHERE batch_id = $1 AND status = 'pending')
-              AND EXISTS (SELECT FROM batches WHERE id = $1 AND status = 'running') AS pending`,
+      `SELECT count(*) FILTER (WHERE status = 'pending')::int AS pending,
+              count(*) FILTER (WHERE status = 'running')::int AS running
+         FROM batch_items
+        WHERE batch_id = $1 AND status IN ('pending', 'running')
+          AND EXISTS (SELECT FROM batches WHERE id = $1 AND status = 'running')`,
       [batchId],
     );
-    return row?.pending ?? false;
+    return row ?? { pending: 0, running: 0 };
   }
 
   /** Runs one claimed item and finalises its row; holds one of this process's slots meanwhile. */
@@ -247,13 +272,17 @@ export class BatchRunner {
           body: item.body_json,
         },
         controller.signal,
-        (err): FailureRecord | null => (isRetryable(err) ? null : { status: "failed", errorJson: errorJson(err) }),
+        (err): FailureRecord | null =>
+          isRetryable(err) || creditPromisedToSiblings(err, batch)
+            ? null
+            : { status: "failed", errorJson: errorJson(err) },
       );
       await this.finalizeFromActivity(batch.batchId, [item.idx]);
     } catch (err) {
-      if (isRetryable(err)) {
-        // Capacity (429) or an abort before the engine started: nothing was recorded. An expired
-        // batch's items were ended already; anything else runs again.
+      if (isRetryable(err) || creditPromisedToSiblings(err, batch)) {
+        // Capacity (429), credit held by this batch's other items in flight, or an abort before
+        // the engine started: nothing was recorded. An expired batch's items were ended already;
+        // anything else runs again.
         retry = !controller.signal.aborted;
       } else {
         // The failure was recorded through onFailure (then the row follows its activity), or was
@@ -265,7 +294,6 @@ export class BatchRunner {
     } finally {
       batch.controllers.delete(item.idx);
       batch.done++;
-      batch.progressed = true;
       if (retry) {
         batch.done--;
         await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS));
@@ -288,25 +316,17 @@ export class BatchRunner {
    * @returns how many rows changed.
    */
   private async finalizeFromActivity(batchId: string, idxs: number[] | null): Promise<number> {
-    const rows = await queryRows<{ idx: number }>(
-      this.ds,
-      `UPDATE batch_items i
-          SET status = CASE a.status WHEN 'completed' THEN 'completed' WHEN 'cancelled' THEN 'cancelled'
-                                     ELSE 'failed' END,
-              result_json = a.result_json, error_json = a.error_json, completed_at = COALESCE(a.completed_at, now())
-         FROM activity a
-        WHERE i.batch_id = $1 AND ($2::int[] IS NULL OR i.idx = ANY($2::int[])) AND i.status = 'running'
-          AND a.id = i.request_id
-        RETURNING i.idx`,
-      [batchId, idxs],
-    );
-    return rows.length;
+    return finalizeItems(this.ds, batchId, idxs);
   }
 
   private async failItem(batchId: string, idx: number, error: unknown): Promise<void> {
     await this.ds.query(
-      `UPDATE batch_items SET status = 'failed', error_json = $3::jsonb, completed_at = now()
-        WHERE batch_id = $1 AND idx = $2 AND status = 'running'`,
+      `WITH ended AS (
+         UPDATE batch_items SET status = 'failed', error_json = $3::jsonb, completed_at = now()
+          WHERE batch_id = $1 AND idx = $2 AND status = 'running'
+          RETURNING batch_id
+       )
+       UPDATE batches SET updated_at = now() WHERE id IN (SELECT batch_id FROM ended)`,
       [batchId, idx, JSON.stringify(error)],
     );
   }
@@ -361,16 +381,34 @@ export class BatchRunner {
     try {
       const ids = [...this.running.keys()];
       if (ids.length > 0) {
-        const moved = ids.filter((id) => this.running.get(id)?.progressed);
-        for (const id of moved) this.running.get(id)!.progressed = false;
-        await this.ds.query(
-          `UPDATE batches SET runner_seen_at = now(),
-                              updated_at = CASE WHEN id = ANY($3::uuid[]) THEN now() ELSE updated_at END
-            WHERE runner = $1 AND id = ANY($2::uuid[])`,
-          [this.holder, ids, moved],
+        const kept = await queryRows<{ id: string }>(
+          this.ds,
+          `UPDATE batches SET runner_seen_at = now() WHERE runner = $1 AND id = ANY($2::uuid[]) RETURNING id`,
+          [this.holder, ids],
         );
+        const ours = new Set(kept.map((r) => r.id));
+        for (const id of ids) {
+          const b = this.running.get(id);
+          // Taken over (this process was silent too long) or ended: claim nothing more.
+          if (b && !ours.has(id) && !b.lost) {
+            b.lost = true;
+            this.logger.warn({ batchId: id }, "batch no longer run by this process; finishing the items in flight");
+          }
+        }
+        // The items in flight here are alive: a new runner leaves them alone.
+        const items = [...this.running.values()].flatMap((b) =>
+          [...b.controllers.keys()].map((idx) => [b.batchId, idx]),
+        );
+        if (items.length > 0) {
+          await this.ds.query(
+            `UPDATE batch_items i SET started_at = now()
+               FROM jsonb_to_recordset($1::jsonb) AS x(batch_id uuid, idx int)
+              WHERE i.batch_id = x.batch_id AND i.idx = x.idx AND i.status = 'running'`,
+            [JSON.stringify(items.map(([batchId, idx]) => ({ batch_id: batchId, idx })))],
+          );
+        }
       }
-      this.logProgress();
+      await this.logProgress();
       // Reconcile every other tick (4 s): expire overdue batches, re-send the run job of batches
       // nobody runs (a runner died, or the job was lost).
       if (this.ticks++ % 2 === 0) await this.reconcile();
@@ -379,18 +417,28 @@ export class BatchRunner {
     }
   }
 
-  private logProgress(): void {
+  /** A progress line per running batch every 10 s: items ended / total (from the database, so a takeover counts what others did), and this runner's items/s. */
+  private async logProgress(): Promise<void> {
     const now = Date.now();
-    for (const b of this.running.values()) {
-      if (now - b.lastLog < PROGRESS_LOG_MS) continue;
+    const due = [...this.running.values()].filter((b) => now - b.lastLog >= PROGRESS_LOG_MS);
+    if (due.length === 0) return;
+    const rows = await queryRows<{ batch_id: string; ended: number }>(
+      this.ds,
+      `SELECT batch_id, count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled'))::int AS ended
+         FROM batch_items WHERE batch_id = ANY($1::uuid[]) GROUP BY 1`,
+      [due.map((b) => b.batchId)],
+    );
+    const ended = new Map(rows.map((r) => [r.batch_id, r.ended]));
+    for (const b of due) {
       b.lastLog = now;
       const seconds = (now - b.startedAt) / 1000;
       this.logger.info(
         {
           batchId: b.batchId,
-          done: b.done,
+          done: ended.get(b.batchId) ?? 0,
           total: b.total,
           running: b.controllers.size,
+          ranHere: b.done,
           itemsPerS: Math.round((b.done / Math.max(seconds, 0.001)) * 10) / 10,
         },
         "batch progress",
@@ -409,17 +457,83 @@ export class BatchRunner {
       `UPDATE batches SET nudged_at = now()
         WHERE id IN (
           SELECT id FROM batches
-           WHERE status IN ('pending', 'running') AND created_at < now() - interval '5 seconds'
-             AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $1))
-             AND (nudged_at IS NULL OR nudged_at < now() - interval '30 seconds')
+           WHERE created_at < now() - interval '5 seconds'
+             AND (
+               -- a runner that went silent (died), or a batch given up at a graceful stop: at once;
+               (status = 'running' AND (runner IS NULL OR runner_seen_at < now() - make_interval(secs => $1))
+                AND (nudged_at IS NULL OR nudged_at < now() - interval '30 seconds'))
+               -- a pending batch whose job may be lost: its job normally waits for a free worker
+               -- (re-sending it sooner would only pile up duplicates behind busy workers).
+               OR (status = 'pending' AND created_at < now() - interval '5 minutes'
+                   AND (nudged_at IS NULL OR nudged_at < now() - interval '5 minutes')))
            LIMIT 100)
         RETURNING id`,
       [BATCH_RUNNER_STALE_S],
     );
+    // Items left `running` in batches that ended (cancelled or expired) after their runner died:
+    // they end as their activity record says, else as the batch did.
+    const stranded = await queryRows<{ batch_id: string; status: string }>(
+      this.ds,
+      `SELECT DISTINCT i.batch_id, b.status FROM batch_items i JOIN batches b ON b.id = i.batch_id
+        WHERE i.status = 'running' AND i.started_at < now() - make_interval(secs => $1)
+          AND b.status IN ('completed', 'failed', 'cancelled')
+        LIMIT 100`,
+      [BATCH_RUNNER_STALE_S],
+    );
+    for (const { batch_id: batchId, status } of stranded) {
+      await finalizeItems(this.ds, batchId, null);
+      await this.ds.query(
+        `UPDATE batch_items SET status = $2, error_json = $3::jsonb, completed_at = now()
+          WHERE batch_id = $1 AND status = 'running' AND started_at < now() - make_interval(secs => $4)`,
+        [
+          batchId,
+          status === "cancelled" ? "cancelled" : "failed",
+          status === "cancelled" ? null : JSON.stringify({ code: "expired", message: "The batch's window passed" }),
+          BATCH_RUNNER_STALE_S,
+        ],
+      );
+    }
     for (const { id } of orphans) {
-      await this.jobs.send("batch-run", { batchId: id }, { retryLimit: 10, expireInSeconds: 3600 });
+      await this.jobs.send("batch-run", { batchId: id }, { retryLimit: 10, expireInSeconds: BATCH_JOB_EXPIRE_S });
     }
   }
+}
+
+/**
+ * Copies the outcome of items (all `running` ones when `idxs` is null) from their activity
+ * records — status, result, error — and moves the batch's `updated_at`. Only rows still `running`
+ * change (a cancel or expiry that ended an item first keeps its end).
+ * @returns how many rows changed.
+ */
+async function finalizeItems(db: DataSource, batchId: string, idxs: number[] | null): Promise<number> {
+  const rows = await queryRows<{ idx: number }>(
+    db,
+    `WITH ended AS (
+       UPDATE batch_items i
+          SET status = CASE a.status WHEN 'completed' THEN 'completed' WHEN 'cancelled' THEN 'cancelled'
+                                     ELSE 'failed' END,
+              result_json = a.result_json, error_json = a.error_json, completed_at = COALESCE(a.completed_at, now())
+         FROM activity a
+        WHERE i.batch_id = $1 AND ($2::int[] IS NULL OR i.idx = ANY($2::int[])) AND i.status = 'running'
+          AND a.id = i.request_id
+        RETURNING i.idx
+     ),
+     touched AS (
+       UPDATE batches SET updated_at = now() WHERE id = $1 AND EXISTS (SELECT FROM ended)
+     )
+     SELECT idx FROM ended`,
+    [batchId, idxs],
+  );
+  return rows.length;
+}
+
+/**
+ * A 402 while other items of the same batch run here: their reservations hold the credit this one
+ * needs, so it waits for them (issue 7, item 6: `insufficient_credit` only when the credit is
+ * really gone when the item's turn comes).
+ */
+function creditPromisedToSiblings(err: unknown, batch: RunningBatch): boolean {
+  return err instanceof AppError && err.code === ErrorCode.InsufficientCredit && batch.controllers.size > 1;
 }
 
 /** Failures that leave an item to run again: capacity (429), or an abort before any record. */

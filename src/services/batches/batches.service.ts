@@ -90,19 +90,34 @@ export interface BatchServiceOptions {
   publicUrl: string;
 }
 
-/** Items validated and inserted per step of a create. */
+/**
+ * pg-boss's limit on one `batch-run` handler, seconds (23 h: its maximum is a day). A batch runs
+ * within its 24 h window; were the job failed while `run` goes on, its retry would find the batch
+ * running here and return, freeing a worker slot while the batch still runs.
+ */
+export const BATCH_JOB_EXPIRE_S = 23 * 3600;
+
+/** Items validated and inserted per step of a create, at most. */
 const CREATE_CHUNK = 500;
+/** Item bytes per step of a create, at most (a step may hold the event loop for a few ms per MB). */
+const CREATE_CHUNK_BYTES = 1024 * 1024;
 /** Result rows read per page while streaming results. */
 const RESULTS_PAGE = 500;
 /** Most issues a refused batch lists. */
 const MAX_ISSUES = 50;
 
-const EXPIRED_ERROR = { code: "expired", message: "The batch's completion window passed before this request ran" };
+const EXPIRED_ERROR = { code: "expired", message: "The batch's completion window passed before this request finished" };
 
 const batchMembers = z.object({
   window: z.literal("24h", { error: 'must be "24h"' }).nullish(),
   completion_window: z.literal("24h", { error: 'must be "24h"' }).nullish(),
-  metadata: z.record(z.string(), z.unknown()).nullish(),
+  // OpenAI's bounds on metadata: at most 16 keys of up to 64 characters; values here any JSON of
+  // at most 16 KiB in all (it is returned with every read and list).
+  metadata: z
+    .record(z.string().max(64), z.unknown())
+    .refine((m) => Object.keys(m).length <= 16, "at most 16 keys")
+    .refine((m) => JSON.stringify(m).length <= 16 * 1024, "at most 16 KiB of JSON")
+    .nullish(),
 });
 
 const listQuery = z.object({
@@ -162,7 +177,8 @@ export class BatchesService {
         { field: "requests", message: scanned.requestsValue === undefined ? "is required" : "must be an array" },
       ]);
     }
-    if (scanned.items.length === 0) {
+    const spans = scanned.items;
+    if (spans.length === 0) {
       throw AppError.invalid("Invalid request: requests", [{ field: "requests", message: "must not be empty" }]);
     }
     const id = uuidv7();
@@ -170,65 +186,90 @@ export class BatchesService {
     const expiresAt = new Date(createdAt.getTime() + this.opts.windowS * 1000);
     const issues: ItemIssue[] = [];
     let qr: QueryRunner | undefined;
+    // Open the transaction (and write the batch row) when the first rows are ready to insert.
+    const transaction = async (): Promise<QueryRunner> => {
+      if (qr) return qr;
+      qr = this.ds.createQueryRunner();
+      await qr.connect();
+      await qr.startTransaction();
+      await qr.query(
+        `INSERT INTO batches (id, team_id, user_id, api_key_id, principal_json, status, metadata, request_count,
+                              created_at, updated_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $8, $9)`,
+        [
+          id,
+          principal.teamId,
+          principal.userId,
+          principal.apiKey?.id ?? null,
+          principal,
+          members.metadata == null ? null : toJsonbText(members.metadata),
+          spans.length,
+          createdAt,
+          expiresAt,
+        ],
+      );
+      return qr;
+    };
     try {
-      for (let from = 0; from < scanned.items.length; from += CREATE_CHUNK) {
-        const rows: Array<PreparedItem & { idx: number }> = [];
-        for (let idx = from; idx < Math.min(from + CREATE_CHUNK, scanned.items.length); idx++) {
-          const parsed = parseItem(body, scanned.items[idx]);
-          if (parsed.error !== undefined) {
-            issues.push({ field: `requests[${idx}]`, message: parsed.error, custom_id: null });
-            continue;
-          }
+      // Items are parsed, validated and inserted in steps bounded by count and by bytes, with the
+      // event loop given back between steps: no single step holds it for long, whatever the
+      // items' sizes (issue 7, item 1).
+      let rows: Array<PreparedItem & { idx: number }> = [];
+      let rowBytes = 0;
+      let sinceYield = 0;
+      for (let idx = 0; idx < spans.length && issues.length < MAX_ISSUES; idx++) {
+        const span = spans[idx];
+        const parsed = parseItem(body, span);
+        if (parsed.error !== undefined) {
+          issues.push({ field: `requests[${idx}]`, message: parsed.error, custom_id: null });
+        } else {
           const prepared = prepareBatchItem(this.catalog, parsed.value, idx);
           if ("issues" in prepared) issues.push(...prepared.issues);
-          else if (issues.length === 0) rows.push({ ...prepared.item, idx });
-        }
-        if (issues.length >= MAX_ISSUES) break;
-        if (issues.length === 0) {
-          if (!qr) {
-            qr = this.ds.createQueryRunner();
-            await qr.connect();
-            await qr.startTransaction();
-            await qr.query(
-              `INSERT INTO batches (id, team_id, user_id, api_key_id, principal_json, status, metadata, request_count,
-                                    created_at, updated_at, expires_at)
-               VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $8, $9)`,
-              [
-                id,
-                principal.teamId,
-                principal.userId,
-                principal.apiKey?.id ?? null,
-                principal,
-                members.metadata == null ? null : toJsonbText(members.metadata),
-                scanned.items.length,
-                createdAt,
-                expiresAt,
-              ],
-            );
+          else if (issues.length === 0) {
+            rows.push({ ...prepared.item, idx });
+            rowBytes += span.end - span.start;
           }
-          await insertItems(qr, id, rows);
         }
-        // Other requests get the event loop between chunks.
-        await new Promise((resolve) => setImmediate(resolve));
+        sinceYield += span.end - span.start;
+        if (issues.length === 0 && (rows.length >= CREATE_CHUNK || rowBytes >= CREATE_CHUNK_BYTES)) {
+          await insertItems(await transaction(), id, rows);
+          rows = [];
+          rowBytes = 0;
+        }
+        if (sinceYield >= CREATE_CHUNK_BYTES || idx % CREATE_CHUNK === CREATE_CHUNK - 1) {
+          sinceYield = 0;
+          await new Promise((resolve) => setImmediate(resolve));
+        }
       }
+      if (issues.length === 0) await insertItems(await transaction(), id, rows);
       if (issues.length > 0) {
         const listed = issues.slice(0, MAX_ISSUES);
         const fields = [...new Set(listed.map((i) => i.field.replace(/^(requests\[\d+\]).*$/, "$1")))].join(", ");
         throw AppError.invalid(`Invalid batch: ${fields}${issues.length > listed.length ? " (and more)" : ""}`, listed);
       }
-      const tx = qr!;
+      const tx = await transaction();
       const db = executor(tx);
-      await this.jobs.send("batch-run", { batchId: id }, { db, retryLimit: 10, expireInSeconds: 3600 });
+      await this.jobs.send("batch-run", { batchId: id }, { db, retryLimit: 10, expireInSeconds: BATCH_JOB_EXPIRE_S });
       await this.jobs.send("batch-expire", { batchId: id }, { db, startAfter: expiresAt });
       await tx.commitTransaction();
     } catch (err) {
-      if (qr?.isTransactionActive) await qr.rollbackTransaction().catch(() => undefined);
+      const open = qr as QueryRunner | undefined;
+      if (open?.isTransactionActive) await open.rollbackTransaction().catch(() => undefined);
       throw err;
     } finally {
-      await qr?.release();
+      await (qr as QueryRunner | undefined)?.release();
     }
-    this.logger.info({ batchId: id, teamId: principal.teamId, items: scanned.items.length }, "batch created");
+    this.logger.info({ batchId: id, teamId: principal.teamId, items: spans.length }, "batch created");
     return this.get(ctx, id);
+  }
+
+  /**
+   * What `POST /v1/batches` checks before its body is read (up to 200 MB): a caller whose team
+   * has credit.
+   * @throws AppError 401; 402 when the team has no credit.
+   */
+  async admit(ctx: RequestContext): Promise<void> {
+    await this.metering.assertCredit(requirePrincipal(ctx).teamId);
   }
 
   /**
@@ -356,7 +397,10 @@ export class BatchesService {
       completed_at: batch.completed_at,
     };
     const prefix = JSON.stringify(head).slice(0, -1);
-    if (!isTerminal(batch.status)) {
+    // Rows say completed, failed or cancelled only: after a cancel, items still running finish
+    // first (seconds at most), and until then `results` stays null like a running batch's.
+    const unfinished = batch.request_counts.pending + batch.request_counts.running;
+    if (!isTerminal(batch.status) || unfinished > 0) {
       await write(`${prefix},"results":null}`);
       return;
     }
@@ -370,29 +414,35 @@ export class BatchesService {
   }
 
   /**
-   * `GET /v1/batches/{id}/results.jsonl`: one JSON line per item in input order (`{custom_id,
-   * status, result_json, error_json}`; unfinished items are listed with status `pending`/`running`
-   * and null results while the batch runs), read from the database in pages of 500.
+   * `GET /v1/batches/{id}/results.jsonl`: one JSON line per ended item in input order (`{custom_id,
+   * status, result_json, error_json}`, status completed, failed or cancelled; while the batch runs,
+   * the items ended so far), read from the database in pages of 500.
    * @throws AppError 400 non-uuid; 401; 404 (before anything is written).
    */
   async writeResultsJsonl(ctx: RequestContext, id: unknown, write: (chunk: string) => Promise<void>): Promise<void> {
     const batch = await this.get(ctx, id);
-    await this.eachResultPage(batch.id, async (lines) => write(lines.join("\n") + "\n"));
+    await this.eachResultPage(batch.id, async (lines) => write(lines.join("\n") + "\n"), true);
   }
 
   /** Reads a batch's result rows in input order, a page at a time, as JSON lines. */
-  private async eachResultPage(batchId: string, onPage: (lines: string[]) => Promise<void>): Promise<void> {
+  private async eachResultPage(
+    batchId: string,
+    onPage: (lines: string[]) => Promise<void>,
+    endedOnly = false,
+  ): Promise<void> {
     let after = -1;
     for (;;) {
-      const rows = await queryRows<{ idx: number; line: string }>(
+      const rows = await queryRows<{ idx: number; line: string | null }>(
         this.ds,
-        `SELECT idx, json_build_object('custom_id', custom_id, 'status', status, 'result_json', result_json,
-                                       'error_json', error_json)::text AS line
+        `SELECT idx, CASE WHEN status IN ('completed', 'failed', 'cancelled') OR NOT $4 THEN
+                  json_build_object('custom_id', custom_id, 'status', status, 'result_json', result_json,
+                                    'error_json', error_json)::text END AS line
            FROM batch_items WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3`,
-        [batchId, after, RESULTS_PAGE],
+        [batchId, after, RESULTS_PAGE, endedOnly],
       );
       if (rows.length === 0) return;
-      await onPage(rows.map((r) => r.line));
+      const lines = rows.flatMap((r) => (r.line === null ? [] : [r.line]));
+      if (lines.length > 0) await onPage(lines);
       after = rows[rows.length - 1].idx;
       if (rows.length < RESULTS_PAGE) return;
     }

@@ -117,7 +117,10 @@ export interface ResponseObject {
   service_tier: "default" | "flex";
 }
 
-/** The Response object of a finished generation (`incomplete` when it hit the token limit). */
+/**
+ * The Response object of a finished generation (`incomplete` when it hit the token limit,
+ * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`).
+ */
 export function responseObject(
   requestId: string,
   createdAt: Date,
@@ -140,7 +143,7 @@ export function responseObject(
         type: "message",
         id: messageId(requestId),
         role: "assistant",
-        status: incomplete ? "incomplete" : "completed",
+        status: incomplete || status === "cancelled" ? "incomplete" : "completed",
         content: [{ type: "output_text", text: result.text, annotations: [] }],
       },
     ],
