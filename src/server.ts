@@ -67,6 +67,8 @@ import { InferenceService } from "./services/inference.service.js";
 import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { OAuthService } from "./services/oauth/oauth.service.js";
+import { OidcProviders } from "./services/oauth/oidc-providers.js";
 import { PasswordResetService } from "./services/password-reset.service.js";
 import { ResponsesService } from "./services/responses.service.js";
 import { StreamDirectory } from "./services/stream-directory.js";
@@ -265,8 +267,11 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       resetUrl: config.passwordResetUrl ?? `${config.publicUrl}/reset-password`,
     });
     cleanup.push(["password reset mail", () => passwordResets.drain()]);
+    const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle);
+    // Issue 8 (helper O): OpenID Connect sign-in and linking.
+    const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger));
     const resolvers: Resolvers = {
-      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros, throttle), passwordResets),
+      auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),

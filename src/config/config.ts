@@ -24,6 +24,54 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
+/** True for `localhost`, 127.0.0.0/8 and `[::1]`: the only hosts plain `http` is allowed for. */
+export function isLoopbackHost(hostname: string): boolean {
+  return hostname === "localhost" || /^127(\.\d{1,3}){3}$/.test(hostname) || hostname === "[::1]";
+}
+
+/** An `https` URL, or `http` on a loopback host (a provider on this machine, as in tests). */
+const secureUrl = z
+  .string()
+  .url()
+  .refine((v) => {
+    const url = new URL(v);
+    return url.protocol === "https:" || (url.protocol === "http:" && isLoopbackHost(url.hostname));
+  }, "expected an https URL (plain http only on a loopback host)");
+
+/**
+ * One OpenID Connect provider (issue 8, item 2). `name` is the `{provider}` of the routes;
+ * `issuer` is discovered (`/.well-known/openid-configuration`); `redirect_uri` is the web client's
+ * callback registered at the provider, the only one the authorize helper uses; `scopes` are
+ * requested (`openid` is required).
+ */
+const oauthProviderSchema = z
+  .object({
+    name: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, "expected lowercase letters, digits, - and _ (1–64)"),
+    issuer: secureUrl,
+    client_id: z.string().min(1),
+    /** Absent for a public client (PKCE only, no client authentication). */
+    client_secret: z.string().min(1).optional(),
+    redirect_uri: secureUrl.refine((v) => {
+      const url = new URL(v);
+      return url.search === "" && url.hash === "";
+    }, "must have no query string or fragment (the provider's answer adds its own)"),
+    scopes: z
+      .string()
+      .regex(/(^| )openid( |$)/, "must include openid")
+      .default("openid email profile"),
+  })
+  .transform((p) => ({
+    name: p.name,
+    issuer: p.issuer,
+    clientId: p.client_id,
+    clientSecret: p.client_secret,
+    redirectUri: p.redirect_uri,
+    scopes: p.scopes,
+  }));
+
+/** A configured OpenID Connect provider (config `oauthProviders`). */
+export type OAuthProviderConfig = z.infer<typeof oauthProviderSchema>;
+
 /** The validated configuration every component receives. Units are in the names (ms, micros). */
 export const configSchema = z.object({
   /** HTTP port; 0 picks a free one (tests). */
@@ -161,6 +209,28 @@ export const configSchema = z.object({
       "expected true, false, a hop count, or addresses/CIDRs/loopback/linklocal/uniquelocal separated by commas",
     )
     .optional(),
+  /**
+   * OpenID Connect providers (issue 8, item 2): a JSON array (in the environment) or an array (in
+   * the config file) of `{name, issuer, client_id, client_secret?, redirect_uri, scopes?}`.
+   */
+  oauthProviders: z
+    .union([z.array(z.unknown()), z.string()])
+    .transform((v, ctx) => {
+      if (Array.isArray(v)) return v;
+      try {
+        return JSON.parse(v) as unknown;
+      } catch {
+        ctx.addIssue({ code: "custom", message: "expected a JSON array of providers" });
+        return z.NEVER;
+      }
+    })
+    .pipe(
+      z
+        .array(oauthProviderSchema)
+        .max(32)
+        .refine((list) => new Set(list.map((p) => p.name)).size === list.length, "provider names must be unique"),
+    )
+    .default([]),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -206,6 +276,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   authThrottleMax: "SWITCHYARD_AUTH_THROTTLE_MAX",
   authThrottleWindowS: "SWITCHYARD_AUTH_THROTTLE_WINDOW_S",
   trustProxy: "SWITCHYARD_TRUST_PROXY",
+  oauthProviders: "SWITCHYARD_OAUTH_PROVIDERS",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */
@@ -240,7 +311,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     const lines = parsed.error.issues.map((i) => {
       const key = String(i.path[0] ?? "");
       const envName = ENV_KEYS[key as keyof ConfigInput];
-      return `${envName ?? key}: ${i.message}`;
+      // Settings that hold lists of objects name the element and field too (`…[0].issuer`).
+      const inner = i.path
+        .slice(1)
+        .map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))
+        .join("");
+      return `${envName ?? key}${inner}: ${i.message}`;
     });
     throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
   }

@@ -3,11 +3,21 @@ import { ActivityEntity } from "./activity.entity.js";
 import { ApiKeyEntity } from "./api-key.entity.js";
 import { CreditLeaseEntity } from "./credit-lease.entity.js";
 import { LedgerEntryEntity } from "./ledger-entry.entity.js";
+import { OAuthIdentityEntity } from "./oauth-identity.entity.js";
 import { ResponseEntity } from "./response.entity.js";
 import { TeamEntity } from "./team.entity.js";
 import { UserEntity } from "./user.entity.js";
 
-export { ActivityEntity, ApiKeyEntity, CreditLeaseEntity, LedgerEntryEntity, ResponseEntity, TeamEntity, UserEntity };
+export {
+  ActivityEntity,
+  ApiKeyEntity,
+  CreditLeaseEntity,
+  LedgerEntryEntity,
+  OAuthIdentityEntity,
+  ResponseEntity,
+  TeamEntity,
+  UserEntity,
+};
 export const entities = [
   TeamEntity,
   UserEntity,
@@ -16,4 +26,5 @@ export const entities = [
   ActivityEntity,
   ResponseEntity,
   CreditLeaseEntity,
+  OAuthIdentityEntity,
 ];

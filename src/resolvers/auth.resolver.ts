@@ -1,7 +1,8 @@
 /**
- * Account resolver: signup, login, the current user, password reset. One service call per field.
- * Inputs arrive in the REST spelling (GraphQL inputs are mapped by `MappedArg`; the reset
- * mutations' plain arguments are put in the REST shape), and the services validate them.
+ * Account resolver: signup, login, the current user, password reset, OpenID Connect sign-in and
+ * linking. One service call per field. Inputs arrive in the REST spelling (GraphQL inputs are
+ * mapped by `MappedArg`; the reset mutations' plain arguments are put in the REST shape), and the
+ * services validate them.
  */
 import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
 import {
@@ -14,6 +15,12 @@ import {
   UserType,
 } from "../schema/account.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
+import {
+  LinkOAuthResultType,
+  LinkedAccountListType,
+  OAuthAuthorizationType,
+  OAuthCompleteInputType,
+} from "../schema/oauth.types.js";
 import type {
   AccountService,
   CurrentUserDto,
@@ -24,6 +31,13 @@ import type {
   UserDto,
 } from "../services/account.service.js";
 import type { RequestContext } from "../services/context.js";
+import type {
+  LinkOAuthDto,
+  LinkedAccountsDto,
+  OAuthAuthorizeDto,
+  OAuthCompleteInput,
+  OAuthService,
+} from "../services/oauth/oauth.service.js";
 import type { MessageDto, PasswordResetService } from "../services/password-reset.service.js";
 
 @Resolver()
@@ -31,6 +45,7 @@ export class AuthResolver {
   constructor(
     private readonly accounts: AccountService,
     private readonly passwordResets: PasswordResetService,
+    private readonly oauth: OAuthService,
   ) {}
 
   @Mutation(() => SignupResultType, { description: "Creates an account and its team (with the signup credit)." })
@@ -76,5 +91,37 @@ export class AuthResolver {
   /** Data-plane `GET /v1/auth/me` (REST only). */
   currentUser(ctx: RequestContext): CurrentUserDto {
     return this.accounts.currentUser(ctx);
+  }
+
+  @Mutation(() => OAuthAuthorizationType, {
+    description:
+      "Starts a sign-in with a provider: the authorization URL (state, nonce, PKCE). Signed in, the state may also link.",
+  })
+  oauthAuthorize(
+    @Arg("provider", () => String) provider: string,
+    @Ctx() ctx: RequestContext,
+  ): Promise<OAuthAuthorizeDto> {
+    return this.oauth.authorize(ctx, provider);
+  }
+
+  @Mutation(() => LoginResultType, { description: "Signs in with a provider's code or ID token (like login)." })
+  oauthComplete(
+    @MappedArg("input", () => OAuthCompleteInputType, OAuthCompleteInputType.toService) input: OAuthCompleteInput,
+    @Ctx() ctx: RequestContext,
+  ): Promise<LoginResultDto> {
+    return this.oauth.complete(ctx, input);
+  }
+
+  @Mutation(() => LinkOAuthResultType, { description: "Links a provider identity to the signed-in user." })
+  linkOAuth(
+    @MappedArg("input", () => OAuthCompleteInputType, OAuthCompleteInputType.toService) input: OAuthCompleteInput,
+    @Ctx() ctx: RequestContext,
+  ): Promise<LinkOAuthDto> {
+    return this.oauth.link(ctx, input);
+  }
+
+  @Query(() => LinkedAccountListType, { description: "The signed-in user's linked provider identities." })
+  linkedAccounts(@Ctx() ctx: RequestContext): Promise<LinkedAccountsDto> {
+    return this.oauth.linkedAccounts(ctx);
   }
 }

@@ -83,16 +83,29 @@ export function clientIp(app: Express, request: IncomingMessage): string | undef
   return view.ip;
 }
 
-/** Builds the request context; with `auth: required`, 401 unless valid credentials came. */
+/**
+ * Builds the request context; with `auth: required`, 401 unless valid credentials came; with
+ * `optional`, a caller when valid credentials came (refused ones are kept as `credentialError`).
+ */
 async function contextFor(
   req: Request,
   res: Response,
   credentials: CredentialService,
-  auth: "required" | "none",
+  auth: "required" | "optional" | "none",
 ): Promise<RequestContext> {
   const ctx: RequestContext = { requestId: res.locals.requestId as string, origin: requestOrigin(req), ip: req.ip };
   if (auth === "none") return ctx;
   const credential = presentedCredential(req);
+  if (auth === "optional") {
+    if (credential === undefined) return ctx;
+    try {
+      ctx.principal = await credentials.authenticate(credential.value, { apiKeyOnly: credential.apiKeyOnly });
+    } catch (err) {
+      if (!(err instanceof AppError)) throw err;
+      ctx.credentialError = err;
+    }
+    return ctx;
+  }
   if (credential === undefined) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
   ctx.principal = await credentials.authenticate(credential.value, { apiKeyOnly: credential.apiKeyOnly });
   if (!ctx.principal) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");

@@ -10,6 +10,7 @@ import type { LoginInput, SignupInput } from "../services/account.service.js";
 import type { CreateApiKeyInput } from "../services/api-key.service.js";
 import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/team.service.js";
+import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -21,8 +22,11 @@ export interface RouteInput {
 export interface RouteSpec {
   method: "get" | "post" | "patch" | "delete";
   path: string;
-  /** `required`: 401 before the call when no credentials were presented. */
-  auth: "required" | "none";
+  /**
+   * `required`: 401 before the call when no credentials were presented. `optional`: valid
+   * credentials give the call a caller, refused ones only a `credentialError` (as over GraphQL).
+   */
+  auth: "required" | "optional" | "none";
   /** Success status; 204 sends no body. */
   status: 200 | 201 | 204;
   call: (r: Resolvers, input: RouteInput, ctx: RequestContext) => unknown;
@@ -64,6 +68,35 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.apiKeys.revokeApiKey(params.key_id, ctx),
+  },
+  // OpenID Connect (issue 8, item 2): the authorize helper binds its state to a signed-in caller.
+  {
+    method: "get",
+    path: "/control/v1/auth/oauth/:provider/authorize",
+    auth: "optional",
+    status: 200,
+    call: (r, { params }, ctx) => r.auth.oauthAuthorize(params.provider, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/oauth/complete",
+    auth: "none",
+    status: 200,
+    call: (r, { body }, ctx) => r.auth.oauthComplete(body as OAuthCompleteInput, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/link-oauth",
+    auth: "required",
+    status: 200,
+    call: (r, { body }, ctx) => r.auth.linkOAuth(body as OAuthCompleteInput, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/auth/linked-accounts",
+    auth: "required",
+    status: 200,
+    call: (r, _i, ctx) => r.auth.linkedAccounts(ctx),
   },
   {
     method: "get",

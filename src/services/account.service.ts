@@ -3,7 +3,7 @@
  * (DESIGN §3 Account schemas; spec: Control plane auth, `GET /v1/auth/me`).
  */
 import { v7 as uuidv7 } from "uuid";
-import type { DataSource } from "typeorm";
+import type { DataSource, EntityManager } from "typeorm";
 import { z } from "zod";
 import type { TeamRole } from "../entities/user.entity.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
@@ -101,37 +101,60 @@ export class AccountService {
     const input = parseInput(signupInput, raw);
     if (input.invite_token !== undefined) throw AppError.notFound("Unknown or used invitation");
     const passwordHash = await hashPassword(input.password);
-    const teamId = uuidv7();
-    const userId = uuidv7();
-    const name = input.name ?? "";
-    const teamName = `${name || input.email.split("@")[0]}'s team`;
     try {
-      const row = await this.ds.transaction(async (em) => {
-        await em.query(`INSERT INTO teams (id, name, credit_balance_micros) VALUES ($1, $2, $3)`, [
-          teamId,
-          teamName,
-          this.signupCreditMicros.toString(),
-        ]);
-        const users: UserRow[] = await em.query(
-          `INSERT INTO users (id, email, name, password_hash, team_id, role)
-           VALUES ($1, $2, $3, $4, $5, 'owner') RETURNING ${USER_COLUMNS}`,
-          [userId, input.email, name, passwordHash, teamId],
-        );
-        if (this.signupCreditMicros > 0n) {
-          await em.query(
-            `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
-             VALUES ($1, $2, 'grant', $3, $3, $4, 'Signup credit')`,
-            [uuidv7(), teamId, this.signupCreditMicros.toString(), `signup:${teamId}`],
-          );
-        }
-        return users[0];
-      });
-      const token = await this.tokens.issue(row.id, row.team_id);
-      return { message: "Account created.", next_step: "login", user: toUserDto(row), ...token };
+      const user = await this.ds.transaction((em) =>
+        this.openAccount(em, { email: input.email, name: input.name ?? "", passwordHash }),
+      );
+      const token = await this.tokens.issue(user.id, user.team_id);
+      return { message: "Account created.", next_step: "login", user, ...token };
     } catch (err) {
       if ((err as { code?: string }).code === "23505") throw AppError.conflict("Email is already registered");
       throw err;
     }
+  }
+
+  /**
+   * Inserts, in the caller's transaction `em`, a user who owns a new team credited with the
+   * signup grant (one `grant` ledger row): signup, and a first OAuth sign-in (no password).
+   * @throws the driver's unique violation (SQLSTATE 23505) when the email is registered.
+   */
+  async openAccount(
+    em: EntityManager,
+    account: { email: string; name: string; passwordHash: string | null },
+  ): Promise<UserDto> {
+    const teamId = uuidv7();
+    const teamName = `${account.name || account.email.split("@")[0]}'s team`;
+    await em.query(`INSERT INTO teams (id, name, credit_balance_micros) VALUES ($1, $2, $3)`, [
+      teamId,
+      teamName,
+      this.signupCreditMicros.toString(),
+    ]);
+    const users: UserRow[] = await em.query(
+      `INSERT INTO users (id, email, name, password_hash, team_id, role)
+       VALUES ($1, $2, $3, $4, $5, 'owner') RETURNING ${USER_COLUMNS}`,
+      [uuidv7(), account.email, account.name, account.passwordHash, teamId],
+    );
+    if (this.signupCreditMicros > 0n) {
+      await em.query(
+        `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
+         VALUES ($1, $2, 'grant', $3, $3, $4, 'Signup credit')`,
+        [uuidv7(), teamId, this.signupCreditMicros.toString(), `signup:${teamId}`],
+      );
+    }
+    return toUserDto(users[0]);
+  }
+
+  /**
+   * An access token for a user another proof already identified (an OAuth identity): what login
+   * answers.
+   * @throws AppError 401 when the user no longer exists or is not active.
+   */
+  async issueLogin(userId: string): Promise<LoginResultDto> {
+    const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE id = $1`, [userId]);
+    const row = rows[0];
+    if (!row || !row.is_active) throw AppError.unauthenticated("This account is not active");
+    const token = await this.tokens.issue(row.id, row.team_id);
+    return { ...token, user: toUserDto(row) };
   }
 
   /**

@@ -20,6 +20,8 @@ export enum ErrorCode {
   EngineUnavailable = "engine_unavailable",
   EngineTimeout = "engine_timeout",
   Internal = "internal",
+  /** An identity provider (OpenID Connect) could not be reached or answered with a server error. */
+  ProviderFailure = "provider_failure",
 }
 
 /** HTTP status for each error code (exhaustive). */
@@ -51,6 +53,8 @@ export function statusForCode(code: ErrorCode): number {
       return 504;
     case ErrorCode.Internal:
       return 500;
+    case ErrorCode.ProviderFailure:
+      return 502;
     default:
       return assertUnreachable(code);
   }
