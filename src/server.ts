@@ -91,6 +91,8 @@ export interface Switchyard {
   events: CompletionEventsService;
   /** Outgoing mail (issue 8): the outbox, and SMTP when configured. */
   mailer: Mailer;
+  /** The control plane's per-request DataLoaders (issue 8; their query counts, for tests). */
+  loaders: ControlLoaders;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -234,6 +236,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       runner.start();
       cleanup.push(["batch runner", () => runner.stop()]);
     }
+    const loaders = new ControlLoaders(ds);
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
       url,
@@ -247,6 +250,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       credit,
       events,
       mailer,
+      loaders,
       close: closeAll,
     });
     if (config.role === "worker") {
@@ -256,7 +260,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
 
     const streams = new StreamsService(ds, streamDirectory, background);
     // Members and invitations (issue 8): per-request DataLoaders for the control plane's relations.
-    const members = new MemberService(ds, bus, new ControlLoaders(ds), mailer, tokens, config.publicUrl);
+    const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
     const resolvers: Resolvers = {
       auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros, members)),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),

@@ -158,9 +158,12 @@ export class MemberService implements InvitedUserFactory {
       );
       if (existing?.team_id === principal.teamId)
         throw AppError.conflict("That address is already a member of the team");
-      await em.query(
+      // An open invitation of the address is replaced; the pending member keeps its user id.
+      const [replaced] = await queryRows<{ user_id: string }>(
+        em,
         `UPDATE team_invitations SET revoked_at = now()
-          WHERE team_id = $1 AND lower(email) = $2 AND accepted_at IS NULL AND revoked_at IS NULL`,
+          WHERE team_id = $1 AND lower(email) = $2 AND accepted_at IS NULL AND revoked_at IS NULL
+        RETURNING user_id`,
         [principal.teamId, input.email],
       );
       const invitation = em.getRepository(InvitationEntity).create({
@@ -168,7 +171,7 @@ export class MemberService implements InvitedUserFactory {
         teamId: principal.teamId,
         email: input.email,
         role: input.role,
-        userId: existing?.id ?? uuidv7(),
+        userId: existing?.id ?? replaced?.user_id ?? uuidv7(),
         tokenHash: hashToken(token),
         invitedBy: principal.userId,
         createdAt: new Date(),
