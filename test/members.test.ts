@@ -458,6 +458,11 @@ describe("GraphQL", () => {
     expect(bad.body.errors[0].extensions).toMatchObject({ status_code: 400, extra: [{ field: "email" }] });
     const removed = await gql(owner.token, `mutation($id: ID!) { removeMember(userId: $id) }`, { id: user.userId });
     expect(removed.body.data.removeMember).toBe(true);
+    // A pending invitation of a registered user of another team does not show that user's account.
+    const outsider = await createTestUser(server.url);
+    await invite(server.url, owner.token, outsider.email);
+    const pending = await gql(owner.token, `{ team { members { userId isActive user { id } } } }`);
+    expect(pending.body.data.team.members).toContainEqual({ userId: outsider.userId, isActive: false, user: null });
     const anonymous = await gql(undefined, `{ team { id } }`);
     expect(anonymous.body.errors[0].extensions.status_code).toBe(401);
   });

@@ -40,7 +40,7 @@ export class ApiKeyResolver {
     return true;
   }
 
-  @FieldResolver(() => UserType, { nullable: true, description: "The key's owner." })
+  @FieldResolver(() => UserType, { nullable: true, description: "The key's owner; null once they left the team." })
   async user(@Root() key: ApiKeyEntity, @Ctx() ctx: RequestContext): Promise<UserDto | null> {
     const user = await this.members.userOf(ctx, key);
     return user && userResponse(user);

@@ -126,7 +126,7 @@ export class TeamMemberResolver {
 
   @FieldResolver(() => UserType, {
     nullable: true,
-    description: "The member's account; null for an invitation of an address nobody has registered.",
+    description: "The member's account; null for a pending invitation.",
   })
   async user(@Root() member: TeamMemberEntity, @Ctx() ctx: RequestContext): Promise<UserDto | null> {
     const user = await this.members.userOf(ctx, member);

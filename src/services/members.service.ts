@@ -128,14 +128,17 @@ export class MemberService implements InvitedUserFactory {
   }
 
   /**
-   * The user behind a member or an API key of the caller's team, batched per request; null for a
-   * pending invitation of an address nobody has registered.
+   * The user behind a member or an API key of the caller's team, batched per request. Null when
+   * that user is not in the caller's team: a pending invitation (of an address nobody registered,
+   * or of someone else's user, whose account the inviting team does not get to see), or the key
+   * of a removed member.
    * @throws AppError 401; 404 when `of` is another team's.
    */
   async userOf(ctx: RequestContext, of: TeamMemberEntity | ApiKeyEntity): Promise<UserEntity | null> {
     const principal = authorize(ctx, "team.read");
     inTeam(principal, of, "Member");
-    return this.loaders.for(ctx).userById.load(of.userId);
+    const user = await this.loaders.for(ctx).userById.load(of.userId);
+    return user?.teamId === principal.teamId ? user : null;
   }
 
   /**
