@@ -39,7 +39,7 @@ import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
-import { type PresentedCredential, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
+import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
   clientErrorHandler,
@@ -69,10 +69,12 @@ import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { PasswordResetService } from "./services/password-reset.service.js";
 import { ResponsesService } from "./services/responses.service.js";
 import { StreamDirectory } from "./services/stream-directory.js";
 import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
+import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
 
@@ -214,12 +216,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const runsWorkers = config.role !== "api";
     const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
     await jobs.start();
-    cleanup.push(["job queue", () => jobs.stop()]);
     const background = new BackgroundResponsesService(ds, inference, metering, catalog, responses, bus, jobs, logger);
+    // Stopped after the job queue (cleanup runs in reverse): the queue's stop waits for running
+    // generations while they are still heartbeated; what still runs after it is left, unrecorded,
+    // to another worker, as after a SIGKILL.
+    if (runsWorkers) cleanup.push(["background reconciler", async () => background.stopWorker()]);
+    cleanup.push(["job queue", () => jobs.stop()]);
     if (runsWorkers) {
       await workBackgroundResponses(jobs, background, config.workerConcurrency);
       background.startWorker();
-      cleanup.push(["background reconciler", async () => background.stopWorker()]);
     }
     // Batches (issue 7): the API side here, the runner in worker processes. The runner stops
     // before the job queue: items in flight finish and are recorded, then its batches are given up.
@@ -259,10 +264,20 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
 
     const streams = new StreamsService(ds, streamDirectory, background);
+    // Issue 8 (helper P): login and forgot-password throttling, password reset mail. Mail still
+    // being sent when HTTP stops is finished before the mailer and the database close.
+    const throttle = new AuthThrottle(ds, logger, { max: config.authThrottleMax, windowS: config.authThrottleWindowS });
+    const passwordResets = new PasswordResetService(ds, mailer, throttle, bus, logger, {
+      resetUrl: config.passwordResetUrl ?? `${config.publicUrl}/reset-password`,
+    });
+    cleanup.push(["password reset mail", () => passwordResets.drain()]);
     // Members and invitations (issue 8): per-request DataLoaders for the control plane's relations.
     const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
     const resolvers: Resolvers = {
-      auth: new AuthResolver(new AccountService(ds, tokens, config.signupCreditMicros, members)),
+      auth: new AuthResolver(
+        new AccountService(ds, tokens, config.signupCreditMicros, throttle, members),
+        passwordResets,
+      ),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
@@ -293,6 +308,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger,
       bodyLimitBytes: config.bodyLimitBytes,
       corsOrigins: config.corsOrigins,
+      trustProxy: config.trustProxy,
     });
     // requestTimeout bounds receiving a request (headers and body), never the answer, so long
     // SSE streams are not cut; Node checks both timeouts every connectionsCheckingInterval.
@@ -316,12 +332,13 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       credential: PresentedCredential | undefined,
       requestId: string,
       origin?: string,
+      ip?: string,
     ): Promise<RequestContext> => {
       try {
         const principal = await credentials.authenticate(credential?.value, { apiKeyOnly: credential?.apiKeyOnly });
-        return { requestId, principal, origin };
+        return { requestId, principal, origin, ip };
       } catch (err) {
-        if (err instanceof AppError) return { requestId, credentialError: err, origin };
+        if (err instanceof AppError) return { requestId, credentialError: err, origin, ip };
         throw err;
       }
     };
@@ -370,6 +387,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         context: (ctx): RequestContext => ({
           requestId: randomUUID(),
           principal: socketPrincipals.get(ctx.extra.socket),
+          ip: clientIp(app, ctx.extra.request),
         }),
         onNext: (_ctx, _id, _payload, _args, result) =>
           "errors" in result && result.errors
@@ -412,7 +430,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       graphqlSizeGuard(limits),
       expressMiddleware(apollo, {
         context: async ({ req, res }) =>
-          contextFromCredential(presentedCredential(req), res.locals.requestId as string, requestOrigin(req)),
+          contextFromCredential(presentedCredential(req), res.locals.requestId as string, requestOrigin(req), req.ip),
       }),
     );
     app.use("/graphql", graphqlErrorMiddleware(logger));

@@ -12,7 +12,7 @@
  * - A resource of another team is 404 (as if it did not exist), never 403. The "other" caller is
  *   the owner of team B, the strongest role, so no role of another team reaches team A. On `/me`
  *   endpoints "other" acts on their own team.
- * - No credentials: 401, except signup, login and the health probes.
+ * - No credentials: 401, except signup, login, forgot/reset password and the health probes.
  * GraphQL rows use the `status_code` of the operation's first error (200 without errors).
  *
  * Activity, usage, billing, deployments and custom models have no endpoints yet; their rows come
@@ -28,6 +28,7 @@ import {
   type TestUser,
   createTestApiKey,
   createTestUser,
+  eventually,
   http,
   startTestServer,
 } from "./support/harness.js";
@@ -92,6 +93,23 @@ async function soleOwner(fx: Fixture): Promise<Params> {
     fx.owner.userId,
   ]);
   return { owner: fx.owner.userId };
+}
+
+/** A password-reset token of a fresh user, read from the mail the forgot-password request sent. */
+async function resetToken(): Promise<Params> {
+  const user = await createTestUser(server.url);
+  const asked = await http(server.url, "POST", "/control/v1/auth/forgot-password", { body: { email: user.email } });
+  if (asked.status !== 200) throw new Error(`forgot-password failed: ${asked.status} ${asked.text}`);
+  let token: string | undefined;
+  await eventually(async () => {
+    const [mail] = await server.db<{ body_text: string }>("SELECT body_text FROM mail_outbox WHERE to_address = $1", [
+      user.email,
+    ]);
+    token = mail ? /[?&]token=([A-Za-z0-9_-]+)/.exec(mail.body_text)?.[1] : undefined;
+    return token !== undefined;
+  }, 10_000);
+  if (!token) throw new Error(`no reset mail to ${user.email}`);
+  return { token };
 }
 
 /** A stored response of team A (made by its owner), returned by id. */
@@ -159,6 +177,17 @@ const rows: Row[] = [
     expect: open(200),
   },
   { name: "GET /control/v1/auth/me", expect: anyCaller(200) },
+  {
+    name: "POST /control/v1/auth/forgot-password",
+    body: () => ({ email: freshEmail("forgot") }),
+    expect: open(200),
+  },
+  {
+    name: "POST /control/v1/auth/reset-password",
+    prepare: resetToken,
+    body: (_fx, p) => ({ token: p.token, password: "another horse battery" }),
+    expect: open(200),
+  },
   { name: "GET /control/v1/auth/api-keys", expect: anyCaller(200) },
   { name: "POST /control/v1/auth/api-keys", body: () => ({ name: "matrix" }), expect: anyCaller(201) },
   {
@@ -247,6 +276,19 @@ const rows: Row[] = [
     name: "graphql login",
     query: `mutation($e: String!) { login(input: { username: $e, password: "correct horse battery" }) { accessToken } }`,
     variables: (fx) => ({ e: fx.owner.email }),
+    expect: open(200),
+  },
+  {
+    name: "graphql forgotPassword",
+    query: `mutation($e: String!) { forgotPassword(email: $e) { message } }`,
+    variables: () => ({ e: freshEmail("forgot") }),
+    expect: open(200),
+  },
+  {
+    name: "graphql resetPassword",
+    query: `mutation($t: String!) { resetPassword(token: $t, password: "another horse battery") { message } }`,
+    prepare: resetToken,
+    variables: (_fx, p) => ({ t: p.token }),
     expect: open(200),
   },
   { name: "graphql me", query: `{ me { id role } }`, expect: anyCaller(200) },
@@ -343,7 +385,9 @@ async function call(row: Row, caller: Caller): Promise<number> {
 }
 
 beforeAll(async () => {
-  server = await startTestServer();
+  // Throttling of login and forgot-password is tested on its own (password-reset.test.ts); here
+  // one address makes every call, so the limit is lifted.
+  server = await startTestServer({ authThrottleMax: 100_000 });
   const owner = await createTestUser(server.url);
   const admin = await joinTeam(server.url, owner, "admin");
   const member = await joinTeam(server.url, owner, "member");

@@ -186,6 +186,8 @@ const TEMPLATES: Record<string, () => Record<string, unknown>> = {
   "/control/v1/auth/signup": () => ({ email: `f${randomUUID()}@example.com`, password: "correct horse battery" }),
   "/control/v1/auth/login": () => ({ username: caller.email, password: caller.password }),
   "/control/v1/auth/api-keys": () => ({ name: "fuzz" }),
+  "/control/v1/auth/forgot-password": () => ({ email: caller.email }),
+  "/control/v1/auth/reset-password": () => ({ token: "fuzz".repeat(11), password: "correct horse battery" }),
 };
 
 type Mutation =
@@ -463,6 +465,16 @@ describe("fuzzing GraphQL", () => {
     ],
     ["mutation ($id: String!) { revokeApiKey(id: $id) }", () => ({ id: spareKeyId }), "variables"],
     ["query ($id: String!) { model(id: $id) { id } }", () => ({ id: CHAT_MODEL }), "variables"],
+    [
+      "mutation ($email: String!) { forgotPassword(email: $email) { message } }",
+      () => ({ email: caller.email }),
+      "variables",
+    ],
+    [
+      "mutation ($token: String!, $password: String!) { resetPassword(token: $token, password: $password) { message } }",
+      () => ({ token: "fuzz".repeat(11), password: "correct horse battery" }),
+      "variables",
+    ],
     ["query { me { id } apiKeys { items { id } } models { id } }", () => ({}), "variables"],
   ];
 

@@ -120,6 +120,24 @@ describe("create, list, get, patch", () => {
     expect(res.body.archived_at).toMatch(ISO);
     expect((await streamOf(caller.key, s.id)).name).toBe("renamed");
   });
+
+  test("when a cancelled stream is PATCHed to archived, then it stays cancelled; an archived one may still be cancelled", async () => {
+    const s = await createStream(caller.key);
+    await http(server.url, "PATCH", `/v1/streams/${s.id}`, { token: caller.key, body: { status: "cancelled" } });
+    const flipped = await http(server.url, "PATCH", `/v1/streams/${s.id}`, {
+      token: caller.key,
+      body: { status: "archived" },
+    });
+    expect(flipped.status).toBe(200);
+    expect(flipped.body).toMatchObject({ status: "cancelled", archived_at: null });
+    const a = await createStream(caller.key);
+    await http(server.url, "PATCH", `/v1/streams/${a.id}`, { token: caller.key, body: { status: "archived" } });
+    const cancelled = await http(server.url, "PATCH", `/v1/streams/${a.id}`, {
+      token: caller.key,
+      body: { status: "cancelled" },
+    });
+    expect(cancelled.body.status).toBe("cancelled");
+  });
 });
 
 describe("requests in a stream", () => {

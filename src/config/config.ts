@@ -4,6 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { isIP } from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
@@ -126,6 +127,40 @@ export const configSchema = z.object({
     .optional(),
   /** Mail: the From header. */
   mailFrom: z.string().min(3).default("Switchyard <no-reply@switchyard.local>"),
+  /**
+   * Password reset (issue 8, item 1): the page the mailed link opens, `?token=…` appended; unset:
+   * `<publicUrl>/reset-password`. Never taken from a request's Host header (DESIGN §3).
+   */
+  passwordResetUrl: z.string().url().optional(),
+  /**
+   * Throttling (issue 8, item 5): most failed logins per window per client address and per account,
+   * and most forgot-password requests per window per address and per email; 429 beyond.
+   */
+  authThrottleMax: intFromEnv(1, 1_000_000).default(10),
+  /** Throttling: the window, seconds. */
+  authThrottleWindowS: intFromEnv(1, 86_400).default(60),
+  /**
+   * Which reverse proxies to believe about the client address (`X-Forwarded-For`), as Express's
+   * `trust proxy`: `true` (any), a hop count, or a comma list of addresses, CIDRs and `loopback`,
+   * `linklocal`, `uniquelocal`. Unset: the socket peer is the client (behind a proxy, every client
+   * would share the proxy's throttling counters).
+   */
+  trustProxy: z
+    .union([z.boolean(), z.number(), z.string()])
+    .transform((v): boolean | number | string =>
+      typeof v !== "string" ? v : v === "true" || v === "false" ? v === "true" : /^\d+$/.test(v) ? Number(v) : v,
+    )
+    .refine(
+      (v) =>
+        typeof v !== "string" ||
+        v
+          .split(",")
+          .every(
+            (part) => /^(loopback|linklocal|uniquelocal)$/.test(part.trim()) || isIP(part.trim().split("/")[0]) !== 0,
+          ),
+      "expected true, false, a hop count, or addresses/CIDRs/loopback/linklocal/uniquelocal separated by commas",
+    )
+    .optional(),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -167,6 +202,10 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   batchConcurrency: "SWITCHYARD_BATCH_CONCURRENCY",
   smtpUrl: "SMTP_URL",
   mailFrom: "SWITCHYARD_MAIL_FROM",
+  passwordResetUrl: "SWITCHYARD_PASSWORD_RESET_URL",
+  authThrottleMax: "SWITCHYARD_AUTH_THROTTLE_MAX",
+  authThrottleWindowS: "SWITCHYARD_AUTH_THROTTLE_WINDOW_S",
+  trustProxy: "SWITCHYARD_TRUST_PROXY",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

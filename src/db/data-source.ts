@@ -12,6 +12,7 @@ import { Streams1764400000000 } from "./migrations/1764400000000-streams.js";
 import { WebhookToken1764450000000 } from "./migrations/1764450000000-webhook-token.js";
 import { Batches1764500000000 } from "./migrations/1764500000000-batches.js";
 import { MailOutbox1764550000000 } from "./migrations/1764550000000-mail-outbox.js";
+import { PasswordReset1764600000000 } from "./migrations/1764600000000-password-reset.js";
 import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 
 /** Migrations in the order they apply; append only. */
@@ -25,6 +26,7 @@ export const migrations = [
   WebhookToken1764450000000,
   Batches1764500000000,
   MailOutbox1764550000000,
+  PasswordReset1764600000000,
   Teams1764620000000,
 ];
 

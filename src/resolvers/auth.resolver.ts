@@ -1,11 +1,14 @@
 /**
- * Account resolver: signup, login, the current user. One service call per field. Inputs arrive in
- * the REST spelling (GraphQL inputs are mapped by `MappedArg`), and the service validates them.
+ * Account resolver: signup, login, the current user, password reset. One service call per field.
+ * Inputs arrive in the REST spelling (GraphQL inputs are mapped by `MappedArg`; the reset
+ * mutations' plain arguments are put in the REST shape), and the services validate them.
  */
-import { Ctx, Mutation, Query, Resolver } from "type-graphql";
+import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
 import {
+  ForgotPasswordResultType,
   LoginInputType,
   LoginResultType,
+  ResetPasswordResultType,
   SignupInputType,
   SignupResultType,
   UserType,
@@ -21,10 +24,14 @@ import type {
   UserDto,
 } from "../services/account.service.js";
 import type { RequestContext } from "../services/context.js";
+import type { MessageDto, PasswordResetService } from "../services/password-reset.service.js";
 
 @Resolver()
 export class AuthResolver {
-  constructor(private readonly accounts: AccountService) {}
+  constructor(
+    private readonly accounts: AccountService,
+    private readonly passwordResets: PasswordResetService,
+  ) {}
 
   @Mutation(() => SignupResultType, { description: "Creates an account and its team (with the signup credit)." })
   signup(
@@ -40,6 +47,25 @@ export class AuthResolver {
     @Ctx() ctx: RequestContext,
   ): Promise<LoginResultDto> {
     return this.accounts.login(ctx, input);
+  }
+
+  @Mutation(() => ForgotPasswordResultType, {
+    description:
+      "Mails a password-reset token (30 min, single use) when the email is registered; same answer either way.",
+  })
+  forgotPassword(@Arg("email", () => String) email: unknown, @Ctx() ctx: RequestContext): Promise<MessageDto> {
+    return this.passwordResets.forgotPassword(ctx, { email });
+  }
+
+  @Mutation(() => ResetPasswordResultType, {
+    description: "Sets a new password with a mailed token; access tokens issued before stop working.",
+  })
+  resetPassword(
+    @Arg("token", () => String) token: unknown,
+    @Arg("password", () => String) password: unknown,
+    @Ctx() ctx: RequestContext,
+  ): Promise<MessageDto> {
+    return this.passwordResets.resetPassword(ctx, { token, password });
   }
 
   @Query(() => UserType, { description: "The signed-in user." })

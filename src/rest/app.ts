@@ -5,6 +5,7 @@
  * server on the same app (`/graphql`).
  */
 import { randomUUID } from "node:crypto";
+import type { IncomingMessage } from "node:http";
 import express, { type Express, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/credential.service.js";
@@ -38,6 +39,11 @@ export interface AppOptions {
   bodyLimitBytes: number;
   /** Origins allowed by CORS (config `corsOrigins`); empty = CORS off. */
   corsOrigins: readonly string[];
+  /**
+   * Express `trust proxy` (config `trustProxy`): which proxies' `X-Forwarded-For` names the client
+   * (`req.ip`, used for throttling). Unset: the socket peer is the client.
+   */
+  trustProxy?: boolean | number | string;
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -64,6 +70,19 @@ export function requestOrigin(req: Pick<Request, "protocol" | "get">): string | 
   return host ? `${req.protocol}://${host}` : undefined;
 }
 
+/**
+ * The client address of a request Express did not route (a graphql-ws upgrade), by the app's
+ * `trust proxy` rule: what `req.ip` says for a routed one.
+ */
+export function clientIp(app: Express, request: IncomingMessage): string | undefined {
+  const view = Object.create(app.request, {
+    app: { value: app },
+    headers: { value: request.headers },
+    socket: { value: request.socket },
+  }) as Request;
+  return view.ip;
+}
+
 /** Builds the request context; with `auth: required`, 401 unless valid credentials came. */
 async function contextFor(
   req: Request,
@@ -71,7 +90,7 @@ async function contextFor(
   credentials: CredentialService,
   auth: "required" | "none",
 ): Promise<RequestContext> {
-  const ctx: RequestContext = { requestId: res.locals.requestId as string, origin: requestOrigin(req) };
+  const ctx: RequestContext = { requestId: res.locals.requestId as string, origin: requestOrigin(req), ip: req.ip };
   if (auth === "none") return ctx;
   const credential = presentedCredential(req);
   if (credential === undefined) throw AppError.unauthenticated("Missing credentials: send Authorization: Bearer <key>");
@@ -109,6 +128,7 @@ export function createApp(opts: AppOptions): Express {
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
+  if (opts.trustProxy !== undefined) app.set("trust proxy", opts.trustProxy);
   app.use(timing);
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));

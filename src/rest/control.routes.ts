@@ -10,6 +10,7 @@ import type { RequestContext } from "../services/context.js";
 import type { LoginInput, SignupInput } from "../services/account.service.js";
 import type { CreateApiKeyInput } from "../services/api-key.service.js";
 import type { InviteMemberInput, UpdateMemberInput } from "../services/members.service.js";
+import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/team.service.js";
 import { apiKeyListJson, invitedMemberJson, memberJson, teamJson } from "./control.presenters.js";
 
@@ -109,5 +110,22 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { params }, ctx) => r.teams.acceptInvitation(params.token, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/forgot-password",
+    auth: "none",
+    status: 200,
+    call: (r, { body }, ctx) => r.auth.forgotPassword((body as ForgotPasswordInput | null | undefined)?.email, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/auth/reset-password",
+    auth: "none",
+    status: 200,
+    call: (r, { body }, ctx) => {
+      const input = body as ResetPasswordInput | null | undefined;
+      return r.auth.resetPassword(input?.token, input?.password, ctx);
+    },
   },
 ];

@@ -7,6 +7,7 @@
 import { Field, InputType, Int, ObjectType } from "type-graphql";
 import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto, UserDto } from "../services/account.service.js";
 import type { TeamRole } from "../entities/user.entity.js";
+import type { MessageDto } from "../services/password-reset.service.js";
 import { absent } from "./mapped-arg.js";
 
 @ObjectType("User", { description: "The signed-in user (UserResponse)." })
@@ -63,4 +64,16 @@ export class LoginInputType {
   static toService(input: LoginInputType): LoginInput {
     return { username: absent(input.username), email: absent(input.email), password: input.password };
   }
+}
+
+@ObjectType("ForgotPasswordResult", {
+  description: "ForgotPasswordResponse: the same message whether or not the email is registered.",
+})
+export class ForgotPasswordResultType implements MessageDto {
+  @Field() message!: string;
+}
+
+@ObjectType("ResetPasswordResult", { description: "ResetPasswordResponse." })
+export class ResetPasswordResultType implements MessageDto {
+  @Field() message!: string;
 }

@@ -24,6 +24,7 @@ import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { PasswordResetService } from "../services/password-reset.service.js";
 import type { StreamsService } from "../services/streams.service.js";
 import type { TeamService } from "../services/team.service.js";
 
@@ -33,7 +34,7 @@ import type { TeamService } from "../services/team.service.js";
  */
 export function placeholderResolvers(): Resolvers {
   return {
-    auth: new AuthResolver(undefined as unknown as AccountService),
+    auth: new AuthResolver(undefined as unknown as AccountService, undefined as unknown as PasswordResetService),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService, undefined as unknown as MemberService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),

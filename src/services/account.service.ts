@@ -10,6 +10,7 @@ import { type RequestContext, requirePrincipal } from "./context.js";
 import type { InvitedUserFactory } from "./members.service.js";
 import { AppError, parseInput } from "../shared/errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
+import type { AuthThrottle } from "./throttle.js";
 import type { IssuedToken, TokenService } from "./tokens.js";
 import { pgText } from "./validation.js";
 
@@ -45,6 +46,8 @@ const email = pgText()
   .email()
   .transform((e) => e.toLowerCase());
 const password = pgText().min(8).max(128);
+/** The email rule (trimmed, lower-cased) and the password rule (DESIGN §3: 8–128), shared with password reset. */
+export { email as emailField, password as passwordField };
 
 export const signupInput = z.object({
   email,
@@ -86,6 +89,8 @@ export class AccountService {
     private readonly tokens: TokenService,
     /** Credit granted to each new team, micro-USD. */
     private readonly signupCreditMicros: bigint,
+    /** Login throttling (issue 8, item 5); absent: none. */
+    private readonly throttle?: AuthThrottle,
     /** Signup with `invite_token` (issue 8, item 4): the user joins the inviting team. */
     private readonly invitations?: InvitedUserFactory,
   ) {}
@@ -145,16 +150,22 @@ export class AccountService {
 
   /**
    * Exchanges email (`username`) and password for an access token. Known and unknown emails
-   * answer alike (same status, body and argon2 work).
-   * @throws AppError 400 invalid input; 401 wrong credentials.
+   * answer alike (same status, body and argon2 work). Failures are counted per client address
+   * and per address typed (`AuthThrottle`); past the limit the password is not even checked.
+   * @throws AppError 400 invalid input; 401 wrong credentials; 429 too many failures (`Retry-After`).
    */
-  async login(_ctx: RequestContext, raw: unknown): Promise<LoginResultDto> {
+  async login(ctx: RequestContext, raw: unknown): Promise<LoginResultDto> {
     const input = parseInput(loginInput, raw);
     const address = (input.username ?? input.email ?? "").trim().toLowerCase();
+    const attempt = await this.throttle?.beginLogin(ctx, address);
     const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE lower(email) = $1`, [address]);
     const row = rows[0];
     const ok = await verifyPassword(row?.password_hash ?? null, input.password);
-    if (!row || !ok || !row.is_active) throw AppError.unauthenticated("Incorrect email or password");
+    if (!row || !ok || !row.is_active) {
+      attempt?.failed(row?.id);
+      throw AppError.unauthenticated("Incorrect email or password");
+    }
+    await attempt?.succeeded();
     const token = await this.tokens.issue(row.id, row.team_id);
     return { ...token, user: toUserDto(row) };
   }

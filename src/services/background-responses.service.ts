@@ -133,6 +133,8 @@ export class BackgroundResponsesService {
   readonly holder = randomUUID();
   private readonly running = new Map<string, Running>();
   private ticker?: NodeJS.Timeout;
+  /** Set by `stopWorker`: failures from here on are the shutdown's, not the generation's. */
+  private stopping = false;
   private ticks = 0;
 
   constructor(
@@ -287,6 +289,8 @@ export class BackgroundResponsesService {
         kind === "cancelled" ? "cancelled" : "failed",
         kind === "timeout" ? TIMEOUT_ERROR : null,
       );
+      // A runner taken for dead may only be late: it stops too (its record then finds one written).
+      if (row.runner) await this.bus.publish("abort", `${id}=${kind}`, this.ds).catch(() => undefined);
     }
     return row.response_json;
   }
@@ -318,6 +322,10 @@ export class BackgroundResponsesService {
       try {
         await this.generate(row, entry, Math.max(0, remainingMs));
       } catch (err) {
+        if (this.stopping && entry.endedAs === undefined) {
+          this.logger.info({ responseId }, "background response left to another worker: this process is stopping");
+          return;
+        }
         // Refusals before the engine (402, 400) and unexpected errors end the response as failed
         // (a no-op when the generation's own failure record already landed).
         this.logger.debug({ err, responseId }, "background generation failed");
@@ -328,6 +336,7 @@ export class BackgroundResponsesService {
       clearTimeout(timer);
       this.running.delete(responseId);
     }
+    if (this.stopping) return;
     await this.forgetWebhookToken(responseId);
     await this.releaseUnrecorded(responseId);
   }
@@ -399,6 +408,10 @@ export class BackgroundResponsesService {
           return { body: object, status, response: stored(object) };
         },
         onFailure: (err) => {
+          // A process stopping (its engines closing under the generation) records nothing: the
+          // response stays in progress under this silent runner and another worker resumes it,
+          // as after a SIGKILL.
+          if (this.stopping && entry.endedAs === undefined) return null;
           const kind = entry.endedAs;
           const error =
             kind === "timeout"
@@ -489,8 +502,13 @@ export class BackgroundResponsesService {
     this.ticker.unref();
   }
 
-  /** Stops heartbeats and reconciling (running generations are left to the job queue's stop). */
+  /**
+   * Stops heartbeats and reconciling. Runs after the job queue's stop (which waits for running
+   * generations, heartbeating them meanwhile); generations still running after that are left
+   * unrecorded under this silent runner, so another worker resumes them (issue 6, item 2).
+   */
   stopWorker(): void {
+    this.stopping = true;
     clearInterval(this.ticker);
     this.ticker = undefined;
   }
@@ -504,10 +522,18 @@ export class BackgroundResponsesService {
       .filter(([, r]) => r.abortedAt === undefined || now - r.abortedAt < ABORTED_HEARTBEAT_MS)
       .map(([id]) => id);
     if (live.length > 0) {
-      await this.ds.query("UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND id = ANY($2::uuid[])", [
-        this.holder,
-        live,
-      ]);
+      const rows = await queryRows<{ id: string; status: string; error_code: string | null }>(
+        this.ds,
+        `UPDATE responses SET runner_seen_at = now() WHERE runner = $1 AND id = ANY($2::uuid[])
+          RETURNING id, status, response_json -> 'error' ->> 'code' AS error_code`,
+        [this.holder, live],
+      );
+      // An end whose abort NOTIFY never arrived (the listener was reconnecting) is acted on here.
+      for (const r of rows) {
+        if (r.status !== "in_progress" && this.running.get(r.id)?.endedAs === undefined) {
+          this.abortLocal(r.id, r.error_code === "timeout" ? "timeout" : "cancelled");
+        }
+      }
     }
     const overdue = await queryRows<{ id: string }>(
       this.ds,
@@ -519,8 +545,11 @@ export class BackgroundResponsesService {
         m,
         `UPDATE responses SET runner = NULL, runner_seen_at = NULL, updated_at = now()
           WHERE id IN (SELECT id FROM responses
-                        WHERE status = 'in_progress' AND runner IS NOT NULL
-                          AND runner_seen_at < now() - make_interval(secs => $1)
+                        WHERE status = 'in_progress'
+                          AND ((runner IS NOT NULL AND runner_seen_at < now() - make_interval(secs => $1))
+                               -- never claimed for long: its job may have been lost in a
+                               -- shutdown (fetched, never run); a duplicate job finds it claimed.
+                               OR (runner IS NULL AND updated_at < now() - interval '2 minutes'))
                         LIMIT 100 FOR UPDATE SKIP LOCKED)
           RETURNING id`,
         [RUNNER_STALE_S],

@@ -1,6 +1,6 @@
 /**
  * The request context every service call takes first (`service.op(ctx, input)`): who is calling
- * and the request's id. Built by the REST layer and the GraphQL context factory alike.
+ * and the request's id (and address). Built by the REST layer and the GraphQL context factory alike.
  */
 import type { TeamRole } from "../entities/user.entity.js";
 import { AppError } from "../shared/errors.js";
@@ -30,6 +30,11 @@ export interface RequestContext {
   requestId: string;
   /** The request's origin (`http://host:port`), for absolute links such as a batch's `output_url`. */
   origin?: string;
+  /**
+   * The client's address (IPv4 or IPv6), for per-address throttling (issue 8, item 5): the socket
+   * peer, or the forwarded client when `SWITCHYARD_TRUST_PROXY` names the proxy. Absent when unknown.
+   */
+  ip?: string;
 }
 
 /**

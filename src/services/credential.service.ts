@@ -25,7 +25,7 @@ interface CachedUser {
   teamId: string;
   role: TeamRole;
   isActive: boolean;
-  /** Unix seconds; tokens issued before are void. */
+  /** Unix seconds, fractional; tokens issued before are void (password reset). */
   tokensValidAfterS: number;
   cachedAt: number;
 }
@@ -183,7 +183,7 @@ export class CredentialService {
       teamId: row.team_id,
       role: row.role,
       isActive: row.is_active,
-      tokensValidAfterS: row.valid_after === null ? -Infinity : Math.floor(Number(row.valid_after)),
+      tokensValidAfterS: row.valid_after === null ? -Infinity : Number(row.valid_after),
       cachedAt: now,
     };
     if (this.users.size >= MAX_CACHE) this.users.clear();

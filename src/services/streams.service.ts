@@ -225,15 +225,18 @@ export class StreamsService {
     const input = parseInput(updateStreamInput, body);
     const [row] = await queryRows<StreamRow>(
       this.ds,
-      `UPDATE streams SET name = coalesce($3::text, name), status = coalesce($4::text, status), updated_at = now(),
+      // A cancelled stream stays cancelled (archiving it changes nothing); an archived one may be cancelled.
+      `UPDATE streams SET name = coalesce($3::text, name), updated_at = now(),
+              status = CASE WHEN status = 'cancelled' THEN status ELSE coalesce($4::text, status) END,
               cancelled_at = CASE WHEN $4::text = 'cancelled' THEN coalesce(cancelled_at, now()) ELSE cancelled_at END,
-              archived_at = CASE WHEN $4::text = 'archived' THEN coalesce(archived_at, now()) ELSE archived_at END
+              archived_at = CASE WHEN $4::text = 'archived' AND status <> 'cancelled' THEN coalesce(archived_at, now())
+                                 ELSE archived_at END
         WHERE id = $1 AND team_id = $2 RETURNING ${STREAM_COLUMNS}`,
       [streamId, principal.teamId, input.name ?? null, input.status ?? null],
     );
     if (!row) throw AppError.notFound("No such stream");
     // New requests naming it are refused from now on, in every process (400, `metadata.stream_id`).
-    if (input.status) await this.directory.closed(streamId, principal.teamId, input.status);
+    if (input.status) await this.directory.closed(streamId, principal.teamId, row.status as typeof input.status);
     if (input.status === "cancelled") {
       const open = await queryRows<{ id: string }>(
         this.ds,

@@ -1,6 +1,7 @@
 /**
  * Access tokens: HS256 JWTs signed with the configured secret (jose), lifetime from config
- * (DESIGN §3 Credentials: 24 h). Claims: `sub` user id, `tid` team id, `iat`, `exp`, `jti`.
+ * (DESIGN §3 Credentials: 24 h). Claims: `sub` user id, `tid` team id, `iat` (with milliseconds),
+ * `exp`, `jti`.
  */
 import { randomUUID } from "node:crypto";
 import { SignJWT, errors as joseErrors, jwtVerify } from "jose";
@@ -9,7 +10,7 @@ import { z } from "zod";
 export interface AccessTokenClaims {
   userId: string;
   teamId: string;
-  /** Issue time, Unix seconds. */
+  /** Issue time, Unix seconds (fractional: milliseconds; older tokens carry whole seconds). */
   issuedAt: number;
 }
 
@@ -50,7 +51,10 @@ export class TokenService {
       .setProtectedHeader({ alg: "HS256", typ: "JWT" })
       .setSubject(userId)
       .setIssuer(ISSUER)
-      .setIssuedAt()
+      // Millisecond precision (RFC 7519 allows fractional NumericDates): a password reset voids
+      // tokens issued before it (`users.tokens_valid_after`), and whole seconds could not tell a
+      // token issued just before the reset from a login just after it.
+      .setIssuedAt(Date.now() / 1000)
       .setJti(randomUUID())
       .setExpirationTime(`${this.ttlS}s`)
       .sign(this.key);

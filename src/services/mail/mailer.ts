@@ -18,6 +18,12 @@ export interface MailMessage {
   to: string;
   subject: string;
   text: string;
+  /**
+   * The body holds a credential (a password-reset token): once the SMTP server has accepted the
+   * message, the outbox row drops its body, so the database does not keep a usable token. Without
+   * SMTP, or when the send fails, the outbox row is the only copy and keeps it.
+   */
+  secret?: boolean;
 }
 
 /** What services need to send mail. */
@@ -66,7 +72,12 @@ export class OutboxMailer implements Mailer {
         subject: message.subject,
         text: message.text,
       });
-      await this.db.query(`UPDATE mail_outbox SET sent_at = now() WHERE id = $1`, [id]);
+      await this.db.query(
+        message.secret
+          ? `UPDATE mail_outbox SET sent_at = now(), body_text = '(not kept: it held a credential)' WHERE id = $1`
+          : `UPDATE mail_outbox SET sent_at = now() WHERE id = $1`,
+        [id],
+      );
       this.logger.info({ mailId: id, kind: message.kind, to: message.to }, "mail sent");
     } catch (err) {
       const error = err instanceof Error ? err.message : String(err);
