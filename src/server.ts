@@ -38,7 +38,7 @@ import { BatchResolver } from "./resolvers/batch.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
-import { TeamResolver } from "./resolvers/team.resolver.js";
+import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -58,6 +58,7 @@ import { BatchRunner } from "./services/batches/batch-runner.js";
 import { BatchesService } from "./services/batches/batches.service.js";
 import { CacheBus } from "./services/cache-bus.js";
 import { CompletionEventsService } from "./services/completion-events.service.js";
+import { ControlLoaders } from "./services/control-loaders.js";
 import type { Principal, RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
@@ -65,6 +66,7 @@ import { AppError } from "./shared/errors.js";
 import { HealthService } from "./services/health.service.js";
 import { InferenceService } from "./services/inference.service.js";
 import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
+import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
 import { OAuthService } from "./services/oauth/oauth.service.js";
@@ -93,6 +95,8 @@ export interface Switchyard {
   events: CompletionEventsService;
   /** Outgoing mail (issue 8): the outbox, and SMTP when configured. */
   mailer: Mailer;
+  /** The control plane's per-request DataLoaders (issue 8; their query counts, for tests). */
+  loaders: ControlLoaders;
   /** Stops serving, writes pending metering, releases engines and the database. */
   close(): Promise<void>;
 }
@@ -239,6 +243,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       runner.start();
       cleanup.push(["batch runner", () => runner.stop()]);
     }
+    const loaders = new ControlLoaders(ds);
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
       url,
@@ -252,6 +257,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       credit,
       events,
       mailer,
+      loaders,
       close: closeAll,
     });
     if (config.role === "worker") {
@@ -267,19 +273,22 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       resetUrl: config.passwordResetUrl ?? `${config.publicUrl}/reset-password`,
     });
     cleanup.push(["password reset mail", () => passwordResets.drain()]);
-    const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle);
+    // Members and invitations (issue 8): per-request DataLoaders for the control plane's relations.
+    const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
+    const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members);
     // Issue 8 (helper O): OpenID Connect sign-in and linking.
     const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger));
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
-      apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus)),
+      apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
       models: new ModelResolver(catalog),
       responses: new ResponseResolver(background),
       events: new CompletionEventsResolver(events, streams),
-      // Teams (issue 6, item 3: the webhook signing secret on GET/PATCH /control/v1/teams/me).
-      teams: new TeamResolver(new TeamService(ds)),
+      // Teams (issue 8, item 3; the webhook signing secret of issue 6, item 3).
+      teams: new TeamResolver(new TeamService(ds), members),
       streams: new StreamResolver(streams),
       batches: new BatchResolver(batches),
+      teamMembers: new TeamMemberResolver(members),
     };
 
     const deps = {

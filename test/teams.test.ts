@@ -1,6 +1,7 @@
 /**
  * `GET`/`PATCH /control/v1/teams/me` (spec: Team and member; issue 6, item 3: the team's webhook
- * signing secret, shown once, owners and admins only), over REST and GraphQL.
+ * signing secret, shown once, owners and admins only; issue 8, item 3: name, email domain, zero
+ * data retention), over REST and GraphQL.
  */
 import {
   type TestServer,
@@ -152,6 +153,87 @@ describe("PATCH /control/v1/teams/me", () => {
   });
 });
 
+describe("PATCH /control/v1/teams/me: name, email_domain, zero_data_retention_enabled", () => {
+  const teamRow = async (id: string) =>
+    (
+      await server.db<Record<string, unknown>>(
+        `SELECT name, email_domain, zero_data_retention_enabled, webhook_signing_secret, updated_at FROM teams WHERE id = $1`,
+        [id],
+      )
+    )[0];
+
+  test("when the owner sets the fields, then the answer and later reads show them; unknown fields are ignored and absent ones kept", async () => {
+    const owner = await createTestUser(server.url);
+    const res = await http(server.url, "PATCH", "/control/v1/teams/me", {
+      token: owner.token,
+      body: { name: "  Research  ", email_domain: "Example.COM", zero_data_retention_enabled: true, colour: "blue" },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      id: owner.teamId,
+      name: "Research",
+      email_domain: "example.com",
+      zero_data_retention_enabled: true,
+      role: "owner",
+    });
+    expect(res.body).not.toHaveProperty("colour");
+    const partial = await http(server.url, "PATCH", "/control/v1/teams/me", {
+      token: owner.token,
+      body: { email_domain: null },
+    });
+    expect(partial.body).toMatchObject({ name: "Research", email_domain: null, zero_data_retention_enabled: true });
+    const read = await http(server.url, "GET", "/control/v1/teams/me", { token: owner.token });
+    expect(read.body).toMatchObject({ name: "Research", email_domain: null, zero_data_retention_enabled: true });
+  });
+
+  test.each([
+    ["name is a number", { name: 5 }, "name"],
+    ["name is empty", { name: "   " }, "name"],
+    ["name is too long", { name: "x".repeat(201) }, "name"],
+    ["name is null", { name: null }, "name"],
+    ["email_domain is not a domain", { email_domain: "not a domain" }, "email_domain"],
+    ["email_domain is an address", { email_domain: "a@example.com" }, "email_domain"],
+    ["email_domain is a number", { email_domain: 7 }, "email_domain"],
+    ["zero_data_retention_enabled is a string", { zero_data_retention_enabled: "yes" }, "zero_data_retention_enabled"],
+    ["zero_data_retention_enabled is null", { zero_data_retention_enabled: null }, "zero_data_retention_enabled"],
+  ])(
+    "when %s, then 400 names the field and nothing changes (not even the valid fields sent with it)",
+    async (_n, body, field) => {
+      const owner = await createTestUser(server.url);
+      const before = await teamRow(owner.teamId);
+      const res = await http(server.url, "PATCH", "/control/v1/teams/me", {
+        token: owner.token,
+        body: { ...body, webhook_signing_secret: "rotate", ...(field === "name" ? {} : { name: "Changed" }) },
+      });
+      expectInvalid(res, field);
+      expect(await teamRow(owner.teamId)).toEqual(before);
+    },
+  );
+
+  test("when the body is not an object, then 400 and nothing changes", async () => {
+    const owner = await createTestUser(server.url);
+    const before = await teamRow(owner.teamId);
+    for (const body of ["[1]", '"text"', "42"]) {
+      expectEnvelope(await http(server.url, "PATCH", "/control/v1/teams/me", { token: owner.token, body }), 400);
+    }
+    expect(await teamRow(owner.teamId)).toEqual(before);
+  });
+
+  test("when a member patches any field, then 403 and nothing changes", async () => {
+    const user = await createTestUser(server.url);
+    await server.db("UPDATE users SET role = 'member' WHERE id = $1", [user.userId]);
+    const before = await teamRow(user.teamId);
+    expectEnvelope(
+      await http(server.url, "PATCH", "/control/v1/teams/me", {
+        token: user.token,
+        body: { name: "Mine now", zero_data_retention_enabled: true },
+      }),
+      403,
+    );
+    expect(await teamRow(user.teamId)).toEqual(before);
+  });
+});
+
 describe("GraphQL", () => {
   test("when updateTeam rotates the secret over GraphQL, then the mutation shows it once and team reads say it is set", async () => {
     const owner = await createTestUser(server.url);
@@ -175,5 +257,26 @@ describe("GraphQL", () => {
     });
     const bad = await gql(`mutation { updateTeam(input: { webhookSigningSecret: "nope" }) { id } }`);
     expect(bad.body.errors[0].extensions.status_code).toBe(400);
+  });
+
+  test("when updateTeam sets the name, domain and zero data retention, then the team shows them; a null name is a 400", async () => {
+    const owner = await createTestUser(server.url);
+    const gql = (query: string) => http(server.url, "POST", "/graphql", { token: owner.token, body: { query } });
+    const res = await gql(
+      `mutation { updateTeam(input: { name: "Lab", emailDomain: "lab.example.org", zeroDataRetentionEnabled: true }) { name emailDomain zeroDataRetentionEnabled webhookSigningSecret } }`,
+    );
+    expect(res.body.errors).toBeUndefined();
+    expect(res.body.data.updateTeam).toEqual({
+      name: "Lab",
+      emailDomain: "lab.example.org",
+      zeroDataRetentionEnabled: true,
+      webhookSigningSecret: null,
+    });
+    const bad = await gql(`mutation { updateTeam(input: { name: null, emailDomain: "x.org" }) { name } }`);
+    expect(bad.body.errors[0].extensions).toMatchObject({ status_code: 400, extra: [{ field: "name" }] });
+    expect((await gql(`{ team { name emailDomain } }`)).body.data.team).toEqual({
+      name: "Lab",
+      emailDomain: "lab.example.org",
+    });
   });
 });

@@ -14,6 +14,7 @@ import { Batches1764500000000 } from "./migrations/1764500000000-batches.js";
 import { MailOutbox1764550000000 } from "./migrations/1764550000000-mail-outbox.js";
 import { PasswordReset1764600000000 } from "./migrations/1764600000000-password-reset.js";
 import { OAuthIdentities1764610000000 } from "./migrations/1764610000000-oauth-identities.js";
+import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -28,6 +29,7 @@ export const migrations = [
   MailOutbox1764550000000,
   PasswordReset1764600000000,
   OAuthIdentities1764610000000,
+  Teams1764620000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

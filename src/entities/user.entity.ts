@@ -3,6 +3,9 @@ import { Column, Entity, PrimaryColumn } from "typeorm";
 
 export type TeamRole = "owner" | "admin" | "member";
 
+/** Every role, most powerful first (DESIGN §3 Roles). */
+export const TEAM_ROLES = ["owner", "admin", "member"] as const satisfies readonly TeamRole[];
+
 @Entity("users")
 export class UserEntity {
   @PrimaryColumn("uuid") id!: string;
@@ -15,6 +18,8 @@ export class UserEntity {
   @Column({ name: "is_active", type: "boolean" }) isActive!: boolean;
   /** Access tokens issued before this instant are rejected (password reset). */
   @Column({ name: "tokens_valid_after", type: "timestamptz" }) tokensValidAfter!: Date;
+  /** When the user joined their current team (signup, or an accepted invitation). */
+  @Column({ name: "team_joined_at", type: "timestamptz" }) teamJoinedAt!: Date;
   @Column({ name: "created_at", type: "timestamptz" }) createdAt!: Date;
   @Column({ name: "updated_at", type: "timestamptz" }) updatedAt!: Date;
 }

@@ -1,16 +1,28 @@
-/** API-key resolver: list, create, revoke. Inputs arrive in the REST spelling (see `MappedArg`). */
-import { Arg, Ctx, Mutation, Query, Resolver } from "type-graphql";
+/**
+ * API-key resolver: list, create, revoke, and each key's user (batched per request). Inputs arrive
+ * in the REST spelling (see `MappedArg`).
+ */
+import { Arg, Ctx, FieldResolver, Mutation, Query, Resolver, Root } from "type-graphql";
+import { ApiKeyEntity } from "../entities/api-key.entity.js";
+import { UserType } from "../schema/account.types.js";
 import { ApiKeyListType, CreateApiKeyInputType, CreatedApiKeyType } from "../schema/api-key.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
-import type { ApiKeyListDto, ApiKeyService, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
+import { type UserDto, userResponse } from "../services/account.service.js";
+import type { ApiKeyList, ApiKeyService, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
 import type { RequestContext } from "../services/context.js";
+import type { MemberService } from "../services/members.service.js";
 
-@Resolver()
+@Resolver(() => ApiKeyEntity)
 export class ApiKeyResolver {
-  constructor(private readonly keys: ApiKeyService) {}
+  constructor(
+    private readonly keys: ApiKeyService,
+    private readonly members: MemberService,
+  ) {}
 
-  @Query(() => ApiKeyListType, { description: "Keys the caller may manage, newest first." })
-  apiKeys(@Ctx() ctx: RequestContext): Promise<ApiKeyListDto> {
+  @Query(() => ApiKeyListType, {
+    description: "Keys the caller may manage (owners and admins: every key of the team), newest first.",
+  })
+  apiKeys(@Ctx() ctx: RequestContext): Promise<ApiKeyList> {
     return this.keys.list(ctx);
   }
 
@@ -26,5 +38,11 @@ export class ApiKeyResolver {
   async revokeApiKey(@Arg("id", () => String) id: string, @Ctx() ctx: RequestContext): Promise<boolean> {
     await this.keys.revoke(ctx, id);
     return true;
+  }
+
+  @FieldResolver(() => UserType, { nullable: true, description: "The key's owner; null once they left the team." })
+  async user(@Root() key: ApiKeyEntity, @Ctx() ctx: RequestContext): Promise<UserDto | null> {
+    const user = await this.members.userOf(ctx, key);
+    return user && userResponse(user);
   }
 }

@@ -2,15 +2,18 @@
  * The control-plane REST table: every documented `/control/v1` path, mapped onto a resolver
  * method (the same one GraphQL calls), with its success status. Bodies go to the resolvers as they
  * came (the REST spelling is the services' input); validation lives in the services behind those
- * resolvers, so REST and GraphQL answer bad input alike.
+ * resolvers, so REST and GraphQL answer bad input alike. Resolvers that answer entities (teams,
+ * members, API keys) are shaped for REST by `control.presenters.ts`.
  */
 import type { Resolvers } from "../schema/build-schema.js";
 import type { RequestContext } from "../services/context.js";
 import type { LoginInput, SignupInput } from "../services/account.service.js";
 import type { CreateApiKeyInput } from "../services/api-key.service.js";
+import type { InviteMemberInput, UpdateMemberInput } from "../services/members.service.js";
 import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
+import { apiKeyListJson, invitedMemberJson, memberJson, teamJson } from "./control.presenters.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -53,7 +56,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/api-keys",
     auth: "required",
     status: 200,
-    call: (r, _i, ctx) => r.apiKeys.apiKeys(ctx),
+    call: async (r, _i, ctx) => apiKeyListJson(await r.apiKeys.apiKeys(ctx)),
   },
   {
     method: "post",
@@ -103,14 +106,43 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/teams/me",
     auth: "required",
     status: 200,
-    call: (r, _i, ctx) => r.teams.team(ctx),
+    call: async (r, _i, ctx) => teamJson(r, ctx, await r.teams.team(ctx)),
   },
   {
     method: "patch",
     path: "/control/v1/teams/me",
     auth: "required",
     status: 200,
-    call: (r, { body }, ctx) => r.teams.updateTeam(body as UpdateTeamInput, ctx),
+    call: async (r, { body }, ctx) => teamJson(r, ctx, await r.teams.updateTeam(body as UpdateTeamInput, ctx)),
+  },
+  {
+    method: "post",
+    path: "/control/v1/teams/me/members",
+    auth: "required",
+    status: 201,
+    call: async (r, { body }, ctx) => invitedMemberJson(await r.teams.inviteMember(body as InviteMemberInput, ctx)),
+  },
+  {
+    method: "patch",
+    path: "/control/v1/teams/me/members/:user_id",
+    auth: "required",
+    status: 200,
+    call: async (r, { params, body }, ctx) =>
+      memberJson(await r.teams.updateMember(params.user_id, body as UpdateMemberInput, ctx)),
+  },
+  {
+    method: "delete",
+    path: "/control/v1/teams/me/members/:user_id",
+    auth: "required",
+    status: 204,
+    call: (r, { params }, ctx) => r.teams.removeMember(params.user_id, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/teams/invitations/:token/accept",
+    auth: "required",
+    status: 200,
+    call: (r, { params }, ctx) => r.teams.acceptInvitation(params.token, ctx),
   },
   {
     method: "post",

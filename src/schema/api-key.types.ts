@@ -1,25 +1,16 @@
 /**
- * GraphQL types of API keys: outputs keep the DTO properties under camelCase GraphQL names; the
- * input uses GraphQL names as properties and `toService` maps them (see `mapped-arg.ts`).
+ * GraphQL types of API keys. `ApiKey` itself is the entity (`entities/api-key.entity.ts`); the
+ * one-time creation answer keeps its DTO properties under camelCase GraphQL names; the input uses
+ * GraphQL names as properties and `toService` maps them (see `mapped-arg.ts`).
  */
 import { Field, InputType, ObjectType } from "type-graphql";
-import type { ApiKeyDto, ApiKeyListDto, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
+import { ApiKeyEntity } from "../entities/api-key.entity.js";
+import type { ApiKeyList, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
 import { absent } from "./mapped-arg.js";
 
-@ObjectType("ApiKey")
-export class ApiKeyType implements ApiKeyDto {
-  @Field() id!: string;
-  @Field() name!: string;
-  @Field({ description: "The key's first 12 characters." }) prefix!: string;
-  @Field({ name: "createdAt" }) created_at!: Date;
-  @Field(() => Date, { name: "lastUsedAt", nullable: true }) last_used_at!: Date | null;
-  @Field(() => Date, { name: "expiresAt", nullable: true }) expires_at!: Date | null;
-  @Field(() => Date, { name: "revokedAt", nullable: true }) revoked_at!: Date | null;
-}
-
 @ObjectType("ApiKeyList")
-export class ApiKeyListType implements ApiKeyListDto {
-  @Field(() => [ApiKeyType]) items!: ApiKeyDto[];
+export class ApiKeyListType implements ApiKeyList {
+  @Field(() => [ApiKeyEntity]) items!: ApiKeyEntity[];
 }
 
 @ObjectType("CreatedApiKey", { description: "A new key; `plaintext` is shown this once." })

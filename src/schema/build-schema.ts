@@ -11,7 +11,7 @@ import { CompletionEventsResolver } from "../resolvers/completion-events.resolve
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
-import { TeamResolver } from "../resolvers/team.resolver.js";
+import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
 
 /** Resolver instances, also used by the REST table. */
 export interface Resolvers {
@@ -23,6 +23,7 @@ export interface Resolvers {
   teams: TeamResolver;
   streams: StreamResolver;
   batches: BatchResolver;
+  teamMembers: TeamMemberResolver;
 }
 
 export const resolverClasses = [
@@ -34,6 +35,7 @@ export const resolverClasses = [
   TeamResolver,
   StreamResolver,
   BatchResolver,
+  TeamMemberResolver,
 ] as const;
 
 /**

@@ -14,7 +14,7 @@ import { CompletionEventsResolver } from "../resolvers/completion-events.resolve
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
-import { TeamResolver } from "../resolvers/team.resolver.js";
+import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/account.service.js";
@@ -22,6 +22,7 @@ import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
 import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
+import type { MemberService } from "../services/members.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
@@ -39,16 +40,17 @@ export function placeholderResolvers(): Resolvers {
       undefined as unknown as PasswordResetService,
       undefined as unknown as OAuthService,
     ),
-    apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService),
+    apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService, undefined as unknown as MemberService),
     models: new ModelResolver(undefined as unknown as ModelCatalogService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
     events: new CompletionEventsResolver(
       undefined as unknown as CompletionEventsService,
       undefined as unknown as StreamsService,
     ),
-    teams: new TeamResolver(undefined as unknown as TeamService),
+    teams: new TeamResolver(undefined as unknown as TeamService, undefined as unknown as MemberService),
     streams: new StreamResolver(undefined as unknown as StreamsService),
     batches: new BatchResolver(undefined as unknown as BatchesService),
+    teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
   };
 }
 

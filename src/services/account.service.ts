@@ -5,8 +5,9 @@
 import { v7 as uuidv7 } from "uuid";
 import type { DataSource, EntityManager } from "typeorm";
 import { z } from "zod";
-import type { TeamRole } from "../entities/user.entity.js";
+import type { TeamRole, UserEntity } from "../entities/user.entity.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
+import type { InvitedUserFactory } from "./members.service.js";
 import { AppError, parseInput } from "../shared/errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
 import type { AuthThrottle } from "./throttle.js";
@@ -90,17 +91,30 @@ export class AccountService {
     private readonly signupCreditMicros: bigint,
     /** Login throttling (issue 8, item 5); absent: none. */
     private readonly throttle?: AuthThrottle,
+    /** Signup with `invite_token` (issue 8, item 4): the user joins the inviting team. */
+    private readonly invitations?: InvitedUserFactory,
   ) {}
 
   /**
-   * Creates a user who owns a new team credited with the signup grant (one `grant` ledger row).
-   * @throws AppError 400 invalid input; 404 unknown `invite_token` (invitations arrive with teams);
-   *   409 when the email is registered (nothing is changed).
+   * Creates a user who owns a new team credited with the signup grant (one `grant` ledger row);
+   * with `invite_token`, a user of the inviting team instead (`MemberService.createInvitedUser`).
+   * @throws AppError 400 invalid input; 403 an invitation for another email; 404 unknown or used
+   *   `invite_token`; 409 when the email is registered (nothing is changed).
    */
   async signup(_ctx: RequestContext, raw: unknown): Promise<SignupResultDto> {
     const input = parseInput(signupInput, raw);
-    if (input.invite_token !== undefined) throw AppError.notFound("Unknown or used invitation");
     const passwordHash = await hashPassword(input.password);
+    if (input.invite_token !== undefined) {
+      if (!this.invitations) throw AppError.notFound("Unknown or used invitation");
+      const user = await this.invitations.createInvitedUser({
+        token: input.invite_token,
+        email: input.email,
+        name: input.name ?? "",
+        passwordHash,
+      });
+      const token = await this.tokens.issue(user.id, user.teamId);
+      return { message: "Account created.", next_step: "login", user: userResponse(user), ...token };
+    }
     try {
       const user = await this.ds.transaction((em) =>
         this.openAccount(em, { email: input.email, name: input.name ?? "", passwordHash }),
@@ -197,7 +211,7 @@ export class AccountService {
   }
 }
 
-function toUserDto(row: UserRow): UserDto {
+function toUserDto(row: Omit<UserRow, "password_hash" | "is_active">): UserDto {
   return {
     username: row.email,
     role: row.role,
@@ -207,4 +221,16 @@ function toUserDto(row: UserRow): UserDto {
     team_id: row.team_id,
     created_at: row.created_at,
   };
+}
+
+/** UserResponse of a user entity (the same fields as a row gives `toUserDto`). */
+export function userResponse(user: UserEntity): UserDto {
+  return toUserDto({
+    id: user.id,
+    email: user.email,
+    name: user.name,
+    team_id: user.teamId,
+    role: user.role,
+    created_at: user.createdAt,
+  });
 }

@@ -1,31 +1,24 @@
 /**
  * API keys (DESIGN §3 Credentials, Account schemas): `sk_` + 48 base62 characters (≈ 286 bits),
  * shown once; only the SHA-256 is stored; `prefix` is the first 12 characters. Members manage
- * their own keys, owners and admins every key of the team (DESIGN §3 Roles).
+ * their own keys, owners and admins every key of the team (DESIGN §3 Roles; `policy.ts`).
  */
 import { randomBytes } from "node:crypto";
 import { v7 as uuidv7 } from "uuid";
 import type { DataSource } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../db/sql.js";
+import { ApiKeyEntity } from "../entities/api-key.entity.js";
 import type { CacheBus } from "./cache-bus.js";
-import { type RequestContext, isTeamAdmin, requirePrincipal } from "./context.js";
+import type { RequestContext } from "./context.js";
 import { API_KEY_PREFIX, hashApiKey } from "./credential.service.js";
 import { AppError, parseInput, parseUuidParam } from "../shared/errors.js";
+import { apiKeyScope, authorize } from "./policy.js";
 import { pgText } from "./validation.js";
 
-export interface ApiKeyDto {
-  id: string;
-  name: string;
-  prefix: string;
-  created_at: Date;
-  last_used_at: Date | null;
-  expires_at: Date | null;
-  revoked_at: Date | null;
-}
-
-export interface ApiKeyListDto {
-  items: ApiKeyDto[];
+/** ApiKeyListResponse: the keys (entities; each transport shapes them). */
+export interface ApiKeyList {
+  items: ApiKeyEntity[];
 }
 
 /** ApiKeyCreateResponse: `plaintext` is the full key, returned only here. */
@@ -64,8 +57,6 @@ export function generateApiKey(): string {
   return out;
 }
 
-const KEY_COLUMNS = "id, name, prefix, created_at, last_used_at, expires_at, revoked_at";
-
 /** Creates, lists and revokes API keys (DESIGN §3 Credentials, Roles). */
 export class ApiKeyService {
   constructor(
@@ -78,22 +69,23 @@ export class ApiKeyService {
    * @throws AppError 400 (name 1–200, `expires_at` ISO 8601 in the future); 401.
    */
   async create(ctx: RequestContext, raw: unknown): Promise<CreatedApiKeyDto> {
-    const principal = requirePrincipal(ctx);
+    const principal = authorize(ctx, "apiKeys.manageOwn");
     const input = parseInput(createApiKeyInput, raw);
     const plaintext = generateApiKey();
-    const rows: ApiKeyDto[] = await this.ds.query(
-      `INSERT INTO api_keys (id, team_id, user_id, name, prefix, key_hash, expires_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${KEY_COLUMNS}`,
-      [
-        uuidv7(),
-        principal.teamId,
-        principal.userId,
-        input.name,
-        plaintext.slice(0, PREFIX_CHARS),
-        hashApiKey(plaintext),
-        input.expires_at,
-      ],
-    );
+    const rows: Array<{ id: string; name: string; prefix: string; created_at: Date; expires_at: Date | null }> =
+      await this.ds.query(
+        `INSERT INTO api_keys (id, team_id, user_id, name, prefix, key_hash, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, name, prefix, created_at, expires_at`,
+        [
+          uuidv7(),
+          principal.teamId,
+          principal.userId,
+          input.name,
+          plaintext.slice(0, PREFIX_CHARS),
+          hashApiKey(plaintext),
+          input.expires_at,
+        ],
+      );
     const key = rows[0];
     return {
       id: key.id,
@@ -105,16 +97,16 @@ export class ApiKeyService {
     };
   }
 
-  /** Keys the caller may manage, newest first (revoked ones included, with `revoked_at`). @throws 401. */
-  async list(ctx: RequestContext): Promise<ApiKeyListDto> {
-    const principal = requirePrincipal(ctx);
-    const admin = isTeamAdmin(principal.role);
-    const items: ApiKeyDto[] = await this.ds.query(
-      `SELECT ${KEY_COLUMNS} FROM api_keys
-        WHERE team_id = $1 AND ($2::boolean OR user_id = $3)
-        ORDER BY created_at DESC, id DESC`,
-      [principal.teamId, admin, principal.userId],
-    );
+  /**
+   * Keys the caller may manage (`apiKeyScope`: every key of the team for owners and admins, their
+   * own for members), newest first, revoked ones included (with `revoked_at`). @throws AppError 401.
+   */
+  async list(ctx: RequestContext): Promise<ApiKeyList> {
+    const scope = apiKeyScope(ctx);
+    const items = await this.ds.getRepository(ApiKeyEntity).find({
+      where: scope.userId === null ? { teamId: scope.teamId } : { teamId: scope.teamId, userId: scope.userId },
+      order: { createdAt: "DESC", id: "DESC" },
+    });
     return { items };
   }
 
@@ -126,16 +118,15 @@ export class ApiKeyService {
    *   (another team's key, or another member's key for a member).
    */
   async revoke(ctx: RequestContext, keyId: unknown): Promise<void> {
-    const principal = requirePrincipal(ctx);
+    const scope = apiKeyScope(ctx);
     const id = parseUuidParam("key_id", keyId);
-    const admin = isTeamAdmin(principal.role);
     const hashHex = await this.ds.transaction(async (em) => {
       const rows = await queryRows<{ key_hash: Buffer }>(
         em,
         `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-          WHERE id = $1 AND team_id = $2 AND ($3::boolean OR user_id = $4)
+          WHERE id = $1 AND team_id = $2 AND ($3::uuid IS NULL OR user_id = $3)
         RETURNING key_hash`,
-        [id, principal.teamId, admin, principal.userId],
+        [id, scope.teamId, scope.userId],
       );
       if (rows.length === 0) throw AppError.notFound("API key not found");
       const hex = rows[0].key_hash.toString("hex");

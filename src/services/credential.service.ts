@@ -117,7 +117,9 @@ export class CredentialService {
       }> = await this.ds.query(
         `SELECT k.id, k.name, k.prefix, k.user_id, k.team_id, u.role, u.email, u.is_active, k.expires_at, k.revoked_at
            FROM api_keys k JOIN users u ON u.id = k.user_id
-          WHERE k.key_hash = $1`,
+          -- A key works only while its user is in the key's team (issue 8: a removed member's keys
+          -- are revoked too; this holds even for one a revoke missed).
+          WHERE k.key_hash = $1 AND u.team_id = k.team_id`,
         [hash],
       );
       const row = rows[0];

@@ -7,6 +7,8 @@
  * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
  * Each new record also gets its completion event (issue 6, item 6), positioned in commit order
  * under an advisory lock every flush takes first (see `completion-events.service.ts`).
+ * Zero data retention (issue 8, item 3) is applied here, where bodies are written: a team with
+ * the flag on (as it stands at commit) gets no bodies in activity rows and no stored responses.
  * Also keeps the per-team balance cache that create operations consult for the 402 check.
  */
 import type { Logger } from "pino";
@@ -314,6 +316,13 @@ export class MeteringService {
            stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
            completed_at timestamptz)
        ),
+       zdr AS (
+         -- Zero data retention (issue 8, item 3): teams of this flush that keep no request or
+         -- result bodies, as the flag stands at commit. Their activity rows get no body_json or
+         -- result_json, their responses are not stored, and a background response (kept while it
+         -- runs) is deleted by its terminal record; tokens, cost and the charge are recorded alike.
+         SELECT id FROM teams WHERE id IN (SELECT team_id FROM input) AND zero_data_retention_enabled
+       ),
        bg AS (
          -- Background responses of this flush, locked (a locking read sees the latest row, and a
          -- cancel or deadline cannot end one until this commits). One that a cancel or deadline
@@ -344,8 +353,11 @@ export class MeteringService {
                      WHEN e.status IN ('cancelled', 'failed') THEN e.status
                      ELSE 'completed' END,
                 endpoint, model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
-                cached_prompt_tokens, cost_micros, body_json,
-                CASE WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json ELSE e.response_json END,
+                cached_prompt_tokens, cost_micros,
+                CASE WHEN i.team_id IN (SELECT id FROM zdr) THEN NULL ELSE body_json END,
+                CASE WHEN i.team_id IN (SELECT id FROM zdr) THEN NULL
+                     WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json
+                     ELSE e.response_json END,
                 CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
                 engine_ms, created_at, completed_at
            FROM input i LEFT JOIN ended e ON e.id = i.id
@@ -362,6 +374,7 @@ export class MeteringService {
           WHERE g.id IN (SELECT id FROM ins)
             -- Never re-created: a background row deleted meanwhile stays deleted.
             AND (NOT g.background OR g.id IN (SELECT id FROM bg))
+            AND g.team_id NOT IN (SELECT id FROM zdr)
          -- A background response's row exists (in_progress) from its create: its terminal record
          -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2); a cancel's
          -- row takes what the aborted generation produced (\`ended\`), keeping its completed_at.
@@ -369,6 +382,11 @@ export class MeteringService {
            SET status = EXCLUDED.status, response_json = EXCLUDED.response_json,
                completed_at = COALESCE(responses.completed_at, EXCLUDED.completed_at), updated_at = now()
          WHERE responses.background AND responses.status IN ('in_progress', 'cancelled')
+       ),
+       forgotten AS (
+         -- A zero-data-retention team's background response ends here: readable while it ran, 404 after.
+         DELETE FROM responses
+          WHERE id IN (SELECT id FROM bg) AND id IN (SELECT id FROM ins) AND team_id IN (SELECT id FROM zdr)
        ),
        billable AS (
          SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,

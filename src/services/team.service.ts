@@ -1,43 +1,40 @@
 /**
- * The caller's team (spec: Team and member; `GET`/`PATCH /control/v1/teams/me`). For now PATCH
- * sets the team's Standard Webhooks signing secret (issue 6, item 3; DESIGN §3 Webhooks): a
- * `whsec_…` value, `"rotate"` for a new random one, or null to remove it; owners and admins only.
- * The secret is shown once, in the PATCH answer that set it; reads only say whether one is set.
- * The rest of the teams group (members, invitations) comes with the accounts issue.
+ * The caller's team (spec: Team and member; `GET`/`PATCH /control/v1/teams/me`; issue 8, item 3).
+ * PATCH changes `name`, `email_domain`, `zero_data_retention_enabled` and the Standard Webhooks
+ * signing secret (DESIGN §3 Webhooks: a `whsec_…` value, `"rotate"` for a new random one, or null
+ * to remove it); owners and admins only (`policy.ts`). Unknown fields are ignored; a known field
+ * of the wrong type or out of range is a 400 and nothing changes.
+ *
+ * The signing secret is shown once, by the update that set it: `signingSecretShown` answers it
+ * only for the entity that update returned; reads only say whether one is set.
+ *
+ * Zero data retention (when on, request and result bodies are not stored) is applied where bodies
+ * are written: the metering group commit (`metering.service.ts`) reads the flag at commit time.
  */
 import type { DataSource } from "typeorm";
 import { z } from "zod";
-import { queryRows } from "../db/sql.js";
+import { TeamEntity } from "../entities/team.entity.js";
 import type { TeamRole } from "../entities/user.entity.js";
-import { type RequestContext, isTeamAdmin, requirePrincipal } from "./context.js";
 import { AppError, parseInput } from "../shared/errors.js";
+import type { RequestContext } from "./context.js";
+import { authorize, ownTeam } from "./policy.js";
+import { pgText } from "./validation.js";
 import { isSigningSecret, newSigningSecret } from "./webhooks/webhook-target.js";
 
-/** spec: Member. */
-export interface TeamMemberDto {
-  user_id: string;
-  email: string;
-  role: TeamRole;
-  is_active: boolean;
-  created_at: Date;
-}
+/** A host name: dot-separated labels of letters, digits and inner hyphens, ending in a letters-only label. */
+const DOMAIN = /^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$/;
 
-/** spec: Team, plus whether a webhook signing secret is set. */
-export interface TeamDto {
-  id: string;
-  name: string;
-  email_domain: string | null;
-  /** The caller's role. */
-  role: TeamRole;
-  zero_data_retention_enabled: boolean;
-  members: TeamMemberDto[];
-  has_webhook_signing_secret: boolean;
-  /** Only in the PATCH answer that set it (shown once). */
-  webhook_signing_secret?: string;
-}
-
-/** `PATCH /control/v1/teams/me` body (unknown fields ignored). */
+/** `PATCH /control/v1/teams/me` body (unknown fields ignored; an absent field keeps its value). */
 export const updateTeamInput = z.object({
+  name: pgText().trim().min(1).max(200).optional(),
+  /** A host name such as `example.com` (stored lowercase), or null to clear it. */
+  email_domain: pgText()
+    .trim()
+    .toLowerCase()
+    .regex(DOMAIN, "must be a domain name such as example.com")
+    .nullable()
+    .optional(),
+  zero_data_retention_enabled: z.boolean().optional(),
   webhook_signing_secret: z
     .union([
       z.literal("rotate"),
@@ -49,62 +46,66 @@ export type UpdateTeamInput = z.input<typeof updateTeamInput>;
 
 /** Reads and updates the caller's team. */
 export class TeamService {
+  /** Entities returned by the update that set their signing secret (the only answer that shows it). */
+  private readonly shownOnce = new WeakSet<TeamEntity>();
+
   constructor(private readonly ds: DataSource) {}
 
   /**
-   * The caller's team with its members (oldest first).
-   * @throws AppError 401.
+   * The caller's team.
+   * @throws AppError 401; 404 when it is gone (never for a signed-in caller in practice).
    */
-  async get(ctx: RequestContext): Promise<TeamDto> {
-    const principal = requirePrincipal(ctx);
-    const [team] = await queryRows<{
-      id: string;
-      name: string;
-      email_domain: string | null;
-      zero_data_retention_enabled: boolean;
-      has_secret: boolean;
-    }>(
-      this.ds,
-      `SELECT id, name, email_domain, zero_data_retention_enabled, webhook_signing_secret IS NOT NULL AS has_secret
-         FROM teams WHERE id = $1`,
-      [principal.teamId],
-    );
-    if (!team) throw AppError.notFound("Team not found");
-    const members = await queryRows<TeamMemberDto>(
-      this.ds,
-      `SELECT id AS user_id, email, role, is_active, created_at FROM users WHERE team_id = $1 ORDER BY created_at, id`,
-      [principal.teamId],
-    );
-    return {
-      id: team.id,
-      name: team.name,
-      email_domain: team.email_domain,
-      role: principal.role,
-      zero_data_retention_enabled: team.zero_data_retention_enabled,
-      members,
-      has_webhook_signing_secret: team.has_secret,
-    };
+  async get(ctx: RequestContext): Promise<TeamEntity> {
+    const principal = authorize(ctx, "team.read");
+    const team = await this.ds.getRepository(TeamEntity).findOneBy({ id: principal.teamId });
+    return ownTeam(principal, team);
+  }
+
+  /** The caller's role in `team` (their own team: the only one they can read). @throws AppError 401. */
+  callerRole(ctx: RequestContext, team: TeamEntity): TeamRole {
+    const principal = authorize(ctx, "team.read");
+    ownTeam(principal, team);
+    return principal.role;
+  }
+
+  /** True when the team has a webhook signing secret. */
+  hasSigningSecret(team: TeamEntity): boolean {
+    return team.webhookSigningSecret !== null;
+  }
+
+  /** The signing secret when `team` is the answer of the update that set it; null otherwise. */
+  signingSecretShown(team: TeamEntity): string | null {
+    return this.shownOnce.has(team) ? team.webhookSigningSecret : null;
   }
 
   /**
-   * Updates the caller's team; answers the team, with `webhook_signing_secret` when this call set it.
-   * @throws AppError 400 (a secret that is neither `"rotate"` nor `whsec_` + base64 of 24–64
-   *   bytes); 401; 403 for members.
+   * Updates the caller's team with the fields given; answers the team (see `signingSecretShown`).
+   * @throws AppError 400 (name 1–200 characters, `email_domain` a domain name or null,
+   *   `zero_data_retention_enabled` a boolean, a secret that is neither `"rotate"` nor `whsec_` +
+   *   base64 of 24–64 bytes; nothing is changed); 401; 403 for members.
    */
-  async update(ctx: RequestContext, raw: unknown): Promise<TeamDto> {
-    const principal = requirePrincipal(ctx);
-    if (!isTeamAdmin(principal.role)) throw AppError.forbidden("Only team owners and admins can change the team");
+  async update(ctx: RequestContext, raw: unknown): Promise<TeamEntity> {
+    const principal = authorize(ctx, "team.update");
     const input = parseInput(updateTeamInput, raw ?? {});
-    let shown: string | undefined;
-    if (input.webhook_signing_secret !== undefined) {
-      const secret = input.webhook_signing_secret === "rotate" ? newSigningSecret() : input.webhook_signing_secret;
-      await this.ds.query(`UPDATE teams SET webhook_signing_secret = $2, updated_at = now() WHERE id = $1`, [
-        principal.teamId,
-        secret,
-      ]);
-      shown = secret ?? undefined;
+    const patch: Partial<
+      Pick<TeamEntity, "name" | "emailDomain" | "zeroDataRetentionEnabled" | "webhookSigningSecret">
+    > = {};
+    if (input.name !== undefined) patch.name = input.name;
+    if (input.email_domain !== undefined) patch.emailDomain = input.email_domain;
+    if (input.zero_data_retention_enabled !== undefined)
+      patch.zeroDataRetentionEnabled = input.zero_data_retention_enabled;
+    const setsSecret = input.webhook_signing_secret !== undefined;
+    if (setsSecret) {
+      patch.webhookSigningSecret =
+        input.webhook_signing_secret === "rotate" ? newSigningSecret() : (input.webhook_signing_secret ?? null);
+    }
+    const repo = this.ds.getRepository(TeamEntity);
+    if (Object.keys(patch).length > 0) {
+      const result = await repo.update({ id: principal.teamId }, { ...patch, updatedAt: () => "now()" });
+      if (result.affected === 0) throw AppError.notFound("Team not found");
     }
     const team = await this.get(ctx);
-    return shown === undefined ? team : { ...team, webhook_signing_secret: shown };
+    if (setsSecret && team.webhookSigningSecret !== null) this.shownOnce.add(team);
+    return team;
   }
 }

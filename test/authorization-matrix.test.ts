@@ -1,0 +1,423 @@
+/**
+ * The authorization matrix (issue 8, item 5; DESIGN §3 Roles and Errors; `src/services/policy.ts`):
+ * every endpoint, called as the owner, an admin and a member of team A, as a member of another
+ * team, and without credentials, answers the status the policy says.
+ *
+ * The matrix is data: one row per endpoint (and per case of it, e.g. whose key is revoked), with
+ * the status each caller gets. A new endpoint joins by adding a row. Rules the rows encode:
+ * - Everyone with credentials may use inference and read the team; the data plane's resources
+ *   (responses, streams, batches) are the team's, shared by its members.
+ * - Owners and admins change the team, manage members and every key; members manage their own
+ *   keys; only owners touch owners; the last owner cannot be demoted or removed (409).
+ * - A resource of another team is 404 (as if it did not exist), never 403. The "other" caller is
+ *   the owner of team B, the strongest role, so no role of another team reaches team A. On `/me`
+ *   endpoints "other" acts on their own team.
+ * - No credentials: 401, except signup, login, forgot/reset password and the health probes.
+ * GraphQL rows use the `status_code` of the operation's first error (200 without errors).
+ *
+ * Activity, usage, billing, deployments and custom models have no endpoints yet; their rows come
+ * with them (e.g. `GET /control/v1/activity?user_id=<another member>`: owner 200, admin 200,
+ * member 403, other 404 — `usageScope` in the policy).
+ */
+import { controlRoutes } from "../src/rest/control.routes.js";
+import { dataPlaneRoutes } from "../src/rest/data-plane.routes.js";
+import {
+  CHAT_MODEL,
+  EMBED_MODEL,
+  type TestServer,
+  type TestUser,
+  createTestApiKey,
+  createTestUser,
+  eventually,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+import { freshEmail, invite, joinTeam } from "./support/teams.js";
+
+type Caller = "owner" | "admin" | "member" | "other" | "anonymous";
+const CALLERS: Caller[] = ["owner", "admin", "member", "other", "anonymous"];
+type Statuses = Record<Caller, number>;
+
+/** Team A's callers and resources, and team B's owner ("other"). */
+interface Fixture {
+  owner: TestUser;
+  admin: TestUser;
+  member: TestUser;
+  other: TestUser;
+  /** A stored, completed response of team A. */
+  responseId: string;
+  streamId: string;
+  batchId: string;
+}
+
+/** Ids a call consumes (a key to revoke, a member to remove), made fresh before each call. */
+type Params = Record<string, string>;
+
+interface Row {
+  /** `METHOD /path` with `{param}` placeholders, or `graphql <operation>`. */
+  name: string;
+  /** GraphQL document; the row is sent as `POST /graphql`. */
+  query?: string;
+  variables?: (f: Fixture, p: Params) => Record<string, unknown>;
+  body?: (f: Fixture, p: Params) => unknown;
+  prepare?: (f: Fixture) => Promise<Params>;
+  expect: Statuses;
+}
+
+/** Every caller with credentials gets `status`; no credentials: 401. */
+const anyCaller = (status: number): Statuses => ({
+  owner: status,
+  admin: status,
+  member: status,
+  other: status,
+  anonymous: 401,
+});
+/** Team A's callers get `status`; another team's gets 404; no credentials: 401. */
+const teamOnly = (status: number): Statuses => ({ ...anyCaller(status), other: 404 });
+/** Open endpoints: everyone gets `status`, with or without credentials. */
+const open = (status: number): Statuses => ({ ...anyCaller(status), anonymous: status });
+/** Owners and admins of team A (and "other" on their own team through `/me`): `status`; members 403. */
+const managersOfOwnTeam = (status: number): Statuses => ({ ...anyCaller(status), member: 403 });
+/** Owners and admins of team A: `status`; members 403; another team 404. */
+const managersOnly = (status: number): Statuses => ({ ...teamOnly(status), member: 403 });
+
+const chat = { model: CHAT_MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 };
+
+let server: TestServer;
+let f: Fixture;
+
+/** Makes team A's owner its only owner again (rows that make owners run before the last-owner rows). */
+async function soleOwner(fx: Fixture): Promise<Params> {
+  await server.db("UPDATE users SET role = 'member' WHERE team_id = $1 AND role = 'owner' AND id <> $2", [
+    fx.owner.teamId,
+    fx.owner.userId,
+  ]);
+  return { owner: fx.owner.userId };
+}
+
+/** A password-reset token of a fresh user, read from the mail the forgot-password request sent. */
+async function resetToken(): Promise<Params> {
+  const user = await createTestUser(server.url);
+  const asked = await http(server.url, "POST", "/control/v1/auth/forgot-password", { body: { email: user.email } });
+  if (asked.status !== 200) throw new Error(`forgot-password failed: ${asked.status} ${asked.text}`);
+  let token: string | undefined;
+  await eventually(async () => {
+    const [mail] = await server.db<{ body_text: string }>("SELECT body_text FROM mail_outbox WHERE to_address = $1", [
+      user.email,
+    ]);
+    token = mail ? /[?&]token=([A-Za-z0-9_-]+)/.exec(mail.body_text)?.[1] : undefined;
+    return token !== undefined;
+  }, 10_000);
+  if (!token) throw new Error(`no reset mail to ${user.email}`);
+  return { token };
+}
+
+/** A stored response of team A (made by its owner), returned by id. */
+async function newResponse(): Promise<string> {
+  const res = await http(server.url, "POST", "/v1/responses", {
+    token: f.owner.token,
+    body: { model: CHAT_MODEL, input: "Once", max_output_tokens: 2 },
+  });
+  if (res.status !== 200) throw new Error(`response failed: ${res.status} ${res.text}`);
+  return res.body.id;
+}
+
+const rows: Row[] = [
+  // Health
+  { name: "GET /v1/health", expect: open(200) },
+  { name: "HEAD /v1/health", expect: open(200) },
+  { name: "GET /v1/health/ready", expect: open(200) },
+  { name: "HEAD /v1/health/ready", expect: open(200) },
+
+  // Data plane
+  { name: "GET /v1/auth/me", expect: anyCaller(200) },
+  { name: "GET /v1/models", expect: anyCaller(200) },
+  { name: `GET /v1/models/${CHAT_MODEL}`, expect: anyCaller(200) },
+  {
+    name: "POST /v1/responses",
+    body: () => ({ model: CHAT_MODEL, input: "Once", max_output_tokens: 2 }),
+    expect: anyCaller(200),
+  },
+  { name: "GET /v1/responses", expect: anyCaller(200) },
+  { name: "GET /v1/responses/events", expect: anyCaller(200) },
+  { name: "GET /v1/responses/{responseId}", expect: teamOnly(200) },
+  { name: "POST /v1/responses/{responseId}/cancel", expect: teamOnly(200) },
+  {
+    name: "DELETE /v1/responses/{fresh}",
+    prepare: async () => ({ fresh: await newResponse() }),
+    expect: teamOnly(200),
+  },
+  { name: "POST /v1/chat/completions", body: () => chat, expect: anyCaller(200) },
+  { name: "POST /v1/embeddings", body: () => ({ model: EMBED_MODEL, input: "hello" }), expect: anyCaller(200) },
+  {
+    name: "POST /v1/messages",
+    body: () => ({ model: CHAT_MODEL, max_tokens: 2, messages: [{ role: "user", content: "Hi" }] }),
+    expect: anyCaller(200),
+  },
+  { name: "POST /v1/streams", body: () => ({ name: "matrix" }), expect: anyCaller(201) },
+  { name: "GET /v1/streams", expect: anyCaller(200) },
+  { name: "GET /v1/streams/{streamId}", expect: teamOnly(200) },
+  { name: "PATCH /v1/streams/{streamId}", body: () => ({ name: "renamed" }), expect: teamOnly(200) },
+  { name: "POST /v1/batches", body: () => ({ requests: [{ body: chat }] }), expect: anyCaller(201) },
+  { name: "GET /v1/batches", expect: anyCaller(200) },
+  { name: "GET /v1/batches/{batchId}", expect: teamOnly(200) },
+  { name: "POST /v1/batches/{batchId}/cancel", expect: teamOnly(200) },
+  { name: "GET /v1/batches/{batchId}/results", expect: teamOnly(200) },
+  { name: "GET /v1/batches/{batchId}/results.jsonl", expect: teamOnly(200) },
+
+  // Control plane: auth
+  {
+    name: "POST /control/v1/auth/signup",
+    body: () => ({ email: freshEmail("signup"), password: "correct horse battery" }),
+    expect: open(201),
+  },
+  {
+    name: "POST /control/v1/auth/login",
+    body: (fx) => ({ username: fx.owner.email, password: fx.owner.password }),
+    expect: open(200),
+  },
+  { name: "GET /control/v1/auth/me", expect: anyCaller(200) },
+  {
+    name: "POST /control/v1/auth/forgot-password",
+    body: () => ({ email: freshEmail("forgot") }),
+    expect: open(200),
+  },
+  {
+    name: "POST /control/v1/auth/reset-password",
+    prepare: resetToken,
+    body: (_fx, p) => ({ token: p.token, password: "another horse battery" }),
+    expect: open(200),
+  },
+  { name: "GET /control/v1/auth/api-keys", expect: anyCaller(200) },
+  { name: "POST /control/v1/auth/api-keys", body: () => ({ name: "matrix" }), expect: anyCaller(201) },
+  {
+    name: "DELETE /control/v1/auth/api-keys/{key} (a member's key)",
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.member.token)).id }),
+    expect: teamOnly(204),
+  },
+  {
+    name: "DELETE /control/v1/auth/api-keys/{key} (the owner's key)",
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.owner.token)).id }),
+    expect: { ...teamOnly(204), member: 404 },
+  },
+
+  // Control plane: teams
+  { name: "GET /control/v1/teams/me", expect: anyCaller(200) },
+  { name: "PATCH /control/v1/teams/me", body: () => ({ name: "Renamed" }), expect: managersOfOwnTeam(200) },
+  {
+    name: "POST /control/v1/teams/me/members",
+    body: () => ({ email: freshEmail() }),
+    expect: managersOfOwnTeam(201),
+  },
+  {
+    name: "POST /control/v1/teams/me/members (as owner)",
+    body: () => ({ email: freshEmail(), role: "owner" }),
+    expect: { ...managersOfOwnTeam(201), admin: 403 },
+  },
+  {
+    name: "PATCH /control/v1/teams/me/members/{member} (to member)",
+    prepare: async (fx) => ({ member: fx.member.userId }),
+    body: () => ({ role: "member" }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "PATCH /control/v1/teams/me/members/{admin} (to admin)",
+    prepare: async (fx) => ({ admin: fx.admin.userId }),
+    body: () => ({ role: "admin" }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "PATCH /control/v1/teams/me/members/{member} (to owner)",
+    prepare: async (fx) => ({ member: (await joinTeam(server.url, fx.owner)).userId }),
+    body: () => ({ role: "owner" }),
+    expect: { ...managersOnly(200), admin: 403 },
+  },
+  {
+    name: "PATCH /control/v1/teams/me/members/{owner} (to owner)",
+    prepare: async (fx) => ({ owner: fx.owner.userId }),
+    body: () => ({ role: "owner" }),
+    expect: { ...managersOnly(200), admin: 403 },
+  },
+  {
+    name: "PATCH /control/v1/teams/me/members/{owner} (the last owner, to admin)",
+    prepare: soleOwner,
+    body: () => ({ role: "admin" }),
+    expect: { ...managersOnly(409), admin: 403 },
+  },
+  {
+    name: "DELETE /control/v1/teams/me/members/{member} (a fresh member)",
+    prepare: async (fx) => ({ member: (await joinTeam(server.url, fx.owner)).userId }),
+    expect: managersOnly(204),
+  },
+  {
+    name: "DELETE /control/v1/teams/me/members/{member} (a pending invitation)",
+    prepare: async (fx) => ({ member: (await invite(server.url, fx.owner.token, freshEmail())).body.user_id }),
+    expect: managersOnly(204),
+  },
+  {
+    name: "DELETE /control/v1/teams/me/members/{owner} (the last owner)",
+    prepare: soleOwner,
+    expect: { ...managersOnly(409), admin: 403 },
+  },
+  {
+    name: "POST /control/v1/teams/invitations/{token}/accept (an invitation for someone else)",
+    prepare: async (fx) => ({ token: (await invite(server.url, fx.owner.token, freshEmail())).body.invite_token }),
+    expect: { ...anyCaller(403) },
+  },
+
+  // GraphQL
+  {
+    name: "graphql signup",
+    query: `mutation($e: String!) { signup(input: { email: $e, password: "correct horse battery" }) { accessToken } }`,
+    variables: () => ({ e: freshEmail("signup") }),
+    expect: open(200),
+  },
+  {
+    name: "graphql login",
+    query: `mutation($e: String!) { login(input: { username: $e, password: "correct horse battery" }) { accessToken } }`,
+    variables: (fx) => ({ e: fx.owner.email }),
+    expect: open(200),
+  },
+  {
+    name: "graphql forgotPassword",
+    query: `mutation($e: String!) { forgotPassword(email: $e) { message } }`,
+    variables: () => ({ e: freshEmail("forgot") }),
+    expect: open(200),
+  },
+  {
+    name: "graphql resetPassword",
+    query: `mutation($t: String!) { resetPassword(token: $t, password: "another horse battery") { message } }`,
+    prepare: resetToken,
+    variables: (_fx, p) => ({ t: p.token }),
+    expect: open(200),
+  },
+  { name: "graphql me", query: `{ me { id role } }`, expect: anyCaller(200) },
+  { name: "graphql apiKeys", query: `{ apiKeys { items { id user { id } } } }`, expect: anyCaller(200) },
+  {
+    name: "graphql createApiKey",
+    query: `mutation { createApiKey(input: { name: "g" }) { id } }`,
+    expect: anyCaller(200),
+  },
+  {
+    name: "graphql revokeApiKey (a member's key)",
+    query: `mutation($id: String!) { revokeApiKey(id: $id) }`,
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.member.token)).id }),
+    variables: (_fx, p) => ({ id: p.key }),
+    expect: teamOnly(200),
+  },
+  {
+    name: "graphql team",
+    query: `{ team { id role members { userId user { id } } } }`,
+    expect: anyCaller(200),
+  },
+  {
+    name: "graphql updateTeam",
+    query: `mutation { updateTeam(input: { name: "Renamed" }) { id } }`,
+    expect: managersOfOwnTeam(200),
+  },
+  {
+    name: "graphql inviteMember",
+    query: `mutation($e: String!) { inviteMember(input: { email: $e }) { inviteToken } }`,
+    variables: () => ({ e: freshEmail() }),
+    expect: managersOfOwnTeam(200),
+  },
+  {
+    name: "graphql updateMember (a member, to member)",
+    query: `mutation($id: ID!) { updateMember(userId: $id, input: { role: "member" }) { userId } }`,
+    variables: (fx) => ({ id: fx.member.userId }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "graphql removeMember (a fresh member)",
+    query: `mutation($id: ID!) { removeMember(userId: $id) }`,
+    prepare: async (fx) => ({ member: (await joinTeam(server.url, fx.owner)).userId }),
+    variables: (_fx, p) => ({ id: p.member }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "graphql acceptInvitation (an invitation for someone else)",
+    query: `mutation($t: String!) { acceptInvitation(token: $t) { accessToken } }`,
+    prepare: async (fx) => ({ token: (await invite(server.url, fx.owner.token, freshEmail())).body.invite_token }),
+    variables: (_fx, p) => ({ t: p.token }),
+    expect: anyCaller(403),
+  },
+  {
+    name: "graphql response",
+    query: `query($id: ID!) { response(id: $id) { id } }`,
+    variables: (fx) => ({ id: fx.responseId }),
+    expect: teamOnly(200),
+  },
+  {
+    name: "graphql stream",
+    query: `query($id: ID!) { stream(id: $id) { id } }`,
+    variables: (fx) => ({ id: fx.streamId }),
+    expect: teamOnly(200),
+  },
+  {
+    name: "graphql batch",
+    query: `query($id: ID!) { batch(id: $id) { id } }`,
+    variables: (fx) => ({ id: fx.batchId }),
+    expect: teamOnly(200),
+  },
+];
+
+/** The status `caller` gets from `row` (GraphQL: the first error's `status_code`, else 200). */
+async function call(row: Row, caller: Caller): Promise<number> {
+  const token = caller === "anonymous" ? undefined : f[caller].token;
+  const params = row.prepare ? await row.prepare(f) : {};
+  if (row.query !== undefined) {
+    const res = await http(server.url, "POST", "/graphql", {
+      token,
+      body: { query: row.query, variables: row.variables?.(f, params) },
+    });
+    if (res.status !== 200) return res.status;
+    return res.body.errors?.[0]?.extensions?.status_code ?? 200;
+  }
+  const [method, template] = row.name.split(" ");
+  const fixtureIds: Params = { responseId: f.responseId, streamId: f.streamId, batchId: f.batchId };
+  const path = template.replace(/\{(\w+)\}/g, (_m, key: string) => {
+    const value = params[key] ?? fixtureIds[key];
+    if (value === undefined) throw new Error(`${row.name}: no value for {${key}}`);
+    return value;
+  });
+  const res = await http(server.url, method, path, { token, body: row.body?.(f, params) });
+  return res.status;
+}
+
+beforeAll(async () => {
+  // Throttling of login and forgot-password is tested on its own (password-reset.test.ts); here
+  // one address makes every call, so the limit is lifted.
+  server = await startTestServer({ authThrottleMax: 100_000 });
+  const owner = await createTestUser(server.url);
+  const admin = await joinTeam(server.url, owner, "admin");
+  const member = await joinTeam(server.url, owner, "member");
+  const other = await createTestUser(server.url);
+  f = { owner, admin, member, other, responseId: "", streamId: "", batchId: "" };
+  f.responseId = await newResponse();
+  const stream = await http(server.url, "POST", "/v1/streams", { token: owner.token, body: { name: "A's" } });
+  f.streamId = stream.body.id;
+  const batch = await http(server.url, "POST", "/v1/batches", {
+    token: owner.token,
+    body: { requests: [{ body: chat }] },
+  });
+  f.batchId = batch.body.id;
+}, 60_000);
+afterAll(() => server.close());
+
+test("when a route is in a REST table, then the matrix has a row for it", () => {
+  const covered = new Set<string>();
+  for (const r of rows.filter((row) => row.query === undefined)) {
+    const [method, template] = r.name.split(" ");
+    covered.add(`${method} ${template.replace(/\{\w+\}/g, "{}").replace(`/${CHAT_MODEL}`, "/{}")}`);
+  }
+  const declared = [...dataPlaneRoutes, ...controlRoutes].map(
+    (r) => `${r.method.toUpperCase()} ${r.path.replace(/:\w+/g, "{}")}`,
+  );
+  expect(declared.filter((d) => !covered.has(d))).toEqual([]);
+});
+
+test.each(rows.map((r) => [r.name, r] as const))("%s", async (_name, row) => {
+  const actual = {} as Statuses;
+  for (const caller of CALLERS) actual[caller] = await call(row, caller);
+  expect(actual).toEqual(row.expect);
+});
