@@ -182,6 +182,25 @@ const rows: Row[] = [
     body: () => ({ email: freshEmail("forgot") }),
     expect: open(200),
   },
+  // OAuth (no provider is configured on this server: the authorize helper answers 404 for an
+  // unknown provider, complete and link refuse the body naming `provider` with 400; linking needs a
+  // caller first).
+  {
+    name: "GET /control/v1/auth/oauth/{provider}/authorize",
+    prepare: async () => ({ provider: "nope" }),
+    expect: open(404),
+  },
+  {
+    name: "POST /control/v1/auth/oauth/complete",
+    body: () => ({ provider: "nope", code: "c", state: "s" }),
+    expect: open(400),
+  },
+  {
+    name: "POST /control/v1/auth/link-oauth",
+    body: () => ({ provider: "nope", code: "c", state: "s" }),
+    expect: anyCaller(400),
+  },
+  { name: "GET /control/v1/auth/linked-accounts", expect: anyCaller(200) },
   {
     name: "POST /control/v1/auth/reset-password",
     prepare: resetToken,
