@@ -88,6 +88,9 @@ test("when a worker stops gracefully while a generation outlives the job queue's
     await sleep(10_300);
     gen.release();
     await closing;
+    // The generation cut by the engines' close ended after the job queue stopped: give pg-boss's
+    // once-a-second watch over its stopping workers one more wake-up before this file ends.
+    await sleep(1_200);
     const [row] = await server.db<any>("SELECT status, runner FROM responses WHERE id = $1", [res.body.id]);
     expect(row.status).toBe("in_progress");
     expect(row.runner).not.toBeNull();

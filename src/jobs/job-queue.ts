@@ -20,6 +20,9 @@ import type {
   SqlExecutor,
 } from "../services/background-responses.service.js";
 
+/** The period of pg-boss's watch over stopping workers (`manager.offWork`: `delay(1000)`), ms. */
+const PG_BOSS_WATCH_MS = 1000;
+
 /** Every queue this build uses; created (idempotently) at start. */
 export const JOB_NAMES: readonly JobName[] = ["response-generate", "response-deadline", "batch-run", "batch-expire"];
 
@@ -95,6 +98,10 @@ export class JobQueue implements JobSender {
     for (let i = 0; i < concurrency; i++) {
       const worker: { id?: string } = {};
       worker.id = await this.boss.work<JobData[N]>(name, { pollingIntervalSeconds, batchSize: 1 }, async (jobs) => {
+        // A fetch that was under way when the stop began still hands its job over: it is failed
+        // instead (pg-boss retries it; if the pool closed first, the job expires and the
+        // reconcilers of background responses and batches re-send what it was for).
+        if (!this.started) throw new Error(`job queue stopping: ${name} job left for a retry`);
         this.running++;
         try {
           for (const job of jobs) await handler(job.data);
@@ -122,6 +129,11 @@ export class JobQueue implements JobSender {
     for (const name of this.worked) await this.boss.offWork(name).catch(() => undefined);
     while (this.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
     await this.boss.stop({ graceful: true, wait: true, timeout: Math.max(1000, deadline - Date.now()) });
+    // pg-boss's stopping-worker watch wakes every second until its workers report stopped, and
+    // each wake-up loads a module. Its workers stop as the pool closes, so one more wake-up sees
+    // them stopped and ends the watch: wait for it here, while the process (or a Jest file) is
+    // still whole, rather than let it run after the caller moved on.
+    await new Promise((resolve) => setTimeout(resolve, PG_BOSS_WATCH_MS + 100));
   }
 }
 

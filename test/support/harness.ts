@@ -117,6 +117,10 @@ export async function startTestServer(
     async close() {
       await app.close();
       await database.close();
+      // pg-boss watches its stopping workers from a timer that wakes once a second and loads a
+      // module each time; a worker whose job ended during the close (its engine shut under it) is
+      // seen stopped at the next wake-up. Let that happen before the file's Jest environment goes.
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
     },
   };
 }
