@@ -21,6 +21,8 @@ export default {
   moduleNameMapper: { "^(\\.{1,2}/.*)\\.js$": "$1" },
   testMatch: ["<rootDir>/test/**/*.test.ts"],
   globalSetup: "<rootDir>/test/support/global-setup.mjs",
+  // pg-boss's delay() without its per-call require (see the file).
+  setupFiles: ["<rootDir>/test/support/pg-boss-timers.cjs"],
   globalTeardown: "<rootDir>/test/support/global-teardown.mjs",
   testTimeout: 20_000,
   maxWorkers: 2,
