@@ -81,11 +81,16 @@ test("when a process died after committing a delivery, or in the middle of an at
   const byId = Object.fromEntries(receiver.on("/orphans").map((r) => [r.headers["webhook-id"], r]));
   expect(JSON.parse(byId[committed].body)).toEqual({ id: committed, status: "completed" });
   expect(byId[leased].headers.authorization).toBe("Bearer tk");
-  const attempts = await a.db<{ response_id: string; attempt: number }>(
-    `SELECT d.response_id, a.attempt FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
-      WHERE d.response_id = ANY($1) ORDER BY d.response_id`,
-    [[committed, leased]],
-  );
+  // An attempt is recorded once its answer came back, a moment after the receiver saw it.
+  let attempts: Array<{ response_id: string; attempt: number }> = [];
+  await eventually(async () => {
+    attempts = await a.db<{ response_id: string; attempt: number }>(
+      `SELECT d.response_id, a.attempt FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+        WHERE d.response_id = ANY($1) ORDER BY d.response_id`,
+      [[committed, leased]],
+    );
+    return attempts.length === 2;
+  }, 10_000);
   expect(Object.fromEntries(attempts.map((r) => [r.response_id, r.attempt]))).toEqual({ [committed]: 1, [leased]: 2 });
 });
 
