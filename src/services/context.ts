@@ -45,8 +45,3 @@ export function requirePrincipal(ctx: RequestContext): Principal {
   if (!ctx.principal) throw ctx.credentialError ?? AppError.unauthenticated();
   return ctx.principal;
 }
-
-/** True for roles that manage the team (DESIGN §3 Roles: owner, admin). */
-export function isTeamAdmin(role: TeamRole): boolean {
-  return role === "owner" || role === "admin";
-}

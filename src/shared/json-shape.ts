@@ -14,15 +14,18 @@ export const MAX_JSON_DEPTH = 64;
  */
 export const MAX_JSON_MEMBERS = 100_000;
 export const MAX_JSON_VALUES = 500_000;
-const COLON = 0x3a;
-const COMMA = 0x2c;
-
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_BRACKET = 0x5b;
-const CLOSE_BRACKET = 0x5d;
-const OPEN_BRACE = 0x7b;
-const CLOSE_BRACE = 0x7d;
+/** The structural bytes of JSON text (UTF-8), for scanners over raw bodies. */
+export const JSON_BYTES = {
+  QUOTE: 0x22,
+  BACKSLASH: 0x5c,
+  OPEN_BRACKET: 0x5b,
+  CLOSE_BRACKET: 0x5d,
+  OPEN_BRACE: 0x7b,
+  CLOSE_BRACE: 0x7d,
+  COMMA: 0x2c,
+  COLON: 0x3a,
+} as const;
+const { QUOTE, BACKSLASH, OPEN_BRACKET, CLOSE_BRACKET, OPEN_BRACE, CLOSE_BRACE, COMMA, COLON } = JSON_BYTES;
 
 /** What a body breaks, if anything: nesting, or the number of members or values. */
 export type JsonShapeProblem = "depth" | "members" | "values" | null;

@@ -7,7 +7,13 @@
  * other member is bounded (`maxMemberBytes`), so no single parse or scan runs long.
  */
 import { AppError, ErrorCode } from "../../shared/errors.js";
-import { MAX_JSON_DEPTH, MAX_JSON_MEMBERS, MAX_JSON_VALUES, jsonShapeProblem } from "../../shared/json-shape.js";
+import {
+  JSON_BYTES,
+  MAX_JSON_DEPTH,
+  MAX_JSON_MEMBERS,
+  MAX_JSON_VALUES,
+  jsonShapeProblem,
+} from "../../shared/json-shape.js";
 
 /** Where one `requests[i]` sits in the body, as byte offsets (end exclusive). */
 export interface ItemSpan {
@@ -35,14 +41,7 @@ export interface BatchBodyLimits {
   maxMemberBytes: number;
 }
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_BRACKET = 0x5b;
-const CLOSE_BRACKET = 0x5d;
-const OPEN_BRACE = 0x7b;
-const CLOSE_BRACE = 0x7d;
-const COMMA = 0x2c;
-const COLON = 0x3a;
+const { QUOTE, BACKSLASH, OPEN_BRACKET, CLOSE_BRACKET, OPEN_BRACE, CLOSE_BRACE, COMMA, COLON } = JSON_BYTES;
 /** Bytes scanned between yields to the event loop. */
 const YIELD_EVERY_BYTES = 1024 * 1024;
 
