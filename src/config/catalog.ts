@@ -12,6 +12,12 @@ export type Modality = (typeof MODALITIES)[number];
 
 const price = z.union([z.number().nonnegative(), z.string()]);
 
+/** A per-team throughput limit: a positive integer, or `"unlimited"` / null / absent for none. */
+const limit = z
+  .union([z.number().int().positive(), z.literal("unlimited"), z.null()])
+  .optional()
+  .transform((v) => (typeof v === "number" ? v : null));
+
 const llamaCppEngineSchema = z.object({
   type: z.literal("llama_cpp"),
   /** File name looked up in the models directory and the data-dir cache. */
@@ -51,6 +57,10 @@ const catalogModelSchema = z.object({
       dimensions: z.number().int().positive().optional(),
     })
     .default({ tools: false, image_input: false, pdf_input: false, thinking: false }),
+  /** Per-team limits for this model (spec: Catalog model `tpm_limit`, `rpm_limit`, `requests_per_hour`). */
+  tpm_limit: limit,
+  rpm_limit: limit,
+  requests_per_hour: limit,
   engine: llamaCppEngineSchema,
 });
 
@@ -81,9 +91,21 @@ export interface CatalogModel {
     thinking: boolean;
     dimensions: number | null;
   };
+  /**
+   * Per-team throughput limits (spec: Limits, "Per-model throughput"); null = unlimited.
+   * `tokensPerMinute` counts prompt + completion tokens; the other two count requests.
+   */
+  limits: ModelLimits;
   engine: EngineSpec;
   /** Unix seconds; the catalog release date, used as the OpenAI `created` field. */
   created: number;
+}
+
+/** Per-team limits of one model; null = unlimited. */
+export interface ModelLimits {
+  tokensPerMinute: number | null;
+  requestsPerMinute: number | null;
+  requestsPerHour: number | null;
 }
 
 export interface Catalog {
@@ -142,6 +164,7 @@ export function loadCatalog(file: string): Catalog {
         thinking: m.capabilities.thinking,
         dimensions: m.capabilities.dimensions ?? null,
       },
+      limits: { tokensPerMinute: m.tpm_limit, requestsPerMinute: m.rpm_limit, requestsPerHour: m.requests_per_hour },
       engine: m.engine,
       created: releasedToUnix(m.released),
     };
