@@ -277,7 +277,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
     const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members);
     // Issue 8 (helper O): OpenID Connect sign-in and linking.
-    const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger));
+    const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger), members);
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
