@@ -7,10 +7,29 @@
 import type { ApiKeyEntity } from "../entities/api-key.entity.js";
 import type { TeamEntity } from "../entities/team.entity.js";
 import type { TeamMemberEntity } from "../entities/team-member.entity.js";
+import type { UserEntity } from "../entities/user.entity.js";
 import type { Resolvers } from "../schema/build-schema.js";
 import type { ApiKeyList } from "../services/api-key.service.js";
 import type { RequestContext } from "../services/context.js";
 import type { InvitedMember } from "../services/members.service.js";
+
+/** UserResponse (DESIGN §3 Account schemas): `username` is the email, `role` the team role. */
+export function userJson(u: UserEntity) {
+  return {
+    username: u.email,
+    role: u.role,
+    id: u.id,
+    email: u.email,
+    name: u.name,
+    team_id: u.teamId,
+    created_at: u.createdAt,
+  };
+}
+
+/** An answer that carries a signed-in `user` (login, signup, OAuth, accepted invitation), with it as UserResponse. */
+export function withUserJson<T extends { user: UserEntity }>(result: T) {
+  return { ...result, user: userJson(result.user) };
+}
 
 /** spec: Member. */
 export function memberJson(m: TeamMemberEntity) {

@@ -13,7 +13,14 @@ import type { InviteMemberInput, UpdateMemberInput } from "../services/members.s
 import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
-import { apiKeyListJson, invitedMemberJson, memberJson, teamJson } from "./control.presenters.js";
+import {
+  apiKeyListJson,
+  invitedMemberJson,
+  memberJson,
+  teamJson,
+  userJson,
+  withUserJson,
+} from "./control.presenters.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -41,16 +48,22 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/signup",
     auth: "none",
     status: 201,
-    call: (r, { body }, ctx) => r.auth.signup(body as SignupInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.signup(body as SignupInput, ctx)),
   },
   {
     method: "post",
     path: "/control/v1/auth/login",
     auth: "none",
     status: 200,
-    call: (r, { body }, ctx) => r.auth.login(body as LoginInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.login(body as LoginInput, ctx)),
   },
-  { method: "get", path: "/control/v1/auth/me", auth: "required", status: 200, call: (r, _i, ctx) => r.auth.me(ctx) },
+  {
+    method: "get",
+    path: "/control/v1/auth/me",
+    auth: "required",
+    status: 200,
+    call: async (r, _i, ctx) => userJson(await r.auth.me(ctx)),
+  },
   {
     method: "get",
     path: "/control/v1/auth/api-keys",
@@ -85,7 +98,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/oauth/complete",
     auth: "none",
     status: 200,
-    call: (r, { body }, ctx) => r.auth.oauthComplete(body as OAuthCompleteInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.oauthComplete(body as OAuthCompleteInput, ctx)),
   },
   {
     method: "post",
@@ -142,7 +155,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/teams/invitations/:token/accept",
     auth: "required",
     status: 200,
-    call: (r, { params }, ctx) => r.teams.acceptInvitation(params.token, ctx),
+    call: async (r, { params }, ctx) => withUserJson(await r.teams.acceptInvitation(params.token, ctx)),
   },
   {
     method: "post",
