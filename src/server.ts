@@ -69,6 +69,7 @@ import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { RateLimitService } from "./services/rate-limit.service.js";
 import { OAuthService } from "./services/oauth/oauth.service.js";
 import { OidcProviders } from "./services/oauth/oidc-providers.js";
 import { PasswordResetService } from "./services/password-reset.service.js";
@@ -209,7 +210,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
 
     // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
     const streamDirectory = new StreamDirectory(ds, bus);
-    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS, streamDirectory);
+    const rateLimits = new RateLimitService(ds, logger);
+    const inference = new InferenceService(
+      engines,
+      metering,
+      credit,
+      config.maxQueueWaitS,
+      streamDirectory,
+      rateLimits,
+    );
     const responses = new ResponsesService(ds);
 
     // Issue 6 (helper J): the durable job queue (every role sends jobs) and background responses;
