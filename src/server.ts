@@ -39,6 +39,7 @@ import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
+import { ActivityResolver } from "./resolvers/activity.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -77,6 +78,7 @@ import { ResponsesService } from "./services/responses.service.js";
 import { StreamDirectory } from "./services/stream-directory.js";
 import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
+import { ActivityService } from "./services/activity.service.js";
 import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -298,6 +300,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streams: new StreamResolver(streams),
       batches: new BatchResolver(batches),
       teamMembers: new TeamMemberResolver(members),
+      // Activity and usage (issue 10, items 1 and 2).
+      activity: new ActivityResolver(new ActivityService(ds)),
     };
 
     const deps = {

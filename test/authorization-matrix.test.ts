@@ -15,9 +15,9 @@
  * - No credentials: 401, except signup, login, forgot/reset password and the health probes.
  * GraphQL rows use the `status_code` of the operation's first error (200 without errors).
  *
- * Activity, usage, billing, deployments and custom models have no endpoints yet; their rows come
- * with them (e.g. `GET /control/v1/activity?user_id=<another member>`: owner 200, admin 200,
- * member 403, other 404 — `usageScope` in the policy).
+ * Activity and usage: members read their own records (another member's record by id: 404);
+ * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
+ * policy). Billing, deployments and custom models join with their endpoints.
  */
 import { controlRoutes } from "../src/rest/control.routes.js";
 import { dataPlaneRoutes } from "../src/rest/data-plane.routes.js";
@@ -282,6 +282,37 @@ const rows: Row[] = [
     name: "POST /control/v1/teams/invitations/{token}/accept (an invitation for someone else)",
     prepare: async (fx) => ({ token: (await invite(server.url, fx.owner.token, freshEmail())).body.invite_token }),
     expect: { ...anyCaller(403) },
+  },
+
+  // Activity and usage (issue 10): members read their own; naming another user is for owners and
+  // admins; "other" filtering by a user of team A reads their own team, where that user has nothing.
+  { name: "GET /control/v1/activity", expect: anyCaller(200) },
+  {
+    name: "GET /control/v1/activity?user_id={ownerId}",
+    prepare: async (fx) => ({ ownerId: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403 },
+  },
+  { name: "GET /control/v1/activity/models", expect: anyCaller(200) },
+  // The fixture response is the owner's: the member sees only their own records.
+  { name: "GET /control/v1/activity/{responseId}", expect: { ...teamOnly(200), member: 404 } },
+  { name: "GET /control/v1/usage/daily", expect: anyCaller(200) },
+  {
+    name: "GET /control/v1/usage/daily?user_id={ownerId}",
+    prepare: async (fx) => ({ ownerId: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403 },
+  },
+  { name: "GET /control/v1/usage/summary", expect: anyCaller(200) },
+  {
+    name: "graphql activityRecords(userId)",
+    query: `query($u: ID) { activityRecords(userId: $u) { total } }`,
+    variables: (fx) => ({ u: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403, anonymous: 401 },
+  },
+  {
+    name: "graphql activityRecord",
+    query: `query($id: ID!) { activityRecord(id: $id) { id costMicros } }`,
+    variables: (fx) => ({ id: fx.responseId }),
+    expect: { ...teamOnly(200), member: 404 },
   },
 
   // GraphQL

@@ -14,6 +14,8 @@ import type { ForgotPasswordInput, ResetPasswordInput } from "../services/passwo
 import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
 import {
+  activityDetailJson,
+  activityListJson,
   apiKeyListJson,
   invitedMemberJson,
   memberJson,
@@ -173,5 +175,41 @@ export const controlRoutes: RouteSpec[] = [
       const input = body as ResetPasswordInput | null | undefined;
       return r.auth.resetPassword(input?.token, input?.password, ctx);
     },
+  },
+  // Activity and usage (issue 10, items 1 and 2). `/activity/models` comes before `/activity/:request_id`.
+  {
+    method: "get",
+    path: "/control/v1/activity",
+    auth: "required",
+    status: 200,
+    call: async (r, { query }, ctx) => activityListJson(await r.activity.list(query, ctx)),
+  },
+  {
+    method: "get",
+    path: "/control/v1/activity/models",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.models(query, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/activity/:request_id",
+    auth: "required",
+    status: 200,
+    call: async (r, { params }, ctx) => activityDetailJson(await r.activity.activityRecord(params.request_id, ctx)),
+  },
+  {
+    method: "get",
+    path: "/control/v1/usage/daily",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.daily(query, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/usage/summary",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.summary(query, ctx),
   },
 ];

@@ -4,6 +4,7 @@
  */
 import type { GraphQLSchema } from "graphql";
 import { type ContainerType, type PubSub, buildSchema } from "type-graphql";
+import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -24,6 +25,7 @@ export interface Resolvers {
   streams: StreamResolver;
   batches: BatchResolver;
   teamMembers: TeamMemberResolver;
+  activity: ActivityResolver;
 }
 
 export const resolverClasses = [
@@ -36,6 +38,7 @@ export const resolverClasses = [
   StreamResolver,
   BatchResolver,
   TeamMemberResolver,
+  ActivityResolver,
 ] as const;
 
 /**

@@ -7,6 +7,7 @@ import "reflect-metadata";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
+import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -23,6 +24,7 @@ import type { BackgroundResponsesService } from "../services/background-response
 import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
+import type { ActivityService } from "../services/activity.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
@@ -51,6 +53,7 @@ export function placeholderResolvers(): Resolvers {
     streams: new StreamResolver(undefined as unknown as StreamsService),
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
+    activity: new ActivityResolver(undefined as unknown as ActivityService),
   };
 }
 

@@ -390,6 +390,7 @@ export class BackgroundResponsesService {
         requestId: row.id,
         createdAt: row.created_at,
         endpoint: "/v1/responses",
+        serviceTier: answeredTier(req),
         model,
         messages: responseMessages(req).messages,
         params: responseParams(req),

@@ -77,6 +77,8 @@ export interface RequestInfo {
    * engine goes to `onFailure` (refusals included).
    */
   batch?: { batchId: string; customId: string | null };
+  /** The service tier answered (usage `by_model`; issue 10, item 2); `default` when absent. */
+  serviceTier?: "default" | "flex";
   /**
    * Background responses and batch items: every failure, refusals included, is recorded as this
    * says (a stored Response or batch item must reach a terminal status); null: not recorded (the
@@ -374,6 +376,7 @@ function usageRecord(principal: Principal, call: RequestInfo, type: ActivityType
     model: call.model.id,
     ...labels(call.metadata),
     ...(call.batch ? { batchId: call.batch.batchId, customId: call.batch.customId } : {}),
+    serviceTier: call.serviceTier,
     usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
     costMicros: 0n,
     bodyJson: call.body,
