@@ -52,6 +52,15 @@ export interface OpenAiCompatibleEngineOptions extends UpstreamTimeouts {
   logger: Logger;
 }
 
+/** One endpoint's state (`OpenAiCompatibleEngine.health`). */
+export interface EndpointHealth {
+  /** undefined until probed or used. */
+  healthy: boolean | undefined;
+  reason: string;
+  inFlight: number;
+  connected: number;
+}
+
 /** The endpoints that may serve one catalog model, and the model id they know it by. */
 interface Route {
   modelId: string;
@@ -254,11 +263,15 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
     await Promise.all([...this.endpoints.values()].map((e) => e.close()));
   }
 
-  /** Health of every endpoint, for logs and tests: `{name: {healthy, reason, inFlight}}`. */
-  health(): Record<string, { healthy: boolean | undefined; reason: string; inFlight: number }> {
-    const out: Record<string, { healthy: boolean | undefined; reason: string; inFlight: number }> = {};
-    for (const e of this.endpoints.values())
-      out[e.name] = { healthy: e.healthy, reason: e.reason, inFlight: e.inFlight };
+  /**
+   * Every endpoint as it stands, for logs and tests: `{name: {healthy, reason, inFlight,
+   * connected}}` (`connected`: open connections in its pool).
+   */
+  health(): Record<string, EndpointHealth> {
+    const out: Record<string, EndpointHealth> = {};
+    for (const e of this.endpoints.values()) {
+      out[e.name] = { healthy: e.healthy, reason: e.reason, inFlight: e.inFlight, connected: e.pool.stats.connected };
+    }
     return out;
   }
 
