@@ -160,10 +160,10 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // Upstream OpenAI-compatible servers (issue 9, item 3): the endpoints of SWITCHYARD_UPSTREAMS.
     const upstream = new OpenAiCompatibleEngine({
       endpoints: config.upstreams,
-      connectTimeoutMs: config.upstreamConnectTimeoutMs,
-      headersTimeoutMs: config.upstreamHeadersTimeoutMs,
-      bodyTimeoutMs: config.upstreamBodyTimeoutMs,
-      healthIntervalMs: config.upstreamHealthIntervalMs,
+      connectTimeoutMs: config.upstreamConnectMs,
+      headersTimeoutMs: config.upstreamHeadersMs,
+      bodyTimeoutMs: config.upstreamIdleMs,
+      healthIntervalMs: config.upstreamProbeMs,
       logger,
     });
     upstream.checkCatalog(catalog.all());

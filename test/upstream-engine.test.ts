@@ -91,7 +91,7 @@ beforeAll(async () => {
       { name: "dead", base_url: `http://127.0.0.1:${deadPort}/v1`, models: ["nobody-serves-this"] },
     ],
     // Failover must come from the requests themselves, not from a probe in between.
-    upstreamHealthIntervalMs: 600_000,
+    upstreamProbeMs: 600_000,
   });
   const caller = await createTestCaller(gateway.url);
   key = caller.key;

@@ -292,16 +292,16 @@ export const configSchema = z.object({
   /** A JSON file holding more upstream endpoints (same shape), e.g. to keep API keys out of the environment. */
   upstreamsFile: z.string().min(1).optional(),
   /** Upstreams: most time to open a connection, ms (then the next replica is tried). */
-  upstreamConnectTimeoutMs: intFromEnv(100, 600_000).default(5_000),
+  upstreamConnectMs: intFromEnv(100, 600_000).default(5_000),
   /**
    * Upstreams: most time from sending a request to the answer's headers, ms (504 after). A
    * non-streamed completion's headers come when it is done, so this bounds a whole generation.
    */
-  upstreamHeadersTimeoutMs: intFromEnv(100, 3_600_000).default(300_000),
+  upstreamHeadersMs: intFromEnv(100, 3_600_000).default(300_000),
   /** Upstreams: most silence between two parts of an answer's body (e.g. streamed tokens), ms (504 after). */
-  upstreamBodyTimeoutMs: intFromEnv(100, 3_600_000).default(120_000),
+  upstreamIdleMs: intFromEnv(100, 3_600_000).default(120_000),
   /** Upstreams: how often each endpoint's `GET /v1/models` is probed, ms (a failed one sooner). */
-  upstreamHealthIntervalMs: intFromEnv(100, 3_600_000).default(10_000),
+  upstreamProbeMs: intFromEnv(100, 3_600_000).default(10_000),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -350,10 +350,10 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   oauthProviders: "SWITCHYARD_OAUTH_PROVIDERS",
   upstreams: "SWITCHYARD_UPSTREAMS",
   upstreamsFile: "SWITCHYARD_UPSTREAMS_FILE",
-  upstreamConnectTimeoutMs: "SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS",
-  upstreamHeadersTimeoutMs: "SWITCHYARD_UPSTREAM_HEADERS_TIMEOUT_MS",
-  upstreamBodyTimeoutMs: "SWITCHYARD_UPSTREAM_BODY_TIMEOUT_MS",
-  upstreamHealthIntervalMs: "SWITCHYARD_UPSTREAM_HEALTH_INTERVAL_MS",
+  upstreamConnectMs: "SWITCHYARD_UPSTREAM_CONNECT_MS",
+  upstreamHeadersMs: "SWITCHYARD_UPSTREAM_HEADERS_MS",
+  upstreamIdleMs: "SWITCHYARD_UPSTREAM_IDLE_MS",
+  upstreamProbeMs: "SWITCHYARD_UPSTREAM_PROBE_MS",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

@@ -98,7 +98,7 @@ describe("SWITCHYARD_UPSTREAMS", () => {
       { name: "vllm-1", baseUrl: "http://10.0.0.5:8000/v1", models: ["m"], weight: 1, maxConcurrency: 64 },
       { name: "vllm-2", baseUrl: "http://10.0.0.5:8000/v1", apiKey: "k", models: ["m"], weight: 2, maxConcurrency: 64 },
     ]);
-    expect(cfg.upstreamConnectTimeoutMs).toBe(5_000);
+    expect(cfg.upstreamConnectMs).toBe(5_000);
   });
 
   test("when an endpoint is invalid, then ConfigError names the variable and the field", () => {
