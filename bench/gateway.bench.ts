@@ -63,6 +63,9 @@ interface Measured {
   p999: number;
   openErrors: number;
   rssMb: number;
+  /** CPU seconds the target's process used during its two measured runs, and its descendants (a database). */
+  cpuS: number;
+  childCpuS: number;
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -86,6 +89,35 @@ function rssMb(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/** CPU seconds (user + system) `pid` has used so far; 0 when it is gone. */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return 0;
+  }
+}
+
+/** Every live descendant of `pid` (e.g. an embedded PostgreSQL and its backends). */
+function descendants(pid: number): number[] {
+  const out: number[] = [];
+  try {
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      const children = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      for (const child of children ? children.split(" ").map(Number) : []) out.push(child, ...descendants(child));
+    }
+  } catch {
+    /* gone */
+  }
+  return out;
+}
+
+/** CPU seconds of `pid` itself and of its descendants. */
+function cpuOf(pid: number): { own: number; children: number } {
+  return { own: cpuSeconds(pid), children: descendants(pid).reduce((n, p) => n + cpuSeconds(p), 0) };
 }
 
 /** Resolves with the first stdout line `match` accepts (its parsed JSON); rejects when the child exits first. */
@@ -268,6 +300,7 @@ async function openLoop(target: Target, rate: number, seconds: number) {
 async function measure(target: Target): Promise<Measured> {
   await check(target);
   await closedLoop(target, WARMUP_SECONDS, 10);
+  const cpuBefore = cpuOf(target.pid);
   const closed = await closedLoop(target, SECONDS, CONNECTIONS);
   const open = await openLoop(target, RATE, SECONDS);
   const m: Measured = {
@@ -277,36 +310,53 @@ async function measure(target: Target): Promise<Measured> {
     ...open,
     openErrors: open.errors,
     rssMb: rssMb(target.pid),
+    cpuS: 0,
+    childCpuS: 0,
   };
+  const cpuAfter = cpuOf(target.pid);
+  m.cpuS = cpuAfter.own - cpuBefore.own;
+  m.childCpuS = cpuAfter.children - cpuBefore.children;
   console.error(
     `${target.name}: ${m.rps.toFixed(0)} req/s closed; p50 ${m.p50.toFixed(2)} / p99 ${m.p99.toFixed(2)} ms at ${RATE} req/s`,
   );
   return m;
 }
 
-/** Top self-time entries of a V8 `.cpuprofile` (function, file:line, % of samples). */
-function topCosts(file: string, n: number): string[] {
+/**
+ * The busy part of a V8 `.cpuprofile` (idle samples left out: the profile spans the whole process,
+ * also while the other targets are measured): the top self-time functions, and self time summed
+ * per package or source file, as shares of the busy samples.
+ */
+function topCosts(file: string, n: number): { busyS: number; functions: string[]; modules: string[] } {
   const profile = JSON.parse(readFileSync(file, "utf8")) as {
-    nodes: Array<{
-      id: number;
-      callFrame: { functionName: string; url: string; lineNumber: number };
-      hitCount?: number;
-    }>;
+    nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number } }>;
     samples: number[];
+    startTime: number;
+    endTime: number;
   };
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const self = new Map<string, number>();
+  const modules = new Map<string, number>();
+  let busy = 0;
   for (const id of profile.samples) {
     const f = byId.get(id)!.callFrame;
-    const where = f.url ? `${f.url.replace(/^file:\/\//, "").replace(root + "/", "")}:${f.lineNumber + 1}` : "";
-    const key = `${f.functionName || "(anonymous)"} ${where}`.trim();
-    self.set(key, (self.get(key) ?? 0) + 1);
+    if (f.functionName === "(idle)") continue;
+    busy++;
+    const url = f.url.replace(/^file:\/\//, "");
+    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1];
+    const where = pkg ? `${pkg}:${url.split(`${pkg}/`)[1]}` : url.replace(/.*dist-bench\//, "");
+    const fn = `${f.functionName || "(anonymous)"} ${where ? `${where}:${f.lineNumber + 1}` : ""}`.trim();
+    self.set(fn, (self.get(fn) ?? 0) + 1);
+    const mod = pkg ?? (where.startsWith("node:") ? where.split("/")[0] : where || f.functionName);
+    modules.set(mod, (modules.get(mod) ?? 0) + 1);
   }
-  const total = profile.samples.length;
-  return [...self.entries()]
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, n)
-    .map(([key, count]) => `${((100 * count) / total).toFixed(1).padStart(5)} %  ${key}`);
+  const top = (m: Map<string, number>) =>
+    [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([key, count]) => `${((100 * count) / busy).toFixed(1).padStart(5)} %  ${key}`);
+  const sampleS = (profile.endTime - profile.startTime) / 1e6 / Math.max(1, profile.samples.length);
+  return { busyS: busy * sampleS, functions: top(self), modules: top(modules) };
 }
 
 async function main(): Promise<void> {
@@ -372,15 +422,15 @@ async function main(): Promise<void> {
         `connections ${SECONDS} s; open loop ${RATE} req/s ${SECONDS} s (latency from the scheduled send)\n`,
     );
     console.log(
-      "| target | req/s (closed) | × direct | × Portkey | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | p99.9 added | errors | RSS MiB |",
+      "| target | req/s (closed) | × direct | × Portkey | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | p99.9 added | errors | RSS MiB | CPU s | DB CPU s |",
     );
-    console.log("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (const r of results) {
       const added = (v: number, base: number) => (r === direct ? "—" : f(v - base));
       console.log(
         `| ${r.target.name} | ${f(r.rps, 0)} | ${f(r.rps / direct.rps)} | ${pk ? f(r.rps / pk.rps) : "—"} | ` +
           `${f(r.p50)} | ${f(r.p99)} | ${f(r.p999)} | ${added(r.p50, direct.p50)} | ${added(r.p99, direct.p99)} | ` +
-          `${added(r.p999, direct.p999)} | ${r.closedErrors + r.openErrors} | ${f(r.rssMb, 0)} |`,
+          `${added(r.p999, direct.p999)} | ${r.closedErrors + r.openErrors} | ${f(r.rssMb, 0)} | ${f(r.cpuS, 1)} | ${r.childCpuS > 0 ? f(r.childCpuS, 1) : "—"} |`,
       );
     }
     console.log("\nTargets (issue 9):");
@@ -395,7 +445,10 @@ async function main(): Promise<void> {
     console.log(
       `  p99 added at ${RATE} req/s ≤ 5 ms: ${sy.p99 - direct.p99 <= 5 ? "met" : "MISSED"} (${f(sy.p99 - direct.p99)} ms)`,
     );
-    console.log("  RSS is each target's own process (Switchyard's embedded PostgreSQL is not counted).");
+    console.log(
+      "  RSS and CPU s are each target's own process over its measured runs; DB CPU s is Switchyard's embedded\n" +
+        "  PostgreSQL (its metering and ledger writes), not in RSS.",
+    );
 
     if (CPU_PROF) {
       switchyard.child.kill("SIGTERM");
@@ -403,8 +456,14 @@ async function main(): Promise<void> {
       const profDir = path.join(dir, "profile");
       const file = readdirSync(profDir).find((name) => name.endsWith(".cpuprofile"));
       if (file) {
-        console.log(`\nSwitchyard CPU profile (${path.join(profDir, file)}), top self time:`);
-        for (const line of topCosts(path.join(profDir, file), 25)) console.log(`  ${line}`);
+        const costs = topCosts(path.join(profDir, file), 20);
+        console.log(
+          `\nSwitchyard CPU profile (${path.join(profDir, file)}): ${costs.busyS.toFixed(1)} s busy; ` +
+            "self time as a share of it, by function:",
+        );
+        for (const line of costs.functions) console.log(`  ${line}`);
+        console.log("by package or source file:");
+        for (const line of costs.modules) console.log(`  ${line}`);
       }
     }
   } finally {
