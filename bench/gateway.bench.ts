@@ -347,7 +347,8 @@ function topCosts(file: string, n: number): { busyS: number; functions: string[]
     const where = pkg ? `${pkg}:${url.split(`${pkg}/`)[1]}` : url.replace(/.*dist-bench\//, "");
     const fn = `${f.functionName || "(anonymous)"} ${where ? `${where}:${f.lineNumber + 1}` : ""}`.trim();
     self.set(fn, (self.get(fn) ?? 0) + 1);
-    const mod = pkg ?? (where.startsWith("node:") ? where.split("/")[0] : where || f.functionName);
+    // Node's own modules by folder (`node:internal/streams`), ours by file, packages by name.
+    const mod = pkg ?? (where.startsWith("node:") ? where.replace(/\/[^/]*$/, "") : where || f.functionName);
     modules.set(mod, (modules.get(mod) ?? 0) + 1);
   }
   const top = (m: Map<string, number>) =>
