@@ -28,6 +28,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
+import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
 import { JobQueue } from "./jobs/job-queue.js";
@@ -159,7 +160,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["credit leases", () => credit.close()]);
 
     const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
+    // Upstream OpenAI-compatible servers (issue 9, item 3): the endpoints of SWITCHYARD_UPSTREAMS.
+    const upstream = new OpenAiCompatibleEngine({
+      endpoints: config.upstreams,
+      connectTimeoutMs: config.upstreamConnectMs,
+      headersTimeoutMs: config.upstreamHeadersMs,
+      bodyTimeoutMs: config.upstreamIdleMs,
+      healthIntervalMs: config.upstreamProbeMs,
+      logger,
+    });
+    upstream.checkCatalog(catalog.all());
     const engines = new EngineRouter({
+      openai_compatible: upstream,
       llama_cpp: new LlamaCppEngine({
         threads: config.engineThreads,
         sequences: config.engineSequences,
@@ -175,7 +187,16 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["metering (after engines)", () => drainAfterEngines()]);
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
-    await engines.loadAll(catalog.all().filter((m) => m.platformStatus !== "coming_soon"));
+    // An upstream that is down at start does not stop the service: its models answer 503 until
+    // a health check finds an endpoint serving them. A missing model file still does.
+    await engines.loadAll(
+      catalog.all().filter((m) => m.platformStatus !== "coming_soon"),
+      (model, err) =>
+        logger.warn(
+          { model: model.id, reason: err.detail },
+          "model unavailable at start; it answers 503 until its engine is back",
+        ),
+    );
     logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);

@@ -45,3 +45,18 @@ export function writePatchedCatalog(patches: Record<string, Record<string, unkno
   writeFileSync(file, JSON.stringify(catalog, null, 2));
   return file;
 }
+
+/** A catalog as JSON (the fields tests edit). */
+export interface CatalogJson {
+  default_model: string;
+  models: Array<Record<string, unknown> & { id: string }>;
+}
+
+/** Writes the shipped catalog as `edit` changes it; returns the file's path. */
+export function writeEditedCatalog(edit: (catalog: CatalogJson) => void): string {
+  const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catalog.json"), "utf8")) as CatalogJson;
+  edit(catalog);
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), "switchyard-catalog-")), "catalog.json");
+  writeFileSync(file, JSON.stringify(catalog, null, 2));
+  return file;
+}

@@ -346,6 +346,9 @@ export class LlamaCppEngine implements InferenceEngine {
 
   private async createRuntime(model: CatalogModel): Promise<Runtime> {
     const spec = model.engine;
+    if (spec.type !== "llama_cpp") {
+      throw new AppError(ErrorCode.EngineUnavailable, `Model ${model.id} is not served by the embedded engine`);
+    }
     const llamaModel = await this.modelFile(model, spec);
     const contextSize = Math.min(spec.context_size, llamaModel.trainContextSize);
     if (model.modality === "text_embedding") {
