@@ -1,0 +1,295 @@
+/**
+ * Review of issue 8 (accounts, teams, authorization) from a hostile client's side: races on roles,
+ * invitation tokens at rest, throttle keys, and bad input that must never reach a 500. Each test
+ * names the rule it holds the code to (DESIGN §3 Credentials, Roles, Errors).
+ */
+import type { AddressInfo } from "node:net";
+import pg from "pg";
+import { SMTPServer } from "smtp-server";
+import {
+  CHAT_MODEL,
+  EMBED_MODEL,
+  type TestServer,
+  activityByCustomId,
+  createTestApiKey,
+  createTestUser,
+  eventually,
+  expectEnvelope,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+import { freshEmail, invite, joinTeam } from "./support/teams.js";
+
+// A real SMTP server that accepts everything (the mail itself is not read here).
+let delivered = 0;
+const smtp = new SMTPServer({
+  authOptional: true,
+  disabledCommands: ["STARTTLS", "AUTH"],
+  logger: false,
+  onData(stream, _session, callback) {
+    stream.on("data", () => undefined);
+    stream.on("end", () => {
+      delivered++;
+      callback();
+    });
+  },
+});
+
+let server: TestServer;
+
+beforeAll(async () => {
+  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
+  const port = (smtp.server.address() as AddressInfo).port;
+  server = await startTestServer({ smtpUrl: `smtp://127.0.0.1:${port}`, authThrottleMax: 100_000 });
+}, 60_000);
+afterAll(async () => {
+  await server?.close();
+  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+});
+
+const patchMember = (token: string, userId: string, body: unknown) =>
+  http(server.url, "PATCH", `/control/v1/teams/me/members/${userId}`, { token, body });
+const deleteMember = (token: string, userId: string) =>
+  http(server.url, "DELETE", `/control/v1/teams/me/members/${userId}`, { token });
+const gql = (token: string | undefined, query: string, variables: Record<string, unknown> = {}) =>
+  http(server.url, "POST", "/graphql", { token, body: { query, variables } });
+
+/**
+ * Holds the row lock of team `teamId` (as a member change does) on a connection of its own, runs
+ * `blocked` (a request that must wait for that lock), waits until it does, then runs `meanwhile`
+ * in the lock's transaction and commits: what `meanwhile` changes commits before the request
+ * goes on, as a concurrent member change that won the lock would.
+ */
+async function whileTeamLocked<T>(
+  teamId: string,
+  blocked: () => Promise<T>,
+  meanwhile: (db: pg.Client) => Promise<void>,
+): Promise<T> {
+  const db = new pg.Client({ connectionString: server.databaseUrl });
+  await db.connect();
+  try {
+    await db.query("BEGIN");
+    await db.query("SELECT 1 FROM teams WHERE id = $1 FOR UPDATE", [teamId]);
+    const answer = blocked();
+    const waiting = await eventually(async () => {
+      // Inside a transaction the statistics views are a snapshot taken once: take a new one.
+      await db.query("SELECT pg_stat_clear_snapshot()");
+      const { rows } = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE wait_event_type = 'Lock' AND query LIKE '%FROM teams WHERE id = $1 FOR UPDATE%'`,
+      );
+      return rows[0].n > 0;
+    }, 10_000);
+    expect(waiting).toBe(true);
+    await meanwhile(db);
+    await db.query("COMMIT");
+    return await answer;
+  } finally {
+    await db.end();
+  }
+}
+
+describe("roles decided on the caller's role as it stands under the team lock", () => {
+  test("when an owner is demoted while their request to remove another owner waits for the team, then that request is refused (403) and the owner stays", async () => {
+    const owner = await createTestUser(server.url);
+    const second = await joinTeam(server.url, owner, "owner");
+    const third = await joinTeam(server.url, owner, "owner");
+    // `second` removes `owner`; meanwhile `owner` demotes `second` (committed first).
+    const res = await whileTeamLocked(
+      owner.teamId,
+      () => deleteMember(second.token, owner.userId),
+      async (db) => {
+        await db.query("UPDATE users SET role = 'member' WHERE id = $1", [second.userId]);
+      },
+    );
+    expectEnvelope(res, 403);
+    const [row] = await server.db<{ team_id: string; role: string }>("SELECT team_id, role FROM users WHERE id = $1", [
+      owner.userId,
+    ]);
+    expect(row).toEqual({ team_id: owner.teamId, role: "owner" });
+    expect(third.teamId).toBe(owner.teamId);
+  });
+
+  test("when an admin is demoted while their request to make someone admin waits, then it is refused (403)", async () => {
+    const owner = await createTestUser(server.url);
+    const admin = await joinTeam(server.url, owner, "admin");
+    const member = await joinTeam(server.url, owner, "member");
+    const res = await whileTeamLocked(
+      owner.teamId,
+      () => patchMember(admin.token, member.userId, { role: "admin" }),
+      async (db) => {
+        await db.query("UPDATE users SET role = 'member' WHERE id = $1", [admin.userId]);
+      },
+    );
+    expectEnvelope(res, 403);
+    const [row] = await server.db<{ role: string }>("SELECT role FROM users WHERE id = $1", [member.userId]);
+    expect(row.role).toBe("member");
+  });
+
+  test("when an admin is demoted while their invitation waits for the team, then no invitation is made", async () => {
+    const owner = await createTestUser(server.url);
+    const admin = await joinTeam(server.url, owner, "admin");
+    const email = freshEmail();
+    const res = await whileTeamLocked(
+      owner.teamId,
+      () => invite(server.url, admin.token, email, "admin"),
+      async (db) => {
+        await db.query("UPDATE users SET role = 'member' WHERE id = $1", [admin.userId]);
+      },
+    );
+    expectEnvelope(res, 403);
+    expect(await server.db("SELECT 1 FROM team_invitations WHERE email = $1", [email])).toHaveLength(0);
+  });
+
+  test("when two owners demote each other at once, then exactly one succeeds (the other, demoted first, gets 403) and the team keeps an owner", async () => {
+    const owner = await createTestUser(server.url);
+    const second = await joinTeam(server.url, owner, "owner");
+    const [a, b] = await Promise.all([
+      patchMember(owner.token, second.userId, { role: "member" }),
+      patchMember(second.token, owner.userId, { role: "member" }),
+    ]);
+    // The loser runs second, as a member by then: no longer allowed to change roles at all.
+    expect([a.status, b.status].sort()).toEqual([200, 403]);
+    const owners = await server.db("SELECT 1 FROM users WHERE team_id = $1 AND role = 'owner'", [owner.teamId]);
+    expect(owners).toHaveLength(1);
+  });
+});
+
+describe("throttle keys", () => {
+  test("when a login names the account in other cases and with spaces, then it counts on the same account", async () => {
+    const limited = await startTestServer({ authThrottleMax: 3 }, server);
+    try {
+      const user = await createTestUser(limited.url);
+      const variants = [user.email, ` ${user.email.toUpperCase()} `, `\t${user.email}`];
+      for (const username of variants) {
+        const res = await http(limited.url, "POST", "/control/v1/auth/login", {
+          body: { username, password: "wrong password" },
+        });
+        expect(res.status).toBe(401);
+      }
+      const res = await http(limited.url, "POST", "/control/v1/auth/login", {
+        body: { email: user.email.toUpperCase(), password: user.password },
+      });
+      expectEnvelope(res, 429);
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
+describe("bad input never reaches a 500", () => {
+  test("when member, key and invitation endpoints get odd ids, tokens and bodies, then 4xx envelopes", async () => {
+    const owner = await createTestUser(server.url);
+    const member = await joinTeam(server.url, owner);
+    const cases: Array<[string, string, unknown]> = [
+      ["PATCH", `/control/v1/teams/me/members/${member.userId}`, "null"],
+      ["PATCH", `/control/v1/teams/me/members/${member.userId}`, "[]"],
+      ["PATCH", `/control/v1/teams/me/members/${member.userId}`, { role: ["owner"] }],
+      ["PATCH", `/control/v1/teams/me/members/${member.userId}`, { role: "OWNER" }],
+      ["PATCH", "/control/v1/teams/me/members/00000000-0000-0000-0000-000000000000", { role: "member" }],
+      ["PATCH", "/control/v1/teams/me/members/%00", { role: "member" }],
+      ["DELETE", "/control/v1/teams/me/members/%E0%A4%A", undefined],
+      ["DELETE", "/control/v1/auth/api-keys/%ZZ", undefined],
+      ["POST", "/control/v1/teams/invitations/%00/accept", undefined],
+      ["POST", "/control/v1/teams/invitations/%E0%A4%A/accept", undefined],
+      ["POST", `/control/v1/teams/invitations/${"a".repeat(5000)}/accept`, undefined],
+      ["POST", "/control/v1/teams/me/members", { email: "a@b.c", role: null }],
+      ["POST", "/control/v1/teams/me/members", { email: `${"a".repeat(400)}@example.com` }],
+      ["PATCH", "/control/v1/teams/me", { email_domain: "" }],
+      ["PATCH", "/control/v1/teams/me", { name: "\ud800" }],
+      ["PATCH", "/control/v1/teams/me", { webhook_signing_secret: 5 }],
+      ["PATCH", "/control/v1/teams/me", { zero_data_retention_enabled: "true" }],
+      ["POST", "/control/v1/auth/api-keys", { name: "k", expires_at: "+275760-09-13T00:00:00.000Z" }],
+      ["POST", "/control/v1/auth/api-keys", { name: "k", expires_at: "9999-12-31T23:59:59.999+14:00" }],
+    ];
+    for (const [method, path, body] of cases) {
+      const res = await http(server.url, method, path, { token: owner.token, body });
+      expect({ method, path, body, status: res.status < 500 ? "not 5xx" : res.status }).toEqual({
+        method,
+        path,
+        body,
+        status: "not 5xx",
+      });
+      if (res.status >= 400) expectEnvelope(res, res.status);
+    }
+    for (const [method, path, body] of [
+      ["POST", "/control/v1/auth/login", { username: "a@b.c", password: "\u0000" }],
+      ["POST", "/control/v1/auth/login", { username: "\ud800@b.c", password: "x" }],
+      ["POST", "/control/v1/auth/signup", { email: "a@b.c", password: "12345678", invite_token: "\u0000" }],
+      ["POST", "/control/v1/auth/reset-password", { token: "\ud800", password: "12345678" }],
+      ["POST", "/control/v1/auth/forgot-password", { email: ["a@b.c"] }],
+      ["POST", "/control/v1/auth/oauth/complete", { provider: "x", id_token: "a.b.c" }],
+      ["GET", "/control/v1/auth/oauth/%00/authorize", undefined],
+    ] as const) {
+      const res = await http(server.url, method, path, { body });
+      expect({ path, body, status: res.status < 500 ? "not 5xx" : res.status }).toEqual({
+        path,
+        body,
+        status: "not 5xx",
+      });
+    }
+  });
+
+  test("when GraphQL member and key mutations get odd ids, then status_code 400 or 404, never 500", async () => {
+    const owner = await createTestUser(server.url);
+    for (const [query, variables] of [
+      [`mutation($id: ID!) { updateMember(userId: $id, input: { role: "member" }) { userId } }`, { id: "nope" }],
+      [`mutation($id: ID!) { removeMember(userId: $id) }`, { id: "" }],
+      [`mutation($id: ID!) { removeMember(userId: $id) }`, { id: 12 }],
+      [`mutation($id: String!) { revokeApiKey(id: $id) }`, { id: "\u0000" }],
+      [`mutation($t: String!) { acceptInvitation(token: $t) { accessToken } }`, { t: "" }],
+      [`mutation($t: String!) { acceptInvitation(token: $t) { accessToken } }`, { t: "\ud800" }],
+      [
+        `mutation { updateMember(userId: "00000000-0000-0000-0000-000000000000", input: { role: "x" }) { userId } }`,
+        {},
+      ],
+    ] as const) {
+      const res = await gql(owner.token, query, variables);
+      const code = res.status === 200 ? res.body.errors?.[0]?.extensions?.status_code : res.status;
+      expect({ query, code: code >= 400 && code < 500 ? "4xx" : code }).toEqual({ query, code: "4xx" });
+    }
+  });
+});
+
+describe("zero data retention on the other create operations", () => {
+  test("when the team keeps no bodies, then embeddings and messages activity has none either", async () => {
+    const owner = await createTestUser(server.url);
+    const key = await createTestApiKey(server.url, owner.token);
+    const on = await http(server.url, "PATCH", "/control/v1/teams/me", {
+      token: owner.token,
+      body: { zero_data_retention_enabled: true },
+    });
+    expect(on.status).toBe(200);
+    const embed = await http(server.url, "POST", "/v1/embeddings", {
+      token: key.key,
+      body: { model: EMBED_MODEL, input: "secret words", metadata: { custom_id: "zdr-embed" } },
+    });
+    expect(embed.status).toBe(200);
+    const messages = await http(server.url, "POST", "/v1/messages", {
+      token: key.key,
+      body: {
+        model: CHAT_MODEL,
+        max_tokens: 2,
+        messages: [{ role: "user", content: "secret words" }],
+        metadata: { custom_id: "zdr-messages" },
+      },
+    });
+    expect(messages.status).toBe(200);
+    const chat = await http(server.url, "POST", "/v1/chat/completions", {
+      token: key.key,
+      body: {
+        model: CHAT_MODEL,
+        max_tokens: 2,
+        stream: true,
+        messages: [{ role: "user", content: "secret words" }],
+        metadata: { custom_id: "zdr-stream" },
+      },
+    });
+    expect(chat.status).toBe(200);
+    for (const id of ["zdr-embed", "zdr-messages", "zdr-stream"]) {
+      const row = await activityByCustomId(server, id);
+      expect(row).toMatchObject({ body_json: null, result_json: null });
+      expect(row.total_tokens).toBeGreaterThan(0);
+    }
+  });
+});
