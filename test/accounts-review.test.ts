@@ -155,6 +155,23 @@ describe("roles decided on the caller's role as it stands under the team lock", 
   });
 });
 
+describe("invitation tokens at rest", () => {
+  test("when SMTP took the invitation mail, then the outbox keeps no usable token (as for reset mail)", async () => {
+    const owner = await createTestUser(server.url);
+    const email = freshEmail();
+    const before = delivered;
+    const res = await invite(server.url, owner.token, email);
+    expect(res.status).toBe(201);
+    expect(await eventually(async () => delivered > before, 10_000)).toBe(true);
+    const [mail] = await server.db<{ body_text: string; sent_at: Date | null }>(
+      "SELECT body_text, sent_at FROM mail_outbox WHERE to_address = $1",
+      [email],
+    );
+    expect(mail.sent_at).not.toBeNull();
+    expect(mail.body_text).not.toContain(res.body.invite_token);
+  });
+});
+
 describe("throttle keys", () => {
   test("when a login names the account in other cases and with spaces, then it counts on the same account", async () => {
     const limited = await startTestServer({ authThrottleMax: 3 }, server);

@@ -200,6 +200,8 @@ export class MemberService implements InvitedUserFactory {
       to: input.email,
       subject: `You are invited to join ${team.name} on Switchyard`,
       text: this.invitationText(principal.email, team.name, input.role, token),
+      // The token is a credential (it joins the team): once SMTP took the mail, the outbox drops it.
+      secret: true,
     });
     const member = await this.ds
       .getRepository(TeamMemberEntity)
