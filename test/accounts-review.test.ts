@@ -172,6 +172,27 @@ describe("invitation tokens at rest", () => {
   });
 });
 
+describe("expired invitations", () => {
+  test("when an invitation has expired, then the team no longer lists it as a pending member, and it cannot be changed", async () => {
+    const owner = await createTestUser(server.url);
+    const email = freshEmail();
+    const invited = await invite(server.url, owner.token, email);
+    expect(invited.status).toBe(201);
+    await server.db("UPDATE team_invitations SET expires_at = now() - interval '1 second' WHERE email = $1", [email]);
+    const read = await http(server.url, "GET", "/control/v1/teams/me", { token: owner.token });
+    expect(read.body.members.map((m: { email: string }) => m.email)).toEqual([owner.email]);
+    const graph = await gql(owner.token, `{ team { members { email } } }`);
+    expect(graph.body.data.team.members).toEqual([{ email: owner.email }]);
+    expectEnvelope(await patchMember(owner.token, invited.body.user_id, { role: "admin" }), 404);
+    // Inviting the address again works as for a new one.
+    const again = await invite(server.url, owner.token, email);
+    expect(again.status).toBe(201);
+    expect((await http(server.url, "GET", "/control/v1/teams/me", { token: owner.token })).body.members).toHaveLength(
+      2,
+    );
+  });
+});
+
 describe("throttle keys", () => {
   test("when a login names the account in other cases and with spaces, then it counts on the same account", async () => {
     const limited = await startTestServer({ authThrottleMax: 3 }, server);

@@ -3,7 +3,7 @@
  *
  * - Adding a member makes an invitation: a single-use token (≥ 256 random bits, only its SHA-256
  *   stored, valid `INVITATION_TTL_DAYS`) mailed to the address (kind `invitation`) and shown once
- *   to the inviter as `invite_token`. Until it is used the member is listed with
+ *   to the inviter as `invite_token`. Until it is used (or expires) the member is listed with
  *   `is_active: false`. Inviting an address that has an open invitation replaces it (a new token;
  *   the old one stops working): that is how an invitation is sent again.
  * - It is used by the signed-in user whose email it names (`accept`; anyone else 403), or by a
