@@ -4,8 +4,10 @@
  * names the rule it holds the code to (DESIGN §3 Credentials, Roles, Errors).
  */
 import type { AddressInfo } from "node:net";
+import { type Client, createClient } from "graphql-ws";
 import pg from "pg";
 import { SMTPServer } from "smtp-server";
+import WebSocket from "ws";
 import {
   CHAT_MODEL,
   EMBED_MODEL,
@@ -169,6 +171,154 @@ describe("invitation tokens at rest", () => {
     );
     expect(mail.sent_at).not.toBeNull();
     expect(mail.body_text).not.toContain(res.body.invite_token);
+  });
+});
+
+/** A graphql-ws client that presents `authorization` when it connects. */
+function wsClient(authorization: string): Client {
+  return createClient({
+    url: `${server.url.replace(/^http/, "ws")}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization },
+    retryAttempts: 0,
+    lazy: false,
+    // A socket closed by the server (4403) reaches the operations as their error; no console noise.
+    onNonLazyError: () => undefined,
+  });
+}
+
+/** One operation over the socket: its data, or the `status_code` of its first error (or the close code). */
+function overSocket(client: Client, query: string): Promise<{ data?: any; status?: number }> {
+  return new Promise((resolve) => {
+    let data: any;
+    client.subscribe(
+      { query },
+      {
+        next: (result) => {
+          if (result.errors?.length) resolve({ status: result.errors[0].extensions?.status_code as number });
+          else data = result.data;
+        },
+        error: (err) => resolve({ status: (err as { code?: number }).code ?? -1 }),
+        complete: () => resolve({ data }),
+      },
+    );
+  });
+}
+
+const RESPONSES = `{ responses { data { id } } }`;
+const CREATE_KEY = `mutation { createApiKey(input: { name: "from the socket" }) { plaintext } }`;
+
+describe("graphql-ws sockets follow revocations", () => {
+  test("when a member is removed, then their open socket no longer reads the team's responses or makes keys", async () => {
+    const owner = await createTestUser(server.url);
+    const member = await joinTeam(server.url, owner);
+    const key = await createTestApiKey(server.url, member.token);
+    const made = await http(server.url, "POST", "/v1/responses", {
+      token: owner.token,
+      body: { model: CHAT_MODEL, input: "team secret", max_output_tokens: 2 },
+    });
+    expect(made.status).toBe(200);
+    for (const credential of [key.key, member.token]) {
+      const client = wsClient(`Bearer ${credential}`);
+      try {
+        const before = await overSocket(client, RESPONSES);
+        expect(before.data.responses.data.map((r: { id: string }) => r.id)).toContain(made.body.id);
+      } finally {
+        await client.dispose();
+      }
+    }
+    const byKey = wsClient(`Bearer ${key.key}`);
+    const byToken = wsClient(`Bearer ${member.token}`);
+    try {
+      // Both sockets are open (and authenticated) before the removal.
+      expect((await overSocket(byKey, `{ me { id } }`)).data.me.id).toBe(member.userId);
+      expect((await overSocket(byToken, `{ me { id } }`)).data.me.id).toBe(member.userId);
+      expect((await deleteMember(owner.token, member.userId)).status).toBe(204);
+      for (const client of [byKey, byToken]) {
+        // The operation is refused (401), or the socket was closed already (4403).
+        const read = await overSocket(client, RESPONSES);
+        expect(read.data).toBeUndefined();
+        expect([401, 4403]).toContain(read.status);
+        const minted = await overSocket(client, CREATE_KEY);
+        expect(minted.data).toBeUndefined();
+      }
+    } finally {
+      await byKey.dispose();
+      await byToken.dispose();
+    }
+    const keys = await server.db("SELECT 1 FROM api_keys WHERE name = 'from the socket'");
+    expect(keys).toHaveLength(0);
+  });
+
+  test("when the key a socket connected with is revoked, or the password is reset, then the socket cannot mint a new key", async () => {
+    const user = await createTestUser(server.url);
+    const key = await createTestApiKey(server.url, user.token);
+    const byKey = wsClient(`Bearer ${key.key}`);
+    const byToken = wsClient(`Bearer ${user.token}`);
+    try {
+      expect((await overSocket(byKey, `{ me { id } }`)).data.me.id).toBe(user.userId);
+      expect((await overSocket(byToken, `{ me { id } }`)).data.me.id).toBe(user.userId);
+      expect(
+        (await http(server.url, "DELETE", `/control/v1/auth/api-keys/${key.id}`, { token: user.token })).status,
+      ).toBe(204);
+      // The user's sessions end as a reset would end them (tokens issued before now are void).
+      await server.db("UPDATE users SET tokens_valid_after = now() WHERE id = $1", [user.userId]);
+      await server.db("SELECT pg_notify('switchyard_cache', 'user:' || $1::text)", [user.userId]);
+      await eventually(
+        async () => (await http(server.url, "GET", "/control/v1/auth/me", { token: user.token })).status === 401,
+        5_000,
+      );
+      for (const client of [byKey, byToken]) {
+        const minted = await overSocket(client, CREATE_KEY);
+        expect(minted.data).toBeUndefined();
+        expect([401, 4403]).toContain(minted.status);
+      }
+      expect(await server.db("SELECT 1 FROM api_keys WHERE name = 'from the socket'")).toHaveLength(0);
+    } finally {
+      await byKey.dispose();
+      await byToken.dispose();
+    }
+  });
+});
+
+describe("graphql-ws subscriptions follow revocations", () => {
+  test("when a subscribed member is removed, then the subscription ends (4403) and no later event of the team reaches it", async () => {
+    const owner = await createTestUser(server.url);
+    const member = await joinTeam(server.url, owner);
+    const key = await createTestApiKey(server.url, member.token);
+    const client = wsClient(`Bearer ${key.key}`);
+    const received: string[] = [];
+    const closed: number[] = [];
+    try {
+      client.subscribe(
+        { query: `subscription { completionEvents { responseId } }` },
+        {
+          next: (r) => received.push((r.data as any)?.completionEvents?.responseId),
+          error: (err) => closed.push((err as { code?: number }).code ?? -1),
+          complete: () => undefined,
+        },
+      );
+      const subscribers = server.app.events.subscribers;
+      await eventually(async () => server.app.events.subscribers >= subscribers, 2_000);
+      // Subscribed: an event of the team arrives.
+      const first = await http(server.url, "POST", "/v1/responses", {
+        token: owner.token,
+        body: { model: CHAT_MODEL, input: "before", max_output_tokens: 2 },
+      });
+      expect(await eventually(async () => received.includes(first.body.id), 10_000)).toBe(true);
+      expect((await deleteMember(owner.token, member.userId)).status).toBe(204);
+      expect(await eventually(async () => closed.length > 0, 5_000)).toBe(true);
+      expect(closed).toEqual([4403]);
+      const after = await http(server.url, "POST", "/v1/responses", {
+        token: owner.token,
+        body: { model: CHAT_MODEL, input: "after", max_output_tokens: 2 },
+      });
+      expect(after.status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(received).not.toContain(after.body.id);
+    } finally {
+      await client.dispose();
+    }
   });
 });
 
