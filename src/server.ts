@@ -59,9 +59,10 @@ import { BackgroundResponsesService } from "./services/background-responses.serv
 import { BatchRunner } from "./services/batches/batch-runner.js";
 import { BatchesService } from "./services/batches/batches.service.js";
 import { CacheBus } from "./services/cache-bus.js";
+import { SocketSessions } from "./services/socket-sessions.js";
 import { CompletionEventsService } from "./services/completion-events.service.js";
 import { ControlLoaders } from "./services/control-loaders.js";
-import type { Principal, RequestContext } from "./services/context.js";
+import type { RequestContext } from "./services/context.js";
 import { CreditService } from "./services/credit.service.js";
 import { CredentialService } from "./services/credential.service.js";
 import { AppError } from "./shared/errors.js";
@@ -379,10 +380,11 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       }
     };
 
-    // graphql-ws: credentials are checked once, when the socket connects, and a socket that
-    // presents refused ones is closed with 4403 (a long-lived subscription should not start on a
-    // bad token; over HTTP each request stands alone, so there only operations needing a caller
-    // fail). Each operation passes the same limits as over HTTP (`prepareDocument`); a refused one
+    // graphql-ws: credentials are checked when the socket connects, and a socket that presents
+    // refused ones is closed with 4403 (a long-lived subscription should not start on a bad token;
+    // over HTTP each request stands alone, so there only operations needing a caller fail). They
+    // are checked again for every operation, and a revocation that concerns an open socket (its
+    // key revoked, its user removed, moved or reset) closes it with 4403 (`SocketSessions`). Each operation passes the same limits as over HTTP (`prepareDocument`); a refused one
     // gets a graphql-ws `error` message, the socket stays open. Frames above
     // graphqlMaxPayloadBytes close the socket (1009) before they are read. Errors leave through
     // the same formatter as over HTTP.
@@ -394,21 +396,16 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       return out;
     };
     const wss = new WebSocketServer({ server, path: "/graphql", maxPayload: config.graphqlMaxPayloadBytes });
-    const socketPrincipals = new WeakMap<object, Principal | undefined>();
-    const wsServer = useServer<Record<string, unknown>, { socket: object }>(
+    const sockets = new SocketSessions(credentials, bus);
+    const wsServer = useServer<Record<string, unknown>>(
       {
         schema,
         onConnect: async (ctx) => {
           const raw = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
           const credential = typeof raw === "string" ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
-          try {
-            socketPrincipals.set(ctx.extra.socket, await credentials.authenticate(credential));
-            return true;
-          } catch (err) {
-            if (err instanceof AppError) return false;
-            throw err;
-          }
+          return sockets.open(ctx.extra.socket, credential);
         },
+        onClose: (ctx) => sockets.close(ctx.extra.socket),
         onSubscribe: (_ctx, _id, payload) => {
           const prepared = prepareDocument(schema, payload.query, limits);
           if ("errors" in prepared) return prepared.errors;
@@ -420,11 +417,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
           };
         },
         onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatError(e.toJSON(), e)),
-        context: (ctx): RequestContext => ({
-          requestId: randomUUID(),
-          principal: socketPrincipals.get(ctx.extra.socket),
-          ip: clientIp(app, ctx.extra.request),
-        }),
+        context: async (ctx): Promise<RequestContext> => {
+          const base = { requestId: randomUUID(), ip: clientIp(app, ctx.extra.request) };
+          try {
+            return { ...base, principal: await sockets.principal(ctx.extra.socket) };
+          } catch (err) {
+            if (err instanceof AppError) return { ...base, credentialError: err };
+            throw err;
+          }
+        },
         onNext: (_ctx, _id, _payload, _args, result) =>
           "errors" in result && result.errors
             ? { ...result, errors: result.errors.map((e) => formatError(e.toJSON(), e)) }

@@ -19,6 +19,8 @@
  * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
  * policy). Billing, deployments and custom models join with their endpoints.
  */
+import { readFileSync } from "node:fs";
+import { buildSchema } from "graphql";
 import { controlRoutes } from "../src/rest/control.routes.js";
 import { dataPlaneRoutes } from "../src/rest/data-plane.routes.js";
 import {
@@ -303,10 +305,26 @@ const rows: Row[] = [
   },
   { name: "GET /control/v1/usage/summary", expect: anyCaller(200) },
   {
-    name: "graphql activityRecords(userId)",
+    name: "graphql activityRecords (userId)",
     query: `query($u: ID) { activityRecords(userId: $u) { total } }`,
     variables: (fx) => ({ u: fx.owner.userId }),
     expect: { ...anyCaller(200), member: 403, anonymous: 401 },
+  },
+  {
+    name: "graphql activityModels",
+    query: `{ activityModels }`,
+    expect: anyCaller(200),
+  },
+  {
+    name: "graphql usageDaily",
+    query: `query($u: ID) { usageDaily(userId: $u) { date } }`,
+    variables: (fx) => ({ u: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403 },
+  },
+  {
+    name: "graphql usageSummary",
+    query: `{ usageSummary(days: 7) { summary { totalRequests } } }`,
+    expect: anyCaller(200),
   },
   {
     name: "graphql activityRecord",
@@ -392,6 +410,81 @@ const rows: Row[] = [
     expect: anyCaller(403),
   },
   {
+    name: "graphql inviteMember (as owner)",
+    query: `mutation($e: String!) { inviteMember(input: { email: $e, role: "owner" }) { inviteToken } }`,
+    variables: () => ({ e: freshEmail() }),
+    expect: { ...managersOfOwnTeam(200), admin: 403 },
+  },
+  {
+    name: "graphql updateMember (a member, to owner)",
+    query: `mutation($id: ID!) { updateMember(userId: $id, input: { role: "owner" }) { userId } }`,
+    prepare: async (fx) => ({ member: (await joinTeam(server.url, fx.owner)).userId }),
+    variables: (_fx, p) => ({ id: p.member }),
+    expect: { ...managersOnly(200), admin: 403 },
+  },
+  {
+    name: "graphql updateMember (the last owner, to admin)",
+    query: `mutation($id: ID!) { updateMember(userId: $id, input: { role: "admin" }) { userId } }`,
+    prepare: soleOwner,
+    variables: (_fx, p) => ({ id: p.owner }),
+    expect: { ...managersOnly(409), admin: 403 },
+  },
+  {
+    name: "graphql removeMember (the last owner)",
+    query: `mutation($id: ID!) { removeMember(userId: $id) }`,
+    prepare: soleOwner,
+    variables: (_fx, p) => ({ id: p.owner }),
+    expect: { ...managersOnly(409), admin: 403 },
+  },
+  // OAuth over GraphQL, as over REST (no provider is configured here).
+  {
+    name: "graphql oauthAuthorize",
+    query: `mutation { oauthAuthorize(provider: "nope") { state } }`,
+    expect: open(404),
+  },
+  {
+    name: "graphql oauthComplete",
+    query: `mutation { oauthComplete(input: { provider: "nope", code: "c", state: "s" }) { accessToken } }`,
+    expect: open(400),
+  },
+  {
+    name: "graphql linkOAuth",
+    query: `mutation { linkOAuth(input: { provider: "nope", code: "c", state: "s" }) { subject } }`,
+    expect: anyCaller(400),
+  },
+  { name: "graphql linkedAccounts", query: `{ linkedAccounts { items { provider } } }`, expect: anyCaller(200) },
+  // The data plane over GraphQL: every caller's, reaching only their team's resources.
+  { name: "graphql models", query: `{ models { id } }`, expect: anyCaller(200) },
+  {
+    name: "graphql model",
+    query: `query($id: String!) { model(id: $id) { id } }`,
+    variables: () => ({ id: CHAT_MODEL }),
+    expect: anyCaller(200),
+  },
+  { name: "graphql responses", query: `{ responses { hasMore } }`, expect: anyCaller(200) },
+  {
+    name: "graphql cancelResponse",
+    query: `mutation($id: ID!) { cancelResponse(id: $id) { id } }`,
+    variables: (fx) => ({ id: fx.responseId }),
+    expect: teamOnly(200),
+  },
+  { name: "graphql streams", query: `{ streams { id } }`, expect: anyCaller(200) },
+  { name: "graphql createStream", query: `mutation { createStream(name: "matrix") { id } }`, expect: anyCaller(200) },
+  {
+    name: "graphql updateStream",
+    query: `mutation($id: ID!) { updateStream(id: $id, name: "renamed") { id } }`,
+    variables: (fx) => ({ id: fx.streamId }),
+    expect: teamOnly(200),
+  },
+  { name: "graphql batches", query: `{ batches { id } }`, expect: anyCaller(200) },
+  {
+    name: "graphql cancelBatch",
+    query: `mutation($id: ID!) { cancelBatch(id: $id) { id } }`,
+    variables: (fx) => ({ id: fx.batchId }),
+    expect: teamOnly(200),
+  },
+  { name: "graphql completionEvents", query: `{ completionEvents { hasMore } }`, expect: anyCaller(200) },
+  {
     name: "graphql response",
     query: `query($id: ID!) { response(id: $id) { id } }`,
     variables: (fx) => ({ id: fx.responseId }),
@@ -464,6 +557,16 @@ test("when a route is in a REST table, then the matrix has a row for it", () => 
     (r) => `${r.method.toUpperCase()} ${r.path.replace(/:\w+/g, "{}")}`,
   );
   expect(declared.filter((d) => !covered.has(d))).toEqual([]);
+});
+
+test("when an operation is in the GraphQL schema, then the matrix has a row for it", () => {
+  const schema = buildSchema(readFileSync(new URL("../schema.graphql", import.meta.url), "utf8"));
+  const covered = new Set(rows.filter((row) => row.query !== undefined).map((row) => row.name.split(" ")[1]));
+  // Subscriptions run over graphql-ws (events-subscription.test.ts checks their team scoping).
+  const declared = [schema.getQueryType(), schema.getMutationType()].flatMap((type) =>
+    Object.keys(type?.getFields() ?? {}),
+  );
+  expect(declared.filter((name) => !covered.has(name))).toEqual([]);
 });
 
 test.each(rows.map((r) => [r.name, r] as const))("%s", async (_name, row) => {

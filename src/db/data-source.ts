@@ -17,6 +17,7 @@ import { OAuthIdentities1764610000000 } from "./migrations/1764610000000-oauth-i
 import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.js";
 import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
+import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-invitations.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -34,6 +35,7 @@ export const migrations = [
   Teams1764620000000,
   RateLimits1764710000000,
   ActivityReads1764730000000,
+  OpenInvitations1764745000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

@@ -1,7 +1,7 @@
 /**
  * A member of a team as the control plane shows it (spec: Team and member): an active user of the
  * team, or a pending invitation (`is_active: false`, DESIGN §3 Roles). Read from the
- * `team_members` view (migration 1764620000000); also the GraphQL `TeamMember` type, whose `user`
+ * `team_members` view (migrations 1764620000000, 1764745000000: unexpired invitations only); also the GraphQL `TeamMember` type, whose `user`
  * is resolved by `TeamMemberResolver`.
  */
 import { Field, ObjectType } from "type-graphql";

@@ -3,7 +3,7 @@
  *
  * - Adding a member makes an invitation: a single-use token (≥ 256 random bits, only its SHA-256
  *   stored, valid `INVITATION_TTL_DAYS`) mailed to the address (kind `invitation`) and shown once
- *   to the inviter as `invite_token`. Until it is used the member is listed with
+ *   to the inviter as `invite_token`. Until it is used (or expires) the member is listed with
  *   `is_active: false`. Inviting an address that has an open invitation replaces it (a new token;
  *   the old one stops working): that is how an invitation is sent again.
  * - It is used by the signed-in user whose email it names (`accept`; anyone else 403), or by a
@@ -18,7 +18,9 @@
  *   The last owner can be neither demoted nor removed (409). Who may do what is `policy.ts`.
  *
  * Member changes of a team are serialised by a lock on its `teams` row, so two owners demoting
- * each other at once cannot leave the team without an owner. Role and team changes reach every
+ * each other at once cannot leave the team without an owner; under that lock the caller's own
+ * role is read again, so a change that won the lock first (demoting or removing the caller)
+ * decides what the caller may still do. Role and team changes reach every
  * process's credential cache through the cache bus (`user:<id>`), and tokens issued before a move
  * stop working (`tokens_valid_after`).
  */
@@ -161,6 +163,7 @@ export class MemberService implements InvitedUserFactory {
     const token = TOKEN_PREFIX + randomBytes(32).toString("base64url");
     const { invitation, team } = await this.ds.transaction(async (em) => {
       const team = await this.lockTeam(em, principal);
+      authorizeRoleGrant(await this.callerNow(em, ctx), input.role);
       const [existing] = await queryRows<{ id: string; team_id: string }>(
         em,
         `SELECT id, team_id FROM users WHERE lower(email) = $1`,
@@ -197,6 +200,8 @@ export class MemberService implements InvitedUserFactory {
       to: input.email,
       subject: `You are invited to join ${team.name} on Switchyard`,
       text: this.invitationText(principal.email, team.name, input.role, token),
+      // The token is a credential (it joins the team): once SMTP took the mail, the outbox drops it.
+      secret: true,
     });
     const member = await this.ds
       .getRepository(TeamMemberEntity)
@@ -217,8 +222,10 @@ export class MemberService implements InvitedUserFactory {
     const principal = authorizeRoleGrant(ctx, input.role);
     const member = await this.ds.transaction(async (em) => {
       await this.lockTeam(em, principal);
+      const caller = await this.callerNow(em, ctx);
+      authorizeRoleGrant(caller, input.role);
       const member = await this.memberOf(em, principal, id);
-      authorizeMemberChange(ctx, member);
+      authorizeMemberChange(caller, member);
       if (member.invitationId !== null) {
         await em.getRepository(InvitationEntity).update({ id: member.invitationId }, { role: input.role });
       } else if (member.role !== input.role) {
@@ -245,8 +252,9 @@ export class MemberService implements InvitedUserFactory {
     const principal = requirePrincipal(ctx);
     const revokedKeys = await this.ds.transaction(async (em) => {
       await this.lockTeam(em, principal);
+      const caller = await this.callerNow(em, ctx);
       const member = await this.memberOf(em, principal, id);
-      authorizeMemberChange(ctx, member);
+      authorizeMemberChange(caller, member);
       if (member.invitationId !== null) {
         await em.getRepository(InvitationEntity).update({ id: member.invitationId }, { revokedAt: () => "now()" });
         return [];
@@ -368,6 +376,24 @@ export class MemberService implements InvitedUserFactory {
     ]);
     if (!team) throw AppError.notFound("Team not found");
     return team;
+  }
+
+  /**
+   * The request's context with the caller's role as it stands now, read under the team lock that
+   * `lockTeam` took: the role the credentials carried was read before the lock, and a member change
+   * that held the lock meanwhile (a demotion, a removal) must count, or a just-demoted owner could
+   * still remove the owner who demoted them. The policy checks run again on this context.
+   * @throws AppError 401 when the caller is no longer an active user of the team.
+   */
+  private async callerNow(em: EntityManager, ctx: RequestContext): Promise<RequestContext> {
+    const principal = requirePrincipal(ctx);
+    const [row] = await queryRows<{ role: TeamRole }>(
+      em,
+      `SELECT role FROM users WHERE id = $1 AND team_id = $2 AND is_active`,
+      [principal.userId, principal.teamId],
+    );
+    if (!row) throw AppError.unauthenticated("Invalid or expired access token");
+    return { ...ctx, principal: { ...principal, role: row.role } };
   }
 
   /** @throws AppError 404 when `userId` is no member (nor pending invitation) of the caller's team. */

@@ -19,7 +19,7 @@ export interface MailMessage {
   subject: string;
   text: string;
   /**
-   * The body holds a credential (a password-reset token): once the SMTP server has accepted the
+   * The body holds a credential (a password-reset or invitation token): once the SMTP server has accepted the
    * message, the outbox row drops its body, so the database does not keep a usable token. Without
    * SMTP, or when the send fails, the outbox row is the only copy and keeps it.
    */
