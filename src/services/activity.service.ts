@@ -133,8 +133,15 @@ function totals(r: TotalsRow): UsageTotals {
   };
 }
 
-/** The `days` window's first instant: midnight UTC, `days − 1` days before today. */
-const WINDOW_START = `date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => $3::int - 1)`;
+/**
+ * SQL for the `days` window's first instant: midnight UTC, `days − 1` days before today, with
+ * `days` in the parameter `param` (e.g. `$3`). Shared with the billing summary.
+ */
+export function usageWindowStart(param: string): string {
+  return `date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => ${param}::int - 1)`;
+}
+
+const WINDOW_START = usageWindowStart("$3");
 
 /** Reads of the caller's activity records and usage. */
 export class ActivityService {
