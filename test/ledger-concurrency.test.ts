@@ -101,4 +101,4 @@ test("when 200 chat requests race for a balance that covers about 100, then the 
   expect(BigInt(end.lowest)).toBeGreaterThanOrEqual(0n);
   expect(BigInt(end.ledger)).toBe(BigInt(end.balance));
   expect(BigInt(end.balance)).toBe(BigInt(balance) - total);
-});
+}, 180_000);
