@@ -101,7 +101,10 @@ export class BillingSummaryService {
     const days = q.days ?? 30;
     const rows = await queryRows<Row>(
       this.ds,
-      `WITH versions AS (${VERSIONS})
+      `WITH all_versions AS (${VERSIONS}),
+       -- Only versions in force at some instant of the window: fewer candidates per joined row.
+       versions AS (SELECT * FROM all_versions
+                     WHERE effective_to IS NULL OR effective_to > ${usageWindowStart("$2")})
        SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
               COALESCE(sum(a.prompt_tokens), 0)::bigint::text AS prompt_tokens,
               COALESCE(sum(a.completion_tokens), 0)::bigint::text AS completion_tokens,
