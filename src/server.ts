@@ -41,6 +41,7 @@ import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
 import { ActivityResolver } from "./resolvers/activity.resolver.js";
+import { BillingSummaryResolver } from "./resolvers/billing-summary.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -81,6 +82,8 @@ import { StreamDirectory } from "./services/stream-directory.js";
 import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
 import { ActivityService } from "./services/activity.service.js";
+import { PriceBook } from "./services/price-book.service.js";
+import { BillingSummaryService } from "./services/billing-summary.service.js";
 import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -96,6 +99,8 @@ export interface Switchyard {
   catalog: ModelCatalogService;
   metering: MeteringService;
   credit: CreditService;
+  /** Model price versions (issue 10, item 3). */
+  prices: PriceBook;
   /** The completion events feed (issue 6, item 6). */
   events: CompletionEventsService;
   /** Outgoing mail (issue 8): the outbox, and SMTP when configured. */
@@ -161,6 +166,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["credit leases", () => credit.close()]);
 
     const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
+    // Pricing history (issue 10, item 3): the catalog's prices become the latest stored versions.
+    const prices = new PriceBook(ds, bus, logger);
+    await prices.start(catalog.all());
     // Upstream OpenAI-compatible servers (issue 9, item 3): the endpoints of SWITCHYARD_UPSTREAMS.
     const upstream = new OpenAiCompatibleEngine({
       endpoints: config.upstreams,
@@ -242,6 +250,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       config.maxQueueWaitS,
       streamDirectory,
       rateLimits,
+      prices,
     );
     const responses = new ResponsesService(ds);
 
@@ -288,6 +297,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       catalog,
       metering,
       credit,
+      prices,
       events,
       mailer,
       loaders,
@@ -324,6 +334,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       teamMembers: new TeamMemberResolver(members),
       // Activity and usage (issue 10, items 1 and 2).
       activity: new ActivityResolver(new ActivityService(ds)),
+      // Billing summary with the pricing used (issue 10, item 3).
+      billingSummary: new BillingSummaryResolver(new BillingSummaryService(ds)),
     };
 
     const deps = {

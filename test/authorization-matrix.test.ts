@@ -326,6 +326,13 @@ const rows: Row[] = [
     query: `{ usageSummary(days: 7) { summary { totalRequests } } }`,
     expect: anyCaller(200),
   },
+  // Billing (issue 10, item 3): owners and admins; "other" reads its own team's summary.
+  { name: "GET /control/v1/billing/summary", expect: managersOfOwnTeam(200) },
+  {
+    name: "graphql billingSummary",
+    query: `{ billingSummary(days: 7) { summary { totalRequests creditBalanceMicros } } }`,
+    expect: managersOfOwnTeam(200),
+  },
   {
     name: "graphql activityRecord",
     query: `query($id: ID!) { activityRecord(id: $id) { id costMicros } }`,

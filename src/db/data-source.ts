@@ -18,6 +18,7 @@ import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.js";
 import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
 import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-invitations.js";
+import { ModelPrices1764750000000 } from "./migrations/1764750000000-model-prices.js";
 import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.js";
 
 /** Migrations in the order they apply; append only. */
@@ -37,6 +38,7 @@ export const migrations = [
   RateLimits1764710000000,
   ActivityReads1764730000000,
   OpenInvitations1764745000000,
+  ModelPrices1764750000000,
   UsageDaily1764770000000,
 ];
 

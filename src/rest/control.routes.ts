@@ -212,4 +212,12 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     call: (r, { query }, ctx) => r.activity.summary(query, ctx),
   },
+  // Billing summary with the pricing used (issue 10, item 3).
+  {
+    method: "get",
+    path: "/control/v1/billing/summary",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.billingSummary.summary(query, ctx),
+  },
 ];

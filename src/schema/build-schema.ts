@@ -8,6 +8,7 @@ import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
+import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -26,6 +27,7 @@ export interface Resolvers {
   batches: BatchResolver;
   teamMembers: TeamMemberResolver;
   activity: ActivityResolver;
+  billingSummary: BillingSummaryResolver;
 }
 
 export const resolverClasses = [
@@ -39,6 +41,7 @@ export const resolverClasses = [
   BatchResolver,
   TeamMemberResolver,
   ActivityResolver,
+  BillingSummaryResolver,
 ] as const;
 
 /**

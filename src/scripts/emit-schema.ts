@@ -11,6 +11,7 @@ import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
+import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -25,6 +26,7 @@ import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
 import type { ActivityService } from "../services/activity.service.js";
+import type { BillingSummaryService } from "../services/billing-summary.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
@@ -54,6 +56,7 @@ export function placeholderResolvers(): Resolvers {
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
     activity: new ActivityResolver(undefined as unknown as ActivityService),
+    billingSummary: new BillingSummaryResolver(undefined as unknown as BillingSummaryService),
   };
 }
 

@@ -12,11 +12,12 @@ import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "./metering.service.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
-import { costMicros } from "../shared/money.js";
+import { costMicros, type TokenPrices } from "../shared/money.js";
 import { failureBody, withStatus } from "./webhooks/webhook-body.js";
 import { webhookTarget, type WebhookRequest } from "./webhooks/webhook-target.js";
 import type { StreamDirectory } from "./stream-directory.js";
 import type { RateLimitService } from "./rate-limit.service.js";
+import type { PriceLookup } from "./price-book.service.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z
@@ -137,7 +138,17 @@ export class InferenceService {
     private readonly streams?: StreamDirectory,
     /** Per-team model limits (issue 9, item 5); without it nothing is limited. */
     private readonly rateLimits?: RateLimitService,
+    /** Pricing history (issue 10, item 3); without it every request pays the catalog price. */
+    private readonly prices?: PriceLookup,
   ) {}
+
+  /**
+   * The prices a request pays: those in force when it was received (`createdAt`), even if a new
+   * version took effect while it ran (DESIGN §3 Money; issue 10, item 3). In memory, no DB read.
+   */
+  private pricesOf(call: RequestInfo): TokenPrices {
+    return this.prices?.pricesAt(call.model, call.createdAt) ?? call.model.prices;
+  }
 
   /**
    * Counts one request of `teamId` for `model` against the model's per-team limits (see
@@ -205,7 +216,7 @@ export class InferenceService {
         admit: async (promptTokens, maxCompletionTokens) => {
           const worst = costMicros(
             { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
-            call.model.prices,
+            this.pricesOf(call),
           );
           reservation = await this.credit.reserve(principal.teamId, worst);
         },
@@ -217,7 +228,7 @@ export class InferenceService {
       await this.recordFailure(principal, call, type, err);
       throw err;
     }
-    const cost = costMicros(result.usage, call.model.prices);
+    const cost = costMicros(result.usage, this.pricesOf(call));
     try {
       const rendered = call.render(result);
       const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
@@ -267,7 +278,7 @@ export class InferenceService {
         inputs: call.inputs,
         signal: call.signal,
         admit: async (promptTokens) => {
-          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, call.model.prices);
+          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
           reservation = await this.credit.reserve(principal.teamId, worst);
         },
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
@@ -279,7 +290,7 @@ export class InferenceService {
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
-    const cost = costMicros(usage, call.model.prices);
+    const cost = costMicros(usage, this.pricesOf(call));
     try {
       const body = call.render?.(result);
       const charge = await this.metering.record({
