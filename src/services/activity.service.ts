@@ -144,8 +144,7 @@ export function usageWindowStart(param: string): string {
   return `date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => ${param}::int - 1)`;
 }
 
-/** The `days` window's first UTC day: `days − 1` days before today (UTC). */
-/** (Usage reads `usage_daily` by day: the same window as a date.) */
+/** The `days` window's first UTC day, `days − 1` days before today: `usageWindowStart` as a date, for `usage_daily`. */
 const WINDOW_START = `(now() AT TIME ZONE 'UTC')::date - ($3::int - 1)`;
 
 /** Reads of the caller's activity records and usage. */
