@@ -18,6 +18,7 @@ import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.js";
 import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
 import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-invitations.js";
+import { BillingPayments1764760000000 } from "./migrations/1764760000000-billing-payments.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -36,6 +37,7 @@ export const migrations = [
   RateLimits1764710000000,
   ActivityReads1764730000000,
   OpenInvitations1764745000000,
+  BillingPayments1764760000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

@@ -8,6 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
 import { ActivityResolver } from "../resolvers/activity.resolver.js";
+import { BillingResolver } from "../resolvers/billing.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -25,6 +26,7 @@ import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
 import type { ActivityService } from "../services/activity.service.js";
+import type { BillingService } from "../services/billing/billing.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
@@ -54,6 +56,7 @@ export function placeholderResolvers(): Resolvers {
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
     activity: new ActivityResolver(undefined as unknown as ActivityService),
+    billing: new BillingResolver(undefined as unknown as BillingService),
   };
 }
 
