@@ -329,7 +329,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       // Activity and usage (issue 10, items 1 and 2).
       activity: new ActivityResolver(new ActivityService(ds)),
       // Transactions, top-ups and invoices (issue 10, items 4–6).
-      billing: new BillingResolver(billingService(ds, logger, config)),
+      billing: new BillingResolver(billingService(ds, bus, logger, config)),
     };
 
     const deps = {
@@ -501,7 +501,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
  * `stripe`). The local provider always verifies confirm links; Stripe webhooks are served when a
  * Stripe secret key is configured.
  */
-function billingService(ds: DataSource, logger: Logger, config: Config): BillingService {
+function billingService(ds: DataSource, bus: CacheBus, logger: Logger, config: Config): BillingService {
   const local = new LocalPaymentProvider(config.jwtSecret, config.publicUrl);
   const stripe = config.stripeSecretKey
     ? new StripePaymentProvider(ds, logger, {
@@ -511,7 +511,7 @@ function billingService(ds: DataSource, logger: Logger, config: Config): Billing
         publicUrl: config.publicUrl,
       })
     : undefined;
-  return new BillingService(ds, config.paymentProvider === "stripe" && stripe ? stripe : local, local, stripe);
+  return new BillingService(ds, bus, config.paymentProvider === "stripe" && stripe ? stripe : local, local, stripe);
 }
 
 /** The committed `schema.graphql` at the repository root. */

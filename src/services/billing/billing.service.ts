@@ -32,6 +32,7 @@ import { queryRows } from "../../db/sql.js";
 import { AppError, parseInput } from "../../shared/errors.js";
 import { usdToMicros } from "../../shared/money.js";
 import { isoDateTime } from "../activity.service.js";
+import type { CacheBus } from "../cache-bus.js";
 import type { RequestContext } from "../context.js";
 import { authorize } from "../policy.js";
 import { optionalQuery, pgText, queryInt } from "../validation.js";
@@ -205,6 +206,8 @@ export function previousMonthUtc(now: Date): { start: Date; end: Date } {
 export class BillingService {
   constructor(
     private readonly ds: DataSource,
+    /** Tells this process's caches the new balance at once (others hear the ledger's NOTIFY). */
+    private readonly bus: CacheBus,
     /** The provider new sessions and invoices go through (config `paymentProvider`). */
     private readonly provider: PaymentProvider,
     /** Verifies the local confirm links (always present: links made before a switch stay valid). */
@@ -451,8 +454,8 @@ export class BillingService {
   }
 
   /** Credits a top-up session once (its id is the `top_up` entry's source) and marks it completed. */
-  private credit(row: SessionRow, provider: "local" | "stripe", paymentId: string) {
-    return this.ds.transaction(async (em) => {
+  private async credit(row: SessionRow, provider: "local" | "stripe", paymentId: string) {
+    const result = await this.ds.transaction(async (em) => {
       const result = await appendLedgerCredit(em, {
         teamId: row.team_id,
         type: "top_up",
@@ -467,5 +470,9 @@ export class BillingService {
       }
       return result;
     });
+    // The NOTIFY reaches this process's listener a moment after the commit; a request the payer
+    // sends right after the confirmation must already see the credit.
+    if (result.applied) this.bus.deliverLocally("balance", `${row.team_id}=${result.balanceAfterMicros}`);
+    return result;
   }
 }

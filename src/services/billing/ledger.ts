@@ -16,7 +16,7 @@
  *   (`CreditService`'s invariant `balance ≥ Σ leases`); otherwise 409 and nothing is written.
  * - Every process learns the new balance through the same NOTIFY the group commit sends
  *   (`balance:<team>=<micros>` on the cache bus), so a team that was out of credit is served again
- *   at once everywhere.
+ *   (the caller may also tell its own process at once: `BillingService` does after a top-up).
  */
 import { v7 as uuidv7 } from "uuid";
 import type { EntityManager } from "typeorm";
