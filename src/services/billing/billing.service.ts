@@ -340,7 +340,9 @@ export class BillingService {
         [session.id],
       );
       // A session this service did not open (another integration on the account): nothing to credit.
-      if (row) await this.credit(row, "stripe", session.payment_intent ? String(session.payment_intent) : session.id);
+      const intent = session.payment_intent;
+      const paymentId = typeof intent === "string" ? intent : (intent?.id ?? session.id);
+      if (row) await this.credit(row, "stripe", paymentId);
     }
     return { received: true };
   }
