@@ -4,7 +4,7 @@
  * takes the balance below zero (409 instead), and the balance is the sum of the ledger.
  */
 import { appendLedgerCredit } from "../src/services/billing/ledger.js";
-import { AppError } from "../src/shared/errors.js";
+import type { AppError } from "../src/shared/errors.js";
 import { type TestServer, createTestUser, startTestServer } from "./support/harness.js";
 
 let server: TestServer;
