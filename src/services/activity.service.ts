@@ -11,6 +11,8 @@
  * - Dates: `created_after` / `created_before` are ISO 8601 date-times (a bare date means its
  *   midnight UTC); bounds are exclusive. Usage windows are whole UTC days: `days` = N covers today
  *   and the N − 1 days before it.
+ * - Usage and the models used are read from `usage_daily`, the per-day roll-up a trigger keeps
+ *   of every activity row (migration 1764770000000), so they cost the same at any table size.
  * - Usage counts every recorded request (failed and cancelled ones carry their real tokens and
  *   cost, usually zero), so sums equal the sums of the activity records in the same window.
  *   `service_tier` is the tier the request was served at (`flex` for Responses that asked for it,
@@ -113,12 +115,13 @@ export interface UsageSummaryDto {
   }>;
 }
 
-const TOTALS = `COALESCE(sum(prompt_tokens), 0)::bigint::text AS prompt_tokens,
-  COALESCE(sum(completion_tokens), 0)::bigint::text AS completion_tokens,
-  COALESCE(sum(total_tokens), 0)::bigint::text AS total_tokens,
-  COALESCE(sum(cached_prompt_tokens), 0)::bigint::text AS cached_prompt_tokens,
-  count(*)::bigint::text AS request_count,
-  COALESCE(sum(cost_micros), 0)::text AS cost_micros`;
+/** Sums over `usage_daily` rows (the roll-up of `activity`, migration 1764770000000). */
+const TOTALS = `sum(prompt_tokens)::text AS prompt_tokens,
+  sum(completion_tokens)::text AS completion_tokens,
+  sum(total_tokens)::text AS total_tokens,
+  sum(cached_prompt_tokens)::text AS cached_prompt_tokens,
+  sum(request_count)::text AS request_count,
+  sum(cost_micros)::text AS cost_micros`;
 
 type TotalsRow = Record<keyof UsageTotals, string>;
 
@@ -133,8 +136,8 @@ function totals(r: TotalsRow): UsageTotals {
   };
 }
 
-/** The `days` window's first instant: midnight UTC, `days − 1` days before today. */
-const WINDOW_START = `date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => $3::int - 1)`;
+/** The `days` window's first UTC day: `days − 1` days before today (UTC). */
+const WINDOW_START = `(now() AT TIME ZONE 'UTC')::date - ($3::int - 1)`;
 
 /** Reads of the caller's activity records and usage. */
 export class ActivityService {
@@ -166,12 +169,20 @@ export class ActivityService {
       ...(q.api_key_id ? { apiKeyId: q.api_key_id } : {}),
       ...(createdAt ? { createdAt } : {}),
     };
-    const [items, total] = await this.ds.getRepository(ActivityEntity).findAndCount({
-      where,
-      order: { createdAt: "DESC", id: "DESC" },
-      skip: (page - 1) * pageSize,
-      take: pageSize,
-    });
+    const repo = this.ds.getRepository(ActivityEntity);
+    const [items, total] = await Promise.all([
+      repo.find({ where, order: { createdAt: "DESC", id: "DESC" }, skip: (page - 1) * pageSize, take: pageSize }),
+      // Filtered by user and model at most, the total is the roll-up's request count (a few rows
+      // per day) instead of a count over every matching activity row.
+      !q.type && !q.status && !q.api_key_id && !q.created_after && !q.created_before
+        ? queryRows<{ n: string | null }>(
+            this.ds,
+            `SELECT sum(request_count)::text AS n FROM usage_daily
+              WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3)`,
+            [scope.teamId, scope.userId, q.model ?? null],
+          ).then(([row]) => Number(row?.n ?? 0))
+        : repo.count({ where }),
+    ]);
     return { items, page, page_size: pageSize, total };
   }
 
@@ -199,7 +210,7 @@ export class ActivityService {
     const scope = usageScope(ctx, q.user_id);
     const rows = await queryRows<{ model: string }>(
       this.ds,
-      `SELECT DISTINCT model FROM activity WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) ORDER BY model`,
+      `SELECT DISTINCT model FROM usage_daily WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) ORDER BY model`,
       [scope.teamId, scope.userId],
     );
     return rows.map((r) => r.model);
@@ -214,9 +225,9 @@ export class ActivityService {
     const scope = usageScope(ctx, q.user_id);
     const rows = await queryRows<TotalsRow & { date: string; model: string }>(
       this.ds,
-      `SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date, model, ${TOTALS}
-         FROM activity
-        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND created_at >= ${WINDOW_START}
+      `SELECT to_char(day, 'YYYY-MM-DD') AS date, model, ${TOTALS}
+         FROM usage_daily
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
         GROUP BY 1, 2 ORDER BY 1, 2`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );
@@ -233,8 +244,8 @@ export class ActivityService {
     const rows = await queryRows<TotalsRow & { model: string; service_tier: string }>(
       this.ds,
       `SELECT model, service_tier, ${TOTALS}
-         FROM activity
-        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND created_at >= ${WINDOW_START}
+         FROM usage_daily
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
         GROUP BY model, service_tier ORDER BY model, service_tier`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );
