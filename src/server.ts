@@ -42,6 +42,7 @@ import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
 import { ActivityResolver } from "./resolvers/activity.resolver.js";
 import { BillingSummaryResolver } from "./resolvers/billing-summary.resolver.js";
+import { BillingResolver } from "./resolvers/billing.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -84,6 +85,9 @@ import { TeamService } from "./services/team.service.js";
 import { ActivityService } from "./services/activity.service.js";
 import { PriceBook } from "./services/price-book.service.js";
 import { BillingSummaryService } from "./services/billing-summary.service.js";
+import { BillingService } from "./services/billing/billing.service.js";
+import { LocalPaymentProvider } from "./services/billing/payment-provider.js";
+import { StripePaymentProvider } from "./services/billing/stripe-provider.js";
 import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -336,6 +340,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       activity: new ActivityResolver(new ActivityService(ds)),
       // Billing summary with the pricing used (issue 10, item 3).
       billingSummary: new BillingSummaryResolver(new BillingSummaryService(ds)),
+      // Transactions, top-ups and invoices (issue 10, items 4–6).
+      billing: new BillingResolver(billingService(ds, bus, logger, config)),
     };
 
     const deps = {
@@ -500,6 +506,24 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     await closeAll();
     throw err;
   }
+}
+
+/**
+ * The billing service with its payment provider (config `paymentProvider`: `local` by default, or
+ * `stripe`). The local provider always verifies confirm links; Stripe webhooks are served when a
+ * Stripe secret key is configured.
+ */
+function billingService(ds: DataSource, bus: CacheBus, logger: Logger, config: Config): BillingService {
+  const local = new LocalPaymentProvider(config.jwtSecret, config.publicUrl);
+  const stripe = config.stripeSecretKey
+    ? new StripePaymentProvider(ds, logger, {
+        secretKey: config.stripeSecretKey,
+        webhookSecret: config.stripeWebhookSecret,
+        apiBase: config.stripeApiBase,
+        publicUrl: config.publicUrl,
+      })
+    : undefined;
+  return new BillingService(ds, bus, config.paymentProvider === "stripe" && stripe ? stripe : local, local, stripe);
 }
 
 /** The committed `schema.graphql` at the repository root. */

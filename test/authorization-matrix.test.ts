@@ -17,8 +17,10 @@
  *
  * Activity and usage: members read their own records (another member's record by id: 404);
  * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
- * policy). Billing, deployments and custom models join with their endpoints.
+ * policy). Billing is for owners and admins (members 403); its confirm link and Stripe webhook
+ * are open (their own proof). Deployments and custom models join with their endpoints.
  */
+import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { buildSchema } from "graphql";
 import { controlRoutes } from "../src/rest/control.routes.js";
@@ -121,6 +123,24 @@ async function newResponse(): Promise<string> {
     body: { model: CHAT_MODEL, input: "Once", max_output_tokens: 2 },
   });
   if (res.status !== 200) throw new Error(`response failed: ${res.status} ${res.text}`);
+  return res.body.id;
+}
+
+/** A fresh local top-up of team A's owner: its confirm link's `session` and `signature`. */
+async function signedConfirmLink(fx: Fixture): Promise<Params> {
+  const res = await http(server.url, "POST", `/control/v1/billing/topups?nonce=${randomUUID()}`, {
+    token: fx.owner.token,
+    body: { amount_usd: "1.00" },
+  });
+  if (res.status !== 201) throw new Error(`top-up failed: ${res.status} ${res.text}`);
+  const link = new URL(res.body.checkout_url);
+  return { session: link.searchParams.get("session")!, signature: link.searchParams.get("signature")! };
+}
+
+/** Team A's invoice of the previous month (made by its owner; the same one every time). */
+async function ownerInvoice(fx: Fixture): Promise<string> {
+  const res = await http(server.url, "POST", "/control/v1/billing/invoices", { token: fx.owner.token, body: {} });
+  if (res.status !== 201) throw new Error(`invoice failed: ${res.status} ${res.text}`);
   return res.body.id;
 }
 
@@ -338,6 +358,53 @@ const rows: Row[] = [
     query: `query($id: ID!) { activityRecord(id: $id) { id costMicros } }`,
     variables: (fx) => ({ id: fx.responseId }),
     expect: { ...teamOnly(200), member: 404 },
+  },
+
+  // Billing (issue 10, items 4–6): owners and admins ("other" on their own team); the local confirm
+  // link and the Stripe webhook carry their own proof, not credentials (no Stripe here: 404).
+  { name: "GET /control/v1/billing/transactions", expect: managersOfOwnTeam(200) },
+  {
+    name: "POST /control/v1/billing/topups (without a nonce)",
+    body: () => ({ amount_usd: "10.00" }),
+    expect: managersOfOwnTeam(400),
+  },
+  {
+    name: "POST /control/v1/billing/topups?nonce={nonce}",
+    prepare: async () => ({ nonce: randomUUID() }),
+    body: () => ({ amount_usd: "10.00" }),
+    expect: managersOfOwnTeam(201),
+  },
+  { name: "GET /control/v1/billing/topups/local/confirm (unsigned)", expect: open(400) },
+  {
+    name: "GET /control/v1/billing/topups/local/confirm?session={session}&signature={signature}",
+    prepare: signedConfirmLink,
+    expect: open(200),
+  },
+  { name: "POST /control/v1/billing/stripe/webhook", body: () => ({}), expect: open(404) },
+  { name: "POST /control/v1/billing/invoices", body: () => ({}), expect: managersOfOwnTeam(201) },
+  {
+    name: "GET /control/v1/billing/invoices/{invoiceId}",
+    prepare: async (fx) => ({ invoiceId: await ownerInvoice(fx) }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "graphql billingTransactions",
+    query: `{ billingTransactions { nextStartingAfter } }`,
+    expect: managersOfOwnTeam(200),
+  },
+  {
+    name: "graphql createTopUp",
+    query: `mutation($n: String!) { createTopUp(nonce: $n, amountUsd: "10.00") { paymentSessionId } }`,
+    variables: () => ({ n: randomUUID() }),
+    expect: managersOfOwnTeam(200),
+  },
+  { name: "graphql createInvoice", query: `mutation { createInvoice { id } }`, expect: managersOfOwnTeam(200) },
+  {
+    name: "graphql invoice",
+    query: `query($id: ID!) { invoice(id: $id) { id } }`,
+    prepare: async (fx) => ({ invoiceId: await ownerInvoice(fx) }),
+    variables: (_fx, p) => ({ id: p.invoiceId }),
+    expect: managersOnly(200),
   },
 
   // GraphQL

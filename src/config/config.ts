@@ -302,6 +302,21 @@ export const configSchema = z.object({
   upstreamIdleMs: intFromEnv(100, 3_600_000).default(120_000),
   /** Upstreams: how often each endpoint's `GET /v1/models` is probed, ms (a failed one sooner). */
   upstreamProbeMs: intFromEnv(100, 3_600_000).default(10_000),
+  /**
+   * Payment provider of top-ups and invoices (issue 10, items 5–6): `local` (default; a signed
+   * confirm link credits the ledger, no money moves) or `stripe` (needs `stripeSecretKey`).
+   */
+  paymentProvider: z.enum(["local", "stripe"]).default("local"),
+  /** Stripe secret API key (`sk_…`), for `paymentProvider: stripe`. */
+  stripeSecretKey: z.string().min(1).optional(),
+  /** Stripe webhook signing secret (`whsec_…`) of `POST /control/v1/billing/stripe/webhook`. */
+  stripeWebhookSecret: z.string().min(1).optional(),
+  /** Base URL of the Stripe API (tests point it at a local server); default https://api.stripe.com. */
+  stripeApiBase: z
+    .string()
+    .url()
+    .refine((v) => /^https?:$/.test(new URL(v).protocol), "expected an http or https URL")
+    .optional(),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -354,6 +369,10 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   upstreamHeadersMs: "SWITCHYARD_UPSTREAM_HEADERS_MS",
   upstreamIdleMs: "SWITCHYARD_UPSTREAM_IDLE_MS",
   upstreamProbeMs: "SWITCHYARD_UPSTREAM_PROBE_MS",
+  paymentProvider: "SWITCHYARD_PAYMENT_PROVIDER",
+  stripeSecretKey: "SWITCHYARD_STRIPE_SECRET_KEY",
+  stripeWebhookSecret: "SWITCHYARD_STRIPE_WEBHOOK_SECRET",
+  stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */
@@ -401,6 +420,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (cfg.headersTimeoutMs > cfg.requestTimeoutMs) {
     throw new ConfigError(
       `invalid configuration: SWITCHYARD_HEADERS_TIMEOUT_MS (${cfg.headersTimeoutMs}) must not exceed SWITCHYARD_REQUEST_TIMEOUT_MS (${cfg.requestTimeoutMs})`,
+    );
+  }
+  if (cfg.paymentProvider === "stripe" && !cfg.stripeSecretKey) {
+    throw new ConfigError(
+      "invalid configuration: SWITCHYARD_PAYMENT_PROVIDER=stripe needs SWITCHYARD_STRIPE_SECRET_KEY",
     );
   }
   const upstreams = cfg.upstreamsFile ? [...cfg.upstreams, ...readUpstreamsFile(cfg.upstreamsFile)] : cfg.upstreams;

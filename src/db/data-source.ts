@@ -19,6 +19,7 @@ import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.
 import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
 import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-invitations.js";
 import { ModelPrices1764750000000 } from "./migrations/1764750000000-model-prices.js";
+import { BillingPayments1764760000000 } from "./migrations/1764760000000-billing-payments.js";
 import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.js";
 
 /** Migrations in the order they apply; append only. */
@@ -39,6 +40,7 @@ export const migrations = [
   ActivityReads1764730000000,
   OpenInvitations1764745000000,
   ModelPrices1764750000000,
+  BillingPayments1764760000000,
   UsageDaily1764770000000,
 ];
 

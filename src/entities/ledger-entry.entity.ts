@@ -2,7 +2,7 @@
 import { Column, Entity, PrimaryColumn } from "typeorm";
 import { bigintTransformer } from "./transformers.js";
 
-export type LedgerEntryType = "grant" | "usage" | "topup" | "adjustment" | "refund";
+export type LedgerEntryType = "grant" | "usage" | "top_up" | "adjustment" | "refund";
 
 @Entity("credit_ledger")
 export class LedgerEntryEntity {

@@ -146,10 +146,14 @@ export function createApp(opts: AppOptions): Express {
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger));
-  // Routes that read their own body (batches) skip the JSON parser.
+  // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
+  // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(
-    dataPlaneRoutes.filter((r) => r.body === "raw").map((r) => `${r.method.toUpperCase()} ${r.path}`),
+    [...dataPlaneRoutes, ...controlRoutes]
+      .filter((r) => r.body === "raw")
+      .map((r) => `${r.method.toUpperCase()} ${r.path}`),
   );
+  const parseRaw = express.raw({ type: () => true, limit: opts.bodyLimitBytes });
   const parseJson = jsonBody(opts.bodyLimitBytes);
   app.use(["/v1", "/control/v1"], (req, res, next) => {
     const path = req.originalUrl.split("?")[0].replace(/\/+$/, "").toLowerCase();
@@ -164,11 +168,17 @@ export function createApp(opts: AppOptions): Express {
     });
   }
   for (const route of controlRoutes) {
-    app[route.method](route.path, async (req, res) => {
+    const handlers: RequestHandler[] = route.body === "raw" ? [parseRaw] : [];
+    app[route.method](route.path, ...handlers, async (req: Request, res: Response) => {
       const ctx = await contextFor(req, res, opts.credentials, route.auth);
       const result = await route.call(
         opts.deps.resolvers,
-        { body: req.body, params: req.params as Record<string, string>, query: req.query as Record<string, unknown> },
+        {
+          body: req.body,
+          params: req.params as Record<string, string>,
+          query: req.query as Record<string, unknown>,
+          header: (name) => req.get(name),
+        },
         ctx,
       );
       if (route.status === 204) res.status(204).end();

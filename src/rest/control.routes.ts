@@ -29,6 +29,8 @@ export interface RouteInput {
   body: unknown;
   params: Record<string, string>;
   query: Record<string, unknown>;
+  /** A request header (lowercase name), for the routes that read one (the Stripe webhook's signature). */
+  header: (name: string) => string | undefined;
 }
 
 export interface RouteSpec {
@@ -41,6 +43,8 @@ export interface RouteSpec {
   auth: "required" | "optional" | "none";
   /** Success status; 204 sends no body. */
   status: 200 | 201 | 204;
+  /** `raw`: the body is handed over as the bytes that came (a Buffer), unparsed (webhook signatures). */
+  body?: "raw";
   call: (r: Resolvers, input: RouteInput, ctx: RequestContext) => unknown;
 }
 
@@ -219,5 +223,50 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.billingSummary.summary(query, ctx),
+  },
+  // Billing (issue 10, items 4–6). The confirm link and the Stripe webhook carry their own proof
+  // (an HMAC signature, Stripe's signature over the raw body) instead of credentials.
+  {
+    method: "get",
+    path: "/control/v1/billing/transactions",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.billing.transactions(query, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/billing/topups",
+    auth: "required",
+    status: 201,
+    call: (r, { query, body }, ctx) => r.billing.topUp(query, body, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/billing/topups/local/confirm",
+    auth: "none",
+    status: 200,
+    call: (r, { query }) => r.billing.confirmLocalTopUp(query),
+  },
+  {
+    method: "post",
+    path: "/control/v1/billing/stripe/webhook",
+    auth: "none",
+    status: 200,
+    body: "raw",
+    call: (r, { body, header }) => r.billing.stripeWebhook(body, header("stripe-signature")),
+  },
+  {
+    method: "post",
+    path: "/control/v1/billing/invoices",
+    auth: "required",
+    status: 201,
+    call: (r, { body }, ctx) => r.billing.invoices(body, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/billing/invoices/:invoice_id",
+    auth: "required",
+    status: 200,
+    call: (r, { params }, ctx) => r.billing.invoice(params.invoice_id, ctx),
   },
 ];

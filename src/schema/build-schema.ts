@@ -5,6 +5,7 @@
 import type { GraphQLSchema } from "graphql";
 import { type ContainerType, type PubSub, buildSchema } from "type-graphql";
 import { ActivityResolver } from "../resolvers/activity.resolver.js";
+import { BillingResolver } from "../resolvers/billing.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -28,6 +29,7 @@ export interface Resolvers {
   teamMembers: TeamMemberResolver;
   activity: ActivityResolver;
   billingSummary: BillingSummaryResolver;
+  billing: BillingResolver;
 }
 
 export const resolverClasses = [
@@ -42,6 +44,7 @@ export const resolverClasses = [
   TeamMemberResolver,
   ActivityResolver,
   BillingSummaryResolver,
+  BillingResolver,
 ] as const;
 
 /**

@@ -8,6 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
 import { ActivityResolver } from "../resolvers/activity.resolver.js";
+import { BillingResolver } from "../resolvers/billing.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -27,6 +28,7 @@ import type { CompletionEventsService } from "../services/completion-events.serv
 import type { MemberService } from "../services/members.service.js";
 import type { ActivityService } from "../services/activity.service.js";
 import type { BillingSummaryService } from "../services/billing-summary.service.js";
+import type { BillingService } from "../services/billing/billing.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
@@ -57,6 +59,7 @@ export function placeholderResolvers(): Resolvers {
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
     activity: new ActivityResolver(undefined as unknown as ActivityService),
     billingSummary: new BillingSummaryResolver(undefined as unknown as BillingSummaryService),
+    billing: new BillingResolver(undefined as unknown as BillingService),
   };
 }
 

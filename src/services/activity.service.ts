@@ -31,7 +31,7 @@ export const ACTIVITY_TYPES = ["standalone", "batch", "stream"] as const;
 export const ACTIVITY_STATUSES = ["pending", "running", "completed", "failed", "cancelled"] as const;
 
 /** An ISO 8601 date or date-time (with a zone, or UTC when none is given). */
-const isoDateTime = z
+export const isoDateTime = z
   .string()
   .regex(
     /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/,
