@@ -70,7 +70,20 @@ const catalogSchema = z.object({
 });
 
 export type LlamaCppEngineSpec = z.infer<typeof llamaCppEngineSchema>;
-export type EngineSpec = LlamaCppEngineSpec;
+
+/**
+ * A model served by upstream OpenAI-compatible servers (issue 9, interface 1; the engine and its
+ * catalog parsing are helper U's). Custom models without a local GGUF become one of these.
+ */
+export interface OpenAiCompatibleEngineSpec {
+  type: "openai_compatible";
+  /** The model id upstream; default: the catalog model's id. */
+  upstream_model?: string;
+  /** Endpoint names; default: every configured endpoint whose `models` lists `upstream_model`. */
+  endpoints?: string[];
+}
+
+export type EngineSpec = LlamaCppEngineSpec | OpenAiCompatibleEngineSpec;
 
 /** One catalog model as the rest of the service sees it. */
 export interface CatalogModel {
@@ -99,6 +112,20 @@ export interface CatalogModel {
   engine: EngineSpec;
   /** Unix seconds; the catalog release date, used as the OpenAI `created` field. */
   created: number;
+  /**
+   * Engine resources of their own (issue 9): set for a team's custom model or dedicated
+   * deployment, which run apart from the shared runtime of a platform model with the same id.
+   * `key` names them in the engine (unique per custom model or deployment); `slots` is how many
+   * requests they serve at once (parallel sequences, or embedding contexts). Absent: the model's
+   * shared runtime, keyed by `id`.
+   */
+  runtime?: ModelRuntime;
+}
+
+/** A dedicated runtime of a model (see `CatalogModel.runtime`). */
+export interface ModelRuntime {
+  key: string;
+  slots: number;
 }
 
 /** Per-team limits of one model; null = unlimited. */

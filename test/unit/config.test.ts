@@ -2,7 +2,7 @@
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { loadCatalog } from "../../src/config/catalog.js";
+import { type LlamaCppEngineSpec, loadCatalog } from "../../src/config/catalog.js";
 import { ConfigError, loadConfig } from "../../src/config/config.js";
 import { resolveModelPath } from "../../src/inference/engines/llama-cpp/model-files.js";
 import { MODELS_DIR } from "../support/harness.js";
@@ -61,7 +61,7 @@ test("when the shipped catalog is loaded, then prices are exact and the default 
   expect(chat.prices.inputPerMillionMicros).toBe(20_000n);
   const embed = catalog.models.find((m) => m.modality === "text_embedding")!;
   expect(embed.capabilities.dimensions).toBe(64);
-  expect(embed.engine.file).toBe("stories260K.gguf");
+  expect((embed.engine as LlamaCppEngineSpec).file).toBe("stories260K.gguf");
 });
 
 test("when a catalog is invalid, then ConfigError says where", () => {
@@ -82,6 +82,7 @@ test("when a catalog price has more than 6 decimals, then ConfigError names the 
 describe("model files", () => {
   const catalog = loadCatalog(loadConfig({ SWITCHYARD_DATA_DIR: tmp() }).catalogPath);
   const model = catalog.models[0];
+  const spec = model.engine as LlamaCppEngineSpec;
   const lib = {
     resolveModelFile: async () => {
       throw new Error("getaddrinfo ENOTFOUND huggingface.co");
@@ -91,7 +92,7 @@ describe("model files", () => {
   test("when the models directory has the file, then it is used", async () => {
     const file = await resolveModelPath(
       model,
-      model.engine,
+      spec,
       { modelsDir: MODELS_DIR, dataDir: tmp(), allowModelDownload: false },
       lib,
     );
@@ -99,13 +100,13 @@ describe("model files", () => {
   });
 
   test("when the file is missing and downloads are off, then the error names SWITCHYARD_MODELS_DIR", async () => {
-    const err = resolveModelPath(model, model.engine, { dataDir: tmp(), allowModelDownload: false }, lib);
+    const err = resolveModelPath(model, spec, { dataDir: tmp(), allowModelDownload: false }, lib);
     await expect(err).rejects.toThrow(ConfigError);
     await expect(err).rejects.toThrow(/SWITCHYARD_MODELS_DIR/);
   });
 
   test("when the file is missing and the download fails offline, then the error says so and names the setting", async () => {
-    const err = resolveModelPath(model, model.engine, { dataDir: tmp(), allowModelDownload: true }, lib);
+    const err = resolveModelPath(model, spec, { dataDir: tmp(), allowModelDownload: true }, lib);
     await expect(err).rejects.toThrow(
       /downloading hf:ggml-org\/models\/tinyllamas\/stories260K\.gguf failed.*SWITCHYARD_MODELS_DIR/,
     );
