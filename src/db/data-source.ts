@@ -15,6 +15,7 @@ import { MailOutbox1764550000000 } from "./migrations/1764550000000-mail-outbox.
 import { PasswordReset1764600000000 } from "./migrations/1764600000000-password-reset.js";
 import { OAuthIdentities1764610000000 } from "./migrations/1764610000000-oauth-identities.js";
 import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
+import { Models1764700000000 } from "./migrations/1764700000000-models.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -30,6 +31,7 @@ export const migrations = [
   PasswordReset1764600000000,
   OAuthIdentities1764610000000,
   Teams1764620000000,
+  Models1764700000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
