@@ -30,11 +30,13 @@ import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
+import { workDeployments } from "./jobs/deployment.jobs.js";
 import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { BatchResolver } from "./resolvers/batch.resolver.js";
+import { DeploymentResolver } from "./resolvers/deployment.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
@@ -69,6 +71,12 @@ import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { CustomModelsService } from "./services/models/custom-models.service.js";
+import { DeploymentReconciler } from "./services/models/deployment-reconciler.js";
+import { DeploymentsService } from "./services/models/deployments.service.js";
+import { PlatformModels } from "./services/models/model-sources.js";
+import { SecretBox } from "./services/models/secret-box.js";
+import { TeamModelDirectory } from "./services/models/team-models.js";
 import { OAuthService } from "./services/oauth/oauth.service.js";
 import { OidcProviders } from "./services/oauth/oidc-providers.js";
 import { PasswordResetService } from "./services/password-reset.service.js";
@@ -155,7 +163,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     credit.start();
     cleanup.push(["credit leases", () => credit.close()]);
 
-    const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
+    const platform = new PlatformModels(loadCatalog(config.catalogPath));
     const engines = new EngineRouter({
       llama_cpp: new LlamaCppEngine({
         threads: config.engineThreads,
@@ -172,8 +180,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["metering (after engines)", () => drainAfterEngines()]);
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
-    await engines.loadAll(catalog.all().filter((m) => m.platformStatus !== "coming_soon"));
-    logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
+    await engines.loadAll(platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"));
+    logger.info({ ms: Date.now() - loadStarted, models: platform.catalog.models.length }, "models loaded");
+
+    // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so
+    // the catalog resolves a team's models without a database round trip per request.
+    const customSlots = { generation: config.engineSequences, embedding: config.engineEmbeddingContexts };
+    const teamModels = new TeamModelDirectory(ds, bus, platform, engines, logger, customSlots);
+    await teamModels.start();
+    const catalog = new ModelCatalogService(platform, teamModels);
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
     // Mail (issue 8): the outbox, and SMTP when SMTP_URL is set.
@@ -243,6 +258,20 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       runner.start();
       cleanup.push(["batch runner", () => runner.stop()]);
     }
+    // Deployments and custom models (issue 9): the reconciler brings them up in worker processes;
+    // it stops before the job queue (what it was loading is left to its lease).
+    if (runsWorkers) {
+      const reconciler = new DeploymentReconciler(ds, bus, engines, platform, teamModels, logger, {
+        intervalMs: config.reconcileIntervalMs,
+        maxSlots: config.deploymentMaxSlots,
+        customSlots,
+        modelsDir: config.modelsDir,
+        dataDir: config.dataDir,
+      });
+      await workDeployments(jobs, reconciler);
+      reconciler.start();
+      cleanup.push(["deployment reconciler", () => reconciler.stop()]);
+    }
     const loaders = new ControlLoaders(ds);
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
@@ -281,7 +310,17 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
-      models: new ModelResolver(catalog),
+      models: new ModelResolver(
+        catalog,
+        new CustomModelsService(
+          ds,
+          bus,
+          jobs,
+          platform,
+          teamModels,
+          new SecretBox(config.jwtSecret, "model-hub-token"),
+        ),
+      ),
       responses: new ResponseResolver(background),
       events: new CompletionEventsResolver(events, streams),
       // Teams (issue 8, item 3; the webhook signing secret of issue 6, item 3).
@@ -289,6 +328,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streams: new StreamResolver(streams),
       batches: new BatchResolver(batches),
       teamMembers: new TeamMemberResolver(members),
+      deployments: new DeploymentResolver(new DeploymentsService(ds, bus, jobs, teamModels)),
     };
 
     const deps = {

@@ -231,6 +231,18 @@ export const configSchema = z.object({
         .refine((list) => new Set(list.map((p) => p.name)).size === list.length, "provider names must be unique"),
     )
     .default([]),
+  /**
+   * Deployments (issue 9): most parallel sequences (or embedding contexts) one deployment may
+   * load in the embedded engine; a deployment whose `min_replicas` asks for more fails with a
+   * `status_reason` saying so.
+   */
+  deploymentMaxSlots: intFromEnv(1, 256).default(16),
+  /**
+   * Deployments: how often each worker process looks for deployments and requested custom models
+   * to bring up (also those a dead process left `deploying`), ms. Creates wake it at once through
+   * the job queue; this is the fallback.
+   */
+  reconcileIntervalMs: intFromEnv(100, 3_600_000).default(10_000),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -277,6 +289,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   authThrottleWindowS: "SWITCHYARD_AUTH_THROTTLE_WINDOW_S",
   trustProxy: "SWITCHYARD_TRUST_PROXY",
   oauthProviders: "SWITCHYARD_OAUTH_PROVIDERS",
+  deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
+  reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

@@ -8,6 +8,7 @@ import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
@@ -24,6 +25,7 @@ export interface Resolvers {
   streams: StreamResolver;
   batches: BatchResolver;
   teamMembers: TeamMemberResolver;
+  deployments: DeploymentResolver;
 }
 
 export const resolverClasses = [
@@ -36,6 +38,7 @@ export const resolverClasses = [
   StreamResolver,
   BatchResolver,
   TeamMemberResolver,
+  DeploymentResolver,
 ] as const;
 
 /**

@@ -11,6 +11,7 @@ import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
@@ -24,6 +25,8 @@ import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { CustomModelsService } from "../services/models/custom-models.service.js";
+import type { DeploymentsService } from "../services/models/deployments.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
 import type { StreamsService } from "../services/streams.service.js";
@@ -41,7 +44,7 @@ export function placeholderResolvers(): Resolvers {
       undefined as unknown as OAuthService,
     ),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService, undefined as unknown as MemberService),
-    models: new ModelResolver(undefined as unknown as ModelCatalogService),
+    models: new ModelResolver(undefined as unknown as ModelCatalogService, undefined as unknown as CustomModelsService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
     events: new CompletionEventsResolver(
       undefined as unknown as CompletionEventsService,
@@ -51,6 +54,7 @@ export function placeholderResolvers(): Resolvers {
     streams: new StreamResolver(undefined as unknown as StreamsService),
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
+    deployments: new DeploymentResolver(undefined as unknown as DeploymentsService),
   };
 }
 
