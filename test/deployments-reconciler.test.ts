@@ -270,6 +270,72 @@ describe("custom models", () => {
     expectEnvelope(otherGet, 404);
   });
 
+  test("when the team's custom model is named by responses (plain and background), messages and a batch, then each runs on it under its id", async () => {
+    const caller = await createTestCaller(server.url);
+    await createCustomModel(server, caller.token, {
+      model_id: "everywhere",
+      architecture: "llama",
+      base_model_id: CHAT_MODEL,
+      hf_repo: `x/${SHARED_GGUF}`,
+    });
+    await requestDeployment(server, caller.token, "everywhere");
+    expect((await customModelSettles(server, caller.token, "everywhere")).deploy_status).toBe("available");
+    const post = (path: string, body: unknown) => http(server.url, "POST", path, { token: caller.key, body });
+
+    const plain = await post("/v1/responses", { model: "everywhere", input: "Once", max_output_tokens: 3 });
+    expect(plain.status).toBe(200);
+    expect(plain.body.model).toBe("everywhere");
+    const message = await post("/v1/messages", {
+      model: "everywhere",
+      max_tokens: 3,
+      messages: [{ role: "user", content: "Once" }],
+    });
+    expect(message.status).toBe(200);
+    expect(message.body.model).toBe("everywhere");
+    const background = await post("/v1/responses", {
+      model: "everywhere",
+      input: "Once",
+      max_output_tokens: 3,
+      background: true,
+    });
+    expect(background.status).toBe(200);
+    const batch = await post("/v1/batches", {
+      requests: [
+        {
+          custom_id: "b1",
+          body: { model: "everywhere", messages: [{ role: "user", content: "Once" }], max_tokens: 3 },
+        },
+      ],
+    });
+    expect(batch.status).toBe(201);
+    let response: any;
+    let finished: any;
+    expect(
+      await eventually(async () => {
+        response = (await http(server.url, "GET", `/v1/responses/${background.body.id}`, { token: caller.key })).body;
+        finished = (await http(server.url, "GET", `/v1/batches/${batch.body.id}`, { token: caller.key })).body;
+        return response.status !== "in_progress" && ["completed", "failed"].includes(finished.status);
+      }, 30_000),
+    ).toBe(true);
+    expect(response.model).toBe("everywhere");
+    expect(["completed", "incomplete"]).toContain(response.status); // 3 tokens may cut it short
+    expect(finished.status).toBe("completed");
+    const rows = await server.db<{ model: string; type: string; status: string }>(
+      "SELECT model, type, status FROM activity WHERE team_id = $1 ORDER BY created_at",
+      [caller.teamId],
+    );
+    expect(rows).toHaveLength(4);
+    for (const r of rows) expect(r).toMatchObject({ model: "everywhere", status: "completed" });
+    // Another team cannot put it in a batch either.
+    const other = await createTestCaller(server.url);
+    const refused = await http(server.url, "POST", "/v1/batches", {
+      token: other.key,
+      body: { requests: [{ body: { model: "everywhere", messages: [{ role: "user", content: "Once" }] } }] },
+    });
+    expectEnvelope(refused, 400);
+    expect(refused.body.extra[0].field).toBe("requests[0].body.model");
+  });
+
   test("when a custom model's file cannot be loaded, then failed with the engine's reason, no server folder in it", async () => {
     const caller = await createTestCaller(server.url);
     await createCustomModel(server, caller.token, {
