@@ -28,6 +28,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
+import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
 import { workDeployments } from "./jobs/deployment.jobs.js";
@@ -41,6 +42,7 @@ import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./resolvers/team.resolver.js";
+import { ActivityResolver } from "./resolvers/activity.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
 import {
@@ -77,6 +79,7 @@ import { DeploymentsService } from "./services/models/deployments.service.js";
 import { PlatformModels } from "./services/models/model-sources.js";
 import { SecretBox } from "./services/models/secret-box.js";
 import { TeamModelDirectory } from "./services/models/team-models.js";
+import { RateLimitService } from "./services/rate-limit.service.js";
 import { OAuthService } from "./services/oauth/oauth.service.js";
 import { OidcProviders } from "./services/oauth/oidc-providers.js";
 import { PasswordResetService } from "./services/password-reset.service.js";
@@ -84,6 +87,7 @@ import { ResponsesService } from "./services/responses.service.js";
 import { StreamDirectory } from "./services/stream-directory.js";
 import { StreamsService } from "./services/streams.service.js";
 import { TeamService } from "./services/team.service.js";
+import { ActivityService } from "./services/activity.service.js";
 import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
@@ -164,7 +168,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["credit leases", () => credit.close()]);
 
     const platform = new PlatformModels(loadCatalog(config.catalogPath));
+    // Upstream OpenAI-compatible servers (issue 9, item 3): the endpoints of SWITCHYARD_UPSTREAMS.
+    const upstream = new OpenAiCompatibleEngine({
+      endpoints: config.upstreams,
+      connectTimeoutMs: config.upstreamConnectMs,
+      headersTimeoutMs: config.upstreamHeadersMs,
+      bodyTimeoutMs: config.upstreamIdleMs,
+      healthIntervalMs: config.upstreamProbeMs,
+      logger,
+    });
+    upstream.checkCatalog(platform.catalog.models);
     const engines = new EngineRouter({
+      openai_compatible: upstream,
       llama_cpp: new LlamaCppEngine({
         threads: config.engineThreads,
         sequences: config.engineSequences,
@@ -180,7 +195,16 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["metering (after engines)", () => drainAfterEngines()]);
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
-    await engines.loadAll(platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"));
+    // An upstream that is down at start does not stop the service: its models answer 503 until
+    // a health check finds an endpoint serving them. A missing model file still does.
+    await engines.loadAll(
+      platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"),
+      (model, err) =>
+        logger.warn(
+          { model: model.id, reason: err.detail },
+          "model unavailable at start; it answers 503 until its engine is back",
+        ),
+    );
     logger.info({ ms: Date.now() - loadStarted, models: platform.catalog.models.length }, "models loaded");
 
     // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so
@@ -224,7 +248,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
 
     // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
     const streamDirectory = new StreamDirectory(ds, bus);
-    const inference = new InferenceService(engines, metering, credit, config.maxQueueWaitS, streamDirectory);
+    const rateLimits = new RateLimitService(ds, logger);
+    const inference = new InferenceService(
+      engines,
+      metering,
+      credit,
+      config.maxQueueWaitS,
+      streamDirectory,
+      rateLimits,
+    );
     const responses = new ResponsesService(ds);
 
     // Issue 6 (helper J): the durable job queue (every role sends jobs) and background responses;
@@ -306,7 +338,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
     const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members);
     // Issue 8 (helper O): OpenID Connect sign-in and linking.
-    const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger));
+    const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger), members);
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
@@ -329,6 +361,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       batches: new BatchResolver(batches),
       teamMembers: new TeamMemberResolver(members),
       deployments: new DeploymentResolver(new DeploymentsService(ds, bus, jobs, teamModels)),
+      // Activity and usage (issue 10, items 1 and 2).
+      activity: new ActivityResolver(new ActivityService(ds)),
     };
 
     const deps = {

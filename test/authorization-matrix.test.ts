@@ -18,10 +18,9 @@
  * - Models and deployments (issue 9): everyone reads the catalog, searches it and lists the team's
  *   deployments; owners and admins create and delete custom models and deployments and request
  *   deployments; another team's custom model or deployment is 404.
- *
- * Activity, usage and billing have no endpoints yet; their rows come with them (e.g.
- * `GET /control/v1/activity?user_id=<another member>`: owner 200, admin 200, member 403, other 404
- * — `usageScope` in the policy).
+ * Activity and usage: members read their own records (another member's record by id: 404);
+ * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
+ * policy). Billing joins with its endpoints.
  */
 import { randomUUID } from "node:crypto";
 import { controlRoutes } from "../src/rest/control.routes.js";
@@ -340,6 +339,36 @@ const rows: Row[] = [
     name: "DELETE /control/v1/deployments/{deployment}",
     prepare: async () => ({ deployment: await newDeployment() }),
     expect: managersOnly(204),
+  },
+  // Activity and usage (issue 10): members read their own; naming another user is for owners and
+  // admins; "other" filtering by a user of team A reads their own team, where that user has nothing.
+  { name: "GET /control/v1/activity", expect: anyCaller(200) },
+  {
+    name: "GET /control/v1/activity?user_id={ownerId}",
+    prepare: async (fx) => ({ ownerId: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403 },
+  },
+  { name: "GET /control/v1/activity/models", expect: anyCaller(200) },
+  // The fixture response is the owner's: the member sees only their own records.
+  { name: "GET /control/v1/activity/{responseId}", expect: { ...teamOnly(200), member: 404 } },
+  { name: "GET /control/v1/usage/daily", expect: anyCaller(200) },
+  {
+    name: "GET /control/v1/usage/daily?user_id={ownerId}",
+    prepare: async (fx) => ({ ownerId: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403 },
+  },
+  { name: "GET /control/v1/usage/summary", expect: anyCaller(200) },
+  {
+    name: "graphql activityRecords(userId)",
+    query: `query($u: ID) { activityRecords(userId: $u) { total } }`,
+    variables: (fx) => ({ u: fx.owner.userId }),
+    expect: { ...anyCaller(200), member: 403, anonymous: 401 },
+  },
+  {
+    name: "graphql activityRecord",
+    query: `query($id: ID!) { activityRecord(id: $id) { id costMicros } }`,
+    variables: (fx) => ({ id: fx.responseId }),
+    expect: { ...teamOnly(200), member: 404 },
   },
 
   // GraphQL

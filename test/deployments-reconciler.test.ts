@@ -353,13 +353,13 @@ describe("custom models", () => {
     expect((await customModelSettles(server, caller.token, "broken")).deploy_status).toBe("failed");
   });
 
-  test("when a custom model has no local file and no upstream engine is configured, then failed saying so", async () => {
+  test("when a custom model has no local file and no upstream endpoint serves it, then failed with the engine's reason", async () => {
     const caller = await createTestCaller(server.url);
     await createCustomModel(server, caller.token, { model_id: "remote-only", architecture: "qwen" });
     await requestDeployment(server, caller.token, "remote-only");
     const done = await customModelSettles(server, caller.token, "remote-only");
     expect(done.deploy_status).toBe("failed");
-    expect(done.status_reason).toMatch(/No openai_compatible engine is configured/);
+    expect(done.status_reason).toMatch(/No upstream endpoint is configured to serve remote-only/);
   });
 
   test("when a custom model is deployed through a deployment, then requests of its team route to it", async () => {

@@ -18,6 +18,7 @@ import {
   startTestServer,
 } from "./support/harness.js";
 import { type TestAccount, type TestOidcProvider, startOidcProvider } from "./support/oidc-provider.js";
+import { freshEmail, invite } from "./support/teams.js";
 
 let server: TestServer;
 let acme: TestOidcProvider;
@@ -320,6 +321,44 @@ describe("POST /control/v1/auth/oauth/complete", () => {
     const users = await count("SELECT count(*) AS n FROM users");
     expectEnvelope(await complete(f.body), 403);
     expect(await count("SELECT count(*) AS n FROM users")).toBe(users);
+  });
+
+  test("when a first sign-in carries an invitation for that email, then the person joins the inviting team with its role and the token is used up", async () => {
+    const owner = await createTestUser(server.url);
+    const who = person();
+    const invited = await invite(server.url, owner.token, who.email!, "admin");
+    expect(invited.status).toBe(201);
+    const teams = await count("SELECT count(*) AS n FROM teams");
+    const res = await complete({ ...(await flow("acme", who)).body, invite_token: invited.body.invite_token });
+    expect(res.status).toBe(200);
+    expect(res.body.user).toMatchObject({ id: invited.body.user_id, team_id: owner.teamId, role: "admin" });
+    // No personal team, no signup grant: the person joined an existing team.
+    expect(await count("SELECT count(*) AS n FROM teams")).toBe(teams);
+    expect(await count("SELECT count(*) AS n FROM oauth_identities WHERE user_id = $1", [res.body.user.id])).toBe(1);
+    expect((await me(res.body.access_token)).body.team_id).toBe(owner.teamId);
+
+    // The token is spent: a second person cannot use it.
+    const again = await flow("acme", person());
+    const before = await snapshot();
+    expectEnvelope(await complete({ ...again.body, invite_token: invited.body.invite_token }), 404);
+    expect(await snapshot()).toEqual({ ...before, oauth_states: before.oauth_states - 1 });
+  });
+
+  test("when a first sign-in carries an invitation for another email, then 403 and nothing is created", async () => {
+    const owner = await createTestUser(server.url);
+    const invited = await invite(server.url, owner.token, freshEmail());
+    const who = person();
+    const f = await flow("acme", who);
+    const before = await snapshot();
+    expectEnvelope(await complete({ ...f.body, invite_token: invited.body.invite_token }), 403);
+    expect(await snapshot()).toEqual({ ...before, oauth_states: before.oauth_states - 1 });
+  });
+
+  test("when a first sign-in carries an unknown invitation, then 404 and nothing is created", async () => {
+    const f = await flow("acme", person());
+    const before = await snapshot();
+    expectEnvelope(await complete({ ...f.body, invite_token: "inv_nope" }), 404);
+    expect(await snapshot()).toEqual({ ...before, oauth_states: before.oauth_states - 1 });
   });
 
   test("when two first sign-ins of one person race, then both succeed as one user", async () => {

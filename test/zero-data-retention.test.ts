@@ -134,3 +134,30 @@ test("when zero data retention is off (the default, or turned off again), then b
   expect(activity.body_json).not.toBeNull();
   expect(activity.result_json).toMatchObject({ id: response.id });
 });
+
+test("when the team has zero data retention, then a batch (bodies stored by nature) is refused with 403 and nothing is stored; turned off, it is accepted", async () => {
+  const caller = await zdrCaller();
+  const batch = {
+    requests: [
+      {
+        custom_id: "zdr-b1",
+        url: "/v1/chat/completions",
+        body: { model: CHAT_MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 },
+      },
+    ],
+  };
+  const batches = async () =>
+    (await server.db<{ n: string }>("SELECT count(*) AS n FROM batches WHERE team_id = $1", [caller.teamId]))[0].n;
+  const refused = await http(server.url, "POST", "/v1/batches", { token: caller.key, body: batch });
+  expectEnvelope(refused, 403);
+  expect(refused.body.detail).toMatch(/zero data retention/);
+  expect(await batches()).toBe("0");
+
+  const off = await http(server.url, "PATCH", "/control/v1/teams/me", {
+    token: caller.token,
+    body: { zero_data_retention_enabled: false },
+  });
+  expect(off.status).toBe(200);
+  expect((await http(server.url, "POST", "/v1/batches", { token: caller.key, body: batch })).status).toBe(201);
+  expect(await batches()).toBe("1");
+});

@@ -33,6 +33,23 @@ const llamaCppEngineSchema = z.object({
   eog_token_ids: z.array(z.number().int().min(0)).default([]),
 });
 
+/**
+ * A model served by upstream OpenAI-compatible servers (vLLM, SGLang, llama.cpp server, another
+ * Switchyard), configured as endpoints in `SWITCHYARD_UPSTREAMS` (issue 9, item 3).
+ */
+const openAiCompatibleEngineSchema = z.object({
+  type: z.literal("openai_compatible"),
+  /** The model id the upstream knows; default: this catalog model's id. */
+  upstream_model: z.string().min(1).max(512).optional(),
+  /**
+   * Names of the endpoints (config `upstreams`) that may serve it; default: every configured
+   * endpoint whose `models` lists the upstream model.
+   */
+  endpoints: z.array(z.string().min(1)).min(1).optional(),
+});
+
+const engineSchema = z.discriminatedUnion("type", [llamaCppEngineSchema, openAiCompatibleEngineSchema]);
+
 const catalogModelSchema = z.object({
   id: z.string().min(1).max(512),
   display_name: z.string().min(1),
@@ -61,7 +78,7 @@ const catalogModelSchema = z.object({
   tpm_limit: limit,
   rpm_limit: limit,
   requests_per_hour: limit,
-  engine: llamaCppEngineSchema,
+  engine: engineSchema,
 });
 
 const catalogSchema = z.object({
@@ -70,19 +87,8 @@ const catalogSchema = z.object({
 });
 
 export type LlamaCppEngineSpec = z.infer<typeof llamaCppEngineSchema>;
-
-/**
- * A model served by upstream OpenAI-compatible servers (issue 9, interface 1; the engine and its
- * catalog parsing are helper U's). Custom models without a local GGUF become one of these.
- */
-export interface OpenAiCompatibleEngineSpec {
-  type: "openai_compatible";
-  /** The model id upstream; default: the catalog model's id. */
-  upstream_model?: string;
-  /** Endpoint names; default: every configured endpoint whose `models` lists `upstream_model`. */
-  endpoints?: string[];
-}
-
+export type OpenAiCompatibleEngineSpec = z.infer<typeof openAiCompatibleEngineSchema>;
+/** How a catalog model is served: `engine.type` picks the engine (`EngineRouter`). */
 export type EngineSpec = LlamaCppEngineSpec | OpenAiCompatibleEngineSpec;
 
 /** One catalog model as the rest of the service sees it. */

@@ -72,6 +72,58 @@ const oauthProviderSchema = z
 /** A configured OpenID Connect provider (config `oauthProviders`). */
 export type OAuthProviderConfig = z.infer<typeof oauthProviderSchema>;
 
+/**
+ * One upstream OpenAI-compatible endpoint (issue 9, item 3): a vLLM, SGLang, llama.cpp server or
+ * another Switchyard. `base_url` is the OpenAI base URL (as given to the `openai` client, usually
+ * ending in `/v1`); `models` the upstream model ids it serves; `weight` its share of the traffic
+ * among healthy replicas; `max_concurrency` the most requests sent to it at once (also its
+ * connection pool size; more wait for a free one, up to the request's queue wait).
+ */
+const upstreamSchema = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "expected letters, digits, . - and _ (1–64)"),
+    base_url: z
+      .string()
+      .url()
+      .refine((v) => /^https?:$/.test(new URL(v).protocol), "expected an http or https URL")
+      .refine((v) => {
+        const url = new URL(v);
+        return url.search === "" && url.hash === "" && url.username === "" && url.password === "";
+      }, "must have no query string, fragment or credentials (use api_key)"),
+    api_key: z.string().min(1).optional(),
+    models: z.array(z.string().min(1).max(512)).min(1),
+    weight: z.number().positive().max(1000).default(1),
+    max_concurrency: z.number().int().min(1).max(4096).default(64),
+  })
+  .transform((u) => ({
+    name: u.name,
+    baseUrl: u.base_url.replace(/\/+$/, ""),
+    apiKey: u.api_key,
+    models: u.models,
+    weight: u.weight,
+    maxConcurrency: u.max_concurrency,
+  }));
+
+/** A configured upstream endpoint (config `upstreams`). */
+export type UpstreamConfig = z.infer<typeof upstreamSchema>;
+
+/** A JSON array given as a string (environment) or as an array (config file). */
+const jsonArray = (what: string) =>
+  z.union([z.array(z.unknown()), z.string()]).transform((v, ctx) => {
+    if (Array.isArray(v)) return v;
+    try {
+      return JSON.parse(v) as unknown;
+    } catch {
+      ctx.addIssue({ code: "custom", message: `expected a JSON array of ${what}` });
+      return z.NEVER;
+    }
+  });
+
+const upstreamList = z
+  .array(upstreamSchema)
+  .max(256)
+  .refine((list) => new Set(list.map((u) => u.name)).size === list.length, "endpoint names must be unique");
+
 /** The validated configuration every component receives. Units are in the names (ms, micros). */
 export const configSchema = z.object({
   /** HTTP port; 0 picks a free one (tests). */
@@ -232,6 +284,25 @@ export const configSchema = z.object({
     )
     .default([]),
   /**
+   * Upstream OpenAI-compatible endpoints (issue 9, item 3): a JSON array (environment) or an array
+   * (config file) of `{name, base_url, api_key?, models, weight?, max_concurrency?}`. Catalog models
+   * with `engine.type: "openai_compatible"` are served by them.
+   */
+  upstreams: jsonArray("endpoints").pipe(upstreamList).default([]),
+  /** A JSON file holding more upstream endpoints (same shape), e.g. to keep API keys out of the environment. */
+  upstreamsFile: z.string().min(1).optional(),
+  /** Upstreams: most time to open a connection, ms (then the next replica is tried). */
+  upstreamConnectMs: intFromEnv(100, 600_000).default(5_000),
+  /**
+   * Upstreams: most time from sending a request to the answer's headers, ms (504 after). A
+   * non-streamed completion's headers come when it is done, so this bounds a whole generation.
+   */
+  upstreamHeadersMs: intFromEnv(100, 3_600_000).default(300_000),
+  /** Upstreams: most silence between two parts of an answer's body (e.g. streamed tokens), ms (504 after). */
+  upstreamIdleMs: intFromEnv(100, 3_600_000).default(120_000),
+  /** Upstreams: how often each endpoint's `GET /v1/models` is probed, ms (a failed one sooner). */
+  upstreamProbeMs: intFromEnv(100, 3_600_000).default(10_000),
+  /**
    * Deployments (issue 9): most parallel sequences (or embedding contexts) one deployment may
    * load in the embedded engine; a deployment whose `min_replicas` asks for more fails with a
    * `status_reason` saying so.
@@ -289,6 +360,12 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   authThrottleWindowS: "SWITCHYARD_AUTH_THROTTLE_WINDOW_S",
   trustProxy: "SWITCHYARD_TRUST_PROXY",
   oauthProviders: "SWITCHYARD_OAUTH_PROVIDERS",
+  upstreams: "SWITCHYARD_UPSTREAMS",
+  upstreamsFile: "SWITCHYARD_UPSTREAMS_FILE",
+  upstreamConnectMs: "SWITCHYARD_UPSTREAM_CONNECT_MS",
+  upstreamHeadersMs: "SWITCHYARD_UPSTREAM_HEADERS_MS",
+  upstreamIdleMs: "SWITCHYARD_UPSTREAM_IDLE_MS",
+  upstreamProbeMs: "SWITCHYARD_UPSTREAM_PROBE_MS",
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
 };
@@ -340,11 +417,36 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       `invalid configuration: SWITCHYARD_HEADERS_TIMEOUT_MS (${cfg.headersTimeoutMs}) must not exceed SWITCHYARD_REQUEST_TIMEOUT_MS (${cfg.requestTimeoutMs})`,
     );
   }
+  const upstreams = cfg.upstreamsFile ? [...cfg.upstreams, ...readUpstreamsFile(cfg.upstreamsFile)] : cfg.upstreams;
+  if (new Set(upstreams.map((u) => u.name)).size !== upstreams.length) {
+    throw new ConfigError(
+      "invalid configuration: SWITCHYARD_UPSTREAMS and SWITCHYARD_UPSTREAMS_FILE name the same endpoint twice",
+    );
+  }
   const dataDir = path.resolve(cfg.dataDir);
   const modelsDir = cfg.modelsDir ? path.resolve(cfg.modelsDir) : undefined;
   const jwtSecret = cfg.jwtSecret ?? persistedSecret(dataDir);
   const publicUrl = (cfg.publicUrl ?? `http://localhost:${cfg.port}`).replace(/\/$/, "");
-  return { ...cfg, dataDir, modelsDir, catalogPath: path.resolve(cfg.catalogPath), jwtSecret, publicUrl };
+  return { ...cfg, upstreams, dataDir, modelsDir, catalogPath: path.resolve(cfg.catalogPath), jwtSecret, publicUrl };
+}
+
+/**
+ * The endpoints of `SWITCHYARD_UPSTREAMS_FILE` (a JSON array, as `SWITCHYARD_UPSTREAMS`).
+ * @throws ConfigError naming the file and the offending entry.
+ */
+function readUpstreamsFile(file: string): UpstreamConfig[] {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(file, "utf8"));
+  } catch (err) {
+    throw new ConfigError(`cannot read upstreams file ${file} (SWITCHYARD_UPSTREAMS_FILE): ${(err as Error).message}`);
+  }
+  const parsed = upstreamList.safeParse(json);
+  if (!parsed.success) {
+    const detail = parsed.error.issues.map((i) => `${i.path.map((p) => `[${String(p)}]`).join("")}: ${i.message}`);
+    throw new ConfigError(`invalid upstreams file ${file} (SWITCHYARD_UPSTREAMS_FILE): ${detail.join("; ")}`);
+  }
+  return parsed.data;
 }
 
 /** Reads `<dataDir>/jwt-secret`, creating it (256 random bits, mode 0600) on first use. */

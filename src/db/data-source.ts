@@ -16,6 +16,8 @@ import { PasswordReset1764600000000 } from "./migrations/1764600000000-password-
 import { OAuthIdentities1764610000000 } from "./migrations/1764610000000-oauth-identities.js";
 import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
 import { Models1764700000000 } from "./migrations/1764700000000-models.js";
+import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.js";
+import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -32,6 +34,8 @@ export const migrations = [
   OAuthIdentities1764610000000,
   Teams1764620000000,
   Models1764700000000,
+  RateLimits1764710000000,
+  ActivityReads1764730000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

@@ -1,8 +1,8 @@
 /**
- * Routes each catalog model to the engine that serves it, by the catalog entry's `engine.type`
- * (`llama_cpp`: the embedded engine; `openai_compatible`: upstream servers). An engine type with
- * no engine registered on this server is refused with a reason (EngineUnavailable), which the
- * deployment reconciler records as a deployment's `status_reason`.
+ * Routes each catalog model to the engine that serves it, by the catalog entry's `engine.type`:
+ * `llama_cpp` (the embedded engine) or `openai_compatible` (upstream servers, issue 9 item 3). An
+ * engine type with no engine registered on this server is refused with a reason
+ * (EngineUnavailable), which the deployment reconciler records as a deployment's `status_reason`.
  */
 import type { CatalogModel, EngineSpec } from "../config/catalog.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
@@ -27,9 +27,22 @@ export class EngineRouter {
     return engine;
   }
 
-  /** Loads every model (files, contexts) so the first request does not pay for it. */
-  async loadAll(models: CatalogModel[]): Promise<void> {
-    for (const model of models) await this.engineFor(model).load(model);
+  /**
+   * Loads every model (files, contexts; upstream endpoints probed) so the first request does not
+   * pay for it. A model whose engine is unavailable for now (an upstream that is down: AppError
+   * EngineUnavailable) goes to `onUnavailable` when given, and the others still load; that model
+   * answers 503 until its engine is back.
+   * @throws what a load throws otherwise (a missing model file: ConfigError).
+   */
+  async loadAll(models: CatalogModel[], onUnavailable?: (model: CatalogModel, err: AppError) => void): Promise<void> {
+    for (const model of models) {
+      try {
+        await this.engineFor(model).load(model);
+      } catch (err) {
+        if (!onUnavailable || !(err instanceof AppError) || err.code !== ErrorCode.EngineUnavailable) throw err;
+        onUnavailable(model, err);
+      }
+    }
   }
 
   isLoaded(model: CatalogModel): boolean {

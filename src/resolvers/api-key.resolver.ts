@@ -4,10 +4,9 @@
  */
 import { Arg, Ctx, FieldResolver, Mutation, Query, Resolver, Root } from "type-graphql";
 import { ApiKeyEntity } from "../entities/api-key.entity.js";
-import { UserType } from "../schema/account.types.js";
+import { UserEntity } from "../entities/user.entity.js";
 import { ApiKeyListType, CreateApiKeyInputType, CreatedApiKeyType } from "../schema/api-key.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
-import { type UserDto, userResponse } from "../services/account.service.js";
 import type { ApiKeyList, ApiKeyService, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
 import type { RequestContext } from "../services/context.js";
 import type { MemberService } from "../services/members.service.js";
@@ -40,9 +39,8 @@ export class ApiKeyResolver {
     return true;
   }
 
-  @FieldResolver(() => UserType, { nullable: true, description: "The key's owner; null once they left the team." })
-  async user(@Root() key: ApiKeyEntity, @Ctx() ctx: RequestContext): Promise<UserDto | null> {
-    const user = await this.members.userOf(ctx, key);
-    return user && userResponse(user);
+  @FieldResolver(() => UserEntity, { nullable: true, description: "The key's owner; null once they left the team." })
+  async user(@Root() key: ApiKeyEntity, @Ctx() ctx: RequestContext): Promise<UserEntity | null> {
+    return this.members.userOf(ctx, key);
   }
 }

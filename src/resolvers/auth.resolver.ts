@@ -12,8 +12,8 @@ import {
   ResetPasswordResultType,
   SignupInputType,
   SignupResultType,
-  UserType,
 } from "../schema/account.types.js";
+import { UserEntity } from "../entities/user.entity.js";
 import { MappedArg } from "../schema/mapped-arg.js";
 import {
   LinkOAuthResultType,
@@ -28,7 +28,6 @@ import type {
   LoginResultDto,
   SignupInput,
   SignupResultDto,
-  UserDto,
 } from "../services/account.service.js";
 import type { RequestContext } from "../services/context.js";
 import type {
@@ -83,8 +82,8 @@ export class AuthResolver {
     return this.passwordResets.resetPassword(ctx, { token, password });
   }
 
-  @Query(() => UserType, { description: "The signed-in user." })
-  me(@Ctx() ctx: RequestContext): Promise<UserDto> {
+  @Query(() => UserEntity, { description: "The signed-in user." })
+  me(@Ctx() ctx: RequestContext): Promise<UserEntity> {
     return this.accounts.me(ctx);
   }
 

@@ -8,8 +8,7 @@
 import { Arg, Ctx, FieldResolver, ID, Mutation, Query, Resolver, Root } from "type-graphql";
 import { TeamEntity } from "../entities/team.entity.js";
 import { TeamMemberEntity } from "../entities/team-member.entity.js";
-import type { TeamRole } from "../entities/user.entity.js";
-import { UserType } from "../schema/account.types.js";
+import { type TeamRole, UserEntity } from "../entities/user.entity.js";
 import { MappedArg } from "../schema/mapped-arg.js";
 import {
   AcceptedInvitationType,
@@ -18,7 +17,7 @@ import {
   UpdateMemberInputType,
   UpdateTeamInputType,
 } from "../schema/team.types.js";
-import { type LoginResultDto, type UserDto, userResponse } from "../services/account.service.js";
+import type { LoginResultDto } from "../services/account.service.js";
 import type { RequestContext } from "../services/context.js";
 import type {
   InviteMemberInput,
@@ -115,7 +114,7 @@ export class TeamResolver {
     @Ctx() ctx: RequestContext,
   ): Promise<AcceptedInvitationDto> {
     const accepted = await this.memberService.accept(ctx, token);
-    return { message: "Invitation accepted.", ...accepted.token, user: userResponse(accepted.user) };
+    return { message: "Invitation accepted.", ...accepted.token, user: accepted.user };
   }
 }
 
@@ -124,12 +123,11 @@ export class TeamResolver {
 export class TeamMemberResolver {
   constructor(private readonly members: MemberService) {}
 
-  @FieldResolver(() => UserType, {
+  @FieldResolver(() => UserEntity, {
     nullable: true,
     description: "The member's account; null for a pending invitation.",
   })
-  async user(@Root() member: TeamMemberEntity, @Ctx() ctx: RequestContext): Promise<UserDto | null> {
-    const user = await this.members.userOf(ctx, member);
-    return user && userResponse(user);
+  async user(@Root() member: TeamMemberEntity, @Ctx() ctx: RequestContext): Promise<UserEntity | null> {
+    return this.members.userOf(ctx, member);
   }
 }

@@ -4,14 +4,35 @@
  * (the caller's role, members, the signing-secret fields) come from the same resolver methods that
  * answer them over GraphQL, so both surfaces say the same. Deployments (spec: Deployment) likewise.
  */
+import type { ActivityEntity } from "../entities/activity.entity.js";
 import type { ApiKeyEntity } from "../entities/api-key.entity.js";
 import type { DeploymentEntity } from "../entities/deployment.entity.js";
 import type { TeamEntity } from "../entities/team.entity.js";
 import type { TeamMemberEntity } from "../entities/team-member.entity.js";
+import type { UserEntity } from "../entities/user.entity.js";
 import type { Resolvers } from "../schema/build-schema.js";
+import type { ActivityList } from "../services/activity.service.js";
 import type { ApiKeyList } from "../services/api-key.service.js";
 import type { RequestContext } from "../services/context.js";
 import type { InvitedMember } from "../services/members.service.js";
+
+/** UserResponse (DESIGN §3 Account schemas): `username` is the email, `role` the team role. */
+export function userJson(u: UserEntity) {
+  return {
+    username: u.email,
+    role: u.role,
+    id: u.id,
+    email: u.email,
+    name: u.name,
+    team_id: u.teamId,
+    created_at: u.createdAt,
+  };
+}
+
+/** An answer that carries a signed-in `user` (login, signup, OAuth, accepted invitation), with it as UserResponse. */
+export function withUserJson<T extends { user: UserEntity }>(result: T) {
+  return { ...result, user: userJson(result.user) };
+}
 
 /** spec: Member. */
 export function memberJson(m: TeamMemberEntity) {
@@ -55,6 +76,58 @@ export function apiKeyJson(k: ApiKeyEntity) {
 /** ApiKeyListResponse. */
 export function apiKeyListJson(list: ApiKeyList) {
   return { items: list.items.map(apiKeyJson) };
+}
+
+/** spec: Activity record, list item. */
+export function activityItemJson(a: ActivityEntity) {
+  return {
+    id: a.id,
+    created_at: a.createdAt,
+    completed_at: a.completedAt,
+    status: a.status,
+    model: a.model,
+    custom_id: a.customId,
+    type: a.type,
+    batch_id: a.batchId,
+    stream_id: a.streamId,
+    prompt_tokens: a.promptTokens,
+    completion_tokens: a.completionTokens,
+    total_tokens: a.totalTokens,
+    cached_prompt_tokens: a.cachedPromptTokens,
+    cost_micros: Number(a.costMicros),
+    error: a.errorJson ?? null,
+    api_key_id: a.apiKeyId,
+    api_key_name: a.apiKeyName,
+    api_key_prefix: a.apiKeyPrefix,
+  };
+}
+
+/** spec: Activity record, list wrapper. */
+export function activityListJson(list: ActivityList) {
+  return { items: list.items.map(activityItemJson), page: list.page, page_size: list.page_size, total: list.total };
+}
+
+/** spec: Activity record, detail (with the bodies; null under zero data retention). */
+export function activityDetailJson(a: ActivityEntity) {
+  return {
+    id: a.id,
+    status: a.status,
+    model: a.model,
+    custom_id: a.customId,
+    type: a.type,
+    batch_id: a.batchId,
+    stream_id: a.streamId,
+    created_at: a.createdAt,
+    completed_at: a.completedAt,
+    prompt_tokens: a.promptTokens,
+    completion_tokens: a.completionTokens,
+    total_tokens: a.totalTokens,
+    cached_prompt_tokens: a.cachedPromptTokens,
+    cost_micros: Number(a.costMicros),
+    body_json: a.bodyJson ?? null,
+    result_json: a.resultJson ?? null,
+    error_json: a.errorJson ?? null,
+  };
 }
 
 /** spec: Deployment. */

@@ -15,7 +15,17 @@ import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
 import type { CreateCustomModelInput, RequestDeploymentInput } from "../services/models/custom-models.service.js";
 import type { CreateDeploymentInput } from "../services/models/deployments.service.js";
-import { apiKeyListJson, deploymentJson, invitedMemberJson, memberJson, teamJson } from "./control.presenters.js";
+import {
+  activityDetailJson,
+  activityListJson,
+  apiKeyListJson,
+  deploymentJson,
+  invitedMemberJson,
+  memberJson,
+  teamJson,
+  userJson,
+  withUserJson,
+} from "./control.presenters.js";
 
 /** What a route receives from the HTTP request. */
 export interface RouteInput {
@@ -43,16 +53,22 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/signup",
     auth: "none",
     status: 201,
-    call: (r, { body }, ctx) => r.auth.signup(body as SignupInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.signup(body as SignupInput, ctx)),
   },
   {
     method: "post",
     path: "/control/v1/auth/login",
     auth: "none",
     status: 200,
-    call: (r, { body }, ctx) => r.auth.login(body as LoginInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.login(body as LoginInput, ctx)),
   },
-  { method: "get", path: "/control/v1/auth/me", auth: "required", status: 200, call: (r, _i, ctx) => r.auth.me(ctx) },
+  {
+    method: "get",
+    path: "/control/v1/auth/me",
+    auth: "required",
+    status: 200,
+    call: async (r, _i, ctx) => userJson(await r.auth.me(ctx)),
+  },
   {
     method: "get",
     path: "/control/v1/auth/api-keys",
@@ -87,7 +103,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/oauth/complete",
     auth: "none",
     status: 200,
-    call: (r, { body }, ctx) => r.auth.oauthComplete(body as OAuthCompleteInput, ctx),
+    call: async (r, { body }, ctx) => withUserJson(await r.auth.oauthComplete(body as OAuthCompleteInput, ctx)),
   },
   {
     method: "post",
@@ -144,7 +160,7 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/teams/invitations/:token/accept",
     auth: "required",
     status: 200,
-    call: (r, { params }, ctx) => r.teams.acceptInvitation(params.token, ctx),
+    call: async (r, { params }, ctx) => withUserJson(await r.teams.acceptInvitation(params.token, ctx)),
   },
   {
     method: "post",
@@ -227,5 +243,41 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.deployments.deleteDeployment(params.deployment_id, ctx),
+  },
+  // Activity and usage (issue 10, items 1 and 2). `/activity/models` comes before `/activity/:request_id`.
+  {
+    method: "get",
+    path: "/control/v1/activity",
+    auth: "required",
+    status: 200,
+    call: async (r, { query }, ctx) => activityListJson(await r.activity.list(query, ctx)),
+  },
+  {
+    method: "get",
+    path: "/control/v1/activity/models",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.models(query, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/activity/:request_id",
+    auth: "required",
+    status: 200,
+    call: async (r, { params }, ctx) => activityDetailJson(await r.activity.activityRecord(params.request_id, ctx)),
+  },
+  {
+    method: "get",
+    path: "/control/v1/usage/daily",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.daily(query, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/usage/summary",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.activity.summary(query, ctx),
   },
 ];

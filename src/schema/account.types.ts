@@ -5,28 +5,17 @@
  * fields) and `toService` turns them into the service's input (see `mapped-arg.ts`).
  */
 import { Field, InputType, Int, ObjectType } from "type-graphql";
-import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto, UserDto } from "../services/account.service.js";
-import type { TeamRole } from "../entities/user.entity.js";
+import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto } from "../services/account.service.js";
+import { UserEntity } from "../entities/user.entity.js";
 import type { MessageDto } from "../services/password-reset.service.js";
 import { absent } from "./mapped-arg.js";
-
-@ObjectType("User", { description: "The signed-in user (UserResponse)." })
-export class UserType implements UserDto {
-  @Field({ description: "The email address." }) username!: string;
-  @Field(() => String, { description: "Team role: owner, admin or member." }) role!: TeamRole;
-  @Field() id!: string;
-  @Field() email!: string;
-  @Field() name!: string;
-  @Field({ name: "teamId" }) team_id!: string;
-  @Field({ name: "createdAt" }) created_at!: Date;
-}
 
 @ObjectType("LoginResult", { description: "An access token (HS256 JWT) and its user." })
 export class LoginResultType implements LoginResultDto {
   @Field({ name: "accessToken" }) access_token!: string;
   @Field(() => String, { name: "tokenType" }) token_type!: "bearer";
   @Field(() => Int, { name: "expiresIn", description: "Seconds until the token expires." }) expires_in!: number;
-  @Field(() => UserType) user!: UserDto;
+  @Field(() => UserEntity) user!: UserEntity;
 }
 
 @ObjectType("SignupResult")

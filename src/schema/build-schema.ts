@@ -4,6 +4,7 @@
  */
 import type { GraphQLSchema } from "graphql";
 import { type ContainerType, type PubSub, buildSchema } from "type-graphql";
+import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -26,6 +27,7 @@ export interface Resolvers {
   batches: BatchResolver;
   teamMembers: TeamMemberResolver;
   deployments: DeploymentResolver;
+  activity: ActivityResolver;
 }
 
 export const resolverClasses = [
@@ -39,6 +41,7 @@ export const resolverClasses = [
   BatchResolver,
   TeamMemberResolver,
   DeploymentResolver,
+  ActivityResolver,
 ] as const;
 
 /**

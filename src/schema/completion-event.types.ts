@@ -1,36 +1,12 @@
 /**
  * GraphQL types of the completion events feed (issue 6, item 7): the REST event under camelCase
- * names, and a `JSONObject` scalar for its free-form `result` and `error`.
+ * names; its free-form `result` and `error` use the `JSONObject` scalar (src/shared/json-scalar.ts).
  */
-import { GraphQLScalarType, Kind, type ValueNode } from "graphql";
 import { Field, Float, ID, Int, ObjectType } from "type-graphql";
 import type { CompletionEvent, CompletionEventList } from "../services/completion-events.service.js";
+import { JSONObjectScalar } from "../shared/json-scalar.js";
 
-function literalValue(node: ValueNode): unknown {
-  switch (node.kind) {
-    case Kind.STRING:
-    case Kind.BOOLEAN:
-      return node.value;
-    case Kind.INT:
-    case Kind.FLOAT:
-      return Number(node.value);
-    case Kind.OBJECT:
-      return Object.fromEntries(node.fields.map((f) => [f.name.value, literalValue(f.value)]));
-    case Kind.LIST:
-      return node.values.map(literalValue);
-    default:
-      return null;
-  }
-}
-
-/** Any JSON value, as it was stored (output only in this schema). */
-export const JSONObjectScalar = new GraphQLScalarType({
-  name: "JSONObject",
-  description: "A free-form JSON value.",
-  serialize: (value) => value,
-  parseValue: (value) => value,
-  parseLiteral: literalValue,
-});
+export { JSONObjectScalar };
 
 @ObjectType("CompletionEvent", { description: "One finished inference request (spec: Response event)." })
 export class CompletionEventType {

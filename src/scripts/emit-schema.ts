@@ -7,6 +7,7 @@ import "reflect-metadata";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { GraphQLSchema } from "graphql";
+import { ActivityResolver } from "../resolvers/activity.resolver.js";
 import { ApiKeyResolver } from "../resolvers/api-key.resolver.js";
 import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
@@ -24,6 +25,7 @@ import type { BackgroundResponsesService } from "../services/background-response
 import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
 import type { MemberService } from "../services/members.service.js";
+import type { ActivityService } from "../services/activity.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
 import type { CustomModelsService } from "../services/models/custom-models.service.js";
 import type { DeploymentsService } from "../services/models/deployments.service.js";
@@ -55,6 +57,7 @@ export function placeholderResolvers(): Resolvers {
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
     deployments: new DeploymentResolver(undefined as unknown as DeploymentsService),
+    activity: new ActivityResolver(undefined as unknown as ActivityService),
   };
 }
 

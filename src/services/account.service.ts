@@ -5,7 +5,7 @@
 import { v7 as uuidv7 } from "uuid";
 import type { DataSource, EntityManager } from "typeorm";
 import { z } from "zod";
-import type { TeamRole, UserEntity } from "../entities/user.entity.js";
+import { type TeamRole, UserEntity } from "../entities/user.entity.js";
 import { type RequestContext, requirePrincipal } from "./context.js";
 import type { InvitedUserFactory } from "./members.service.js";
 import { AppError, parseInput } from "../shared/errors.js";
@@ -14,25 +14,15 @@ import type { AuthThrottle } from "./throttle.js";
 import type { IssuedToken, TokenService } from "./tokens.js";
 import { pgText } from "./validation.js";
 
-/** UserResponse: `username` is the email, `role` the team role. */
-export interface UserDto {
-  username: string;
-  role: TeamRole;
-  id: string;
-  email: string;
-  name: string;
-  team_id: string;
-  created_at: Date;
-}
-
 /** Data-plane current user (spec: Current user). */
 export interface CurrentUserDto {
   username: string;
   role: TeamRole;
 }
 
+/** LoginResponse; `user` is shaped by `userJson` on REST and is the `User` type on GraphQL. */
 export interface LoginResultDto extends IssuedToken {
-  user: UserDto;
+  user: UserEntity;
 }
 
 export interface SignupResultDto extends LoginResultDto {
@@ -113,13 +103,13 @@ export class AccountService {
         passwordHash,
       });
       const token = await this.tokens.issue(user.id, user.teamId);
-      return { message: "Account created.", next_step: "login", user: userResponse(user), ...token };
+      return { message: "Account created.", next_step: "login", user, ...token };
     }
     try {
       const user = await this.ds.transaction((em) =>
         this.openAccount(em, { email: input.email, name: input.name ?? "", passwordHash }),
       );
-      const token = await this.tokens.issue(user.id, user.team_id);
+      const token = await this.tokens.issue(user.id, user.teamId);
       return { message: "Account created.", next_step: "login", user, ...token };
     } catch (err) {
       if ((err as { code?: string }).code === "23505") throw AppError.conflict("Email is already registered");
@@ -135,7 +125,7 @@ export class AccountService {
   async openAccount(
     em: EntityManager,
     account: { email: string; name: string; passwordHash: string | null },
-  ): Promise<UserDto> {
+  ): Promise<UserEntity> {
     const teamId = uuidv7();
     const teamName = `${account.name || account.email.split("@")[0]}'s team`;
     await em.query(`INSERT INTO teams (id, name, credit_balance_micros) VALUES ($1, $2, $3)`, [
@@ -155,7 +145,7 @@ export class AccountService {
         [uuidv7(), teamId, this.signupCreditMicros.toString(), `signup:${teamId}`],
       );
     }
-    return toUserDto(users[0]);
+    return toUserEntity(users[0]);
   }
 
   /**
@@ -168,7 +158,7 @@ export class AccountService {
     const row = rows[0];
     if (!row || !row.is_active) throw AppError.unauthenticated("This account is not active");
     const token = await this.tokens.issue(row.id, row.team_id);
-    return { ...token, user: toUserDto(row) };
+    return { ...token, user: toUserEntity(row) };
   }
 
   /**
@@ -190,18 +180,18 @@ export class AccountService {
     }
     await attempt?.succeeded();
     const token = await this.tokens.issue(row.id, row.team_id);
-    return { ...token, user: toUserDto(row) };
+    return { ...token, user: toUserEntity(row) };
   }
 
   /**
    * The signed-in user.
    * @throws AppError 401 without credentials.
    */
-  async me(ctx: RequestContext): Promise<UserDto> {
+  async me(ctx: RequestContext): Promise<UserEntity> {
     const principal = requirePrincipal(ctx);
     const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE id = $1`, [principal.userId]);
     if (!rows[0]) throw AppError.unauthenticated();
-    return toUserDto(rows[0]);
+    return toUserEntity(rows[0]);
   }
 
   /** Data-plane `GET /v1/auth/me`: `{username, role}` straight from the (cached) principal. */
@@ -211,26 +201,15 @@ export class AccountService {
   }
 }
 
-function toUserDto(row: Omit<UserRow, "password_hash" | "is_active">): UserDto {
-  return {
-    username: row.email,
-    role: row.role,
+/** The entity of a `users` row read with `USER_COLUMNS` (the one row → entity mapping of this module). */
+function toUserEntity(row: UserRow): UserEntity {
+  return Object.assign(new UserEntity(), {
     id: row.id,
     email: row.email,
     name: row.name,
-    team_id: row.team_id,
-    created_at: row.created_at,
-  };
-}
-
-/** UserResponse of a user entity (the same fields as a row gives `toUserDto`). */
-export function userResponse(user: UserEntity): UserDto {
-  return toUserDto({
-    id: user.id,
-    email: user.email,
-    name: user.name,
-    team_id: user.teamId,
-    role: user.role,
-    created_at: user.createdAt,
+    teamId: row.team_id,
+    role: row.role,
+    createdAt: row.created_at,
+    isActive: row.is_active,
   });
 }

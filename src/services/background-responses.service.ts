@@ -160,7 +160,8 @@ export class BackgroundResponsesService {
    * its generation and its deadline (`timeout_s`, else 24 h).
    * @returns the stored in-progress Response object.
    * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another
-   *   team's stream; 400 naming `metadata.stream_id` when it is the team's cancelled or archived one.
+   *   team's stream; 400 naming `metadata.stream_id` when it is the team's cancelled or archived one;
+   *   429 when the model's per-team rate limit is reached (issue 9, item 5).
    */
   async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
@@ -168,6 +169,7 @@ export class BackgroundResponsesService {
     // anything is stored.
     await this.inference.activityType(principal.teamId, req.metadata, true);
     await this.metering.assertCredit(principal.teamId);
+    await this.inference.admitRate(principal.teamId, model);
     const streamId = typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null;
     const id = uuidv7();
     const createdAt = new Date();
@@ -390,6 +392,7 @@ export class BackgroundResponsesService {
         requestId: row.id,
         createdAt: row.created_at,
         endpoint: "/v1/responses",
+        serviceTier: answeredTier(req),
         model,
         messages: responseMessages(req).messages,
         params: responseParams(req),

@@ -16,6 +16,7 @@ import { costMicros } from "../shared/money.js";
 import { failureBody, withStatus } from "./webhooks/webhook-body.js";
 import { webhookTarget, type WebhookRequest } from "./webhooks/webhook-target.js";
 import type { StreamDirectory } from "./stream-directory.js";
+import type { RateLimitService } from "./rate-limit.service.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z
@@ -76,6 +77,8 @@ export interface RequestInfo {
    * engine goes to `onFailure` (refusals included).
    */
   batch?: { batchId: string; customId: string | null };
+  /** The service tier answered (usage `by_model`; issue 10, item 2); `default` when absent. */
+  serviceTier?: "default" | "flex";
   /**
    * Background responses and batch items: every failure, refusals included, is recorded as this
    * says (a stored Response or batch item must reach a terminal status); null: not recorded (the
@@ -132,7 +135,23 @@ export class InferenceService {
     private readonly defaultQueueWaitS: number,
     /** Owners of `metadata.stream_id` (issue 6, item 4); without it every request is `standalone`. */
     private readonly streams?: StreamDirectory,
+    /** Per-team model limits (issue 9, item 5); without it nothing is limited. */
+    private readonly rateLimits?: RateLimitService,
   ) {}
+
+  /**
+   * Counts one request of `teamId` for `model` against the model's per-team limits (see
+   * `RateLimitService` for what is limited); background responses call it at submission.
+   * @throws AppError 429 with `Retry-After` when a limit is reached.
+   */
+  admitRate(teamId: string, model: CatalogModel): Promise<void> {
+    return this.rateLimits?.admit(teamId, model) ?? Promise.resolve();
+  }
+
+  /** Whether `call` counts against the rate limits now: not batch items, not a background run admitted earlier. */
+  private rateLimited(call: RequestInfo): boolean {
+    return !call.batch && !call.admitted;
+  }
 
   /**
    * The activity type of a request (`stream` in one of the team's streams).
@@ -168,6 +187,7 @@ export class InferenceService {
       assertGenerationLimits(call);
       const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
       await this.metering.assertCredit(principal.teamId);
+      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
       return type;
     };
     let type: ActivityType = call.batch ? "batch" : await admitCall();
@@ -212,6 +232,13 @@ export class InferenceService {
         webhook: webhookRequest(call.metadata, () => withStatus(rendered.body, status)),
       });
       reservation?.settle(charge.chargedMicros);
+      if (!call.batch) {
+        this.rateLimits?.recordTokens(
+          principal.teamId,
+          call.model,
+          result.usage.promptTokens + result.usage.completionTokens,
+        );
+      }
       return { result, body: rendered.body, costMicros: cost };
     } finally {
       reservation?.release(); // no-op once settled
@@ -227,6 +254,7 @@ export class InferenceService {
     const admitCall = async (): Promise<ActivityType> => {
       const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
       await this.metering.assertCredit(principal.teamId);
+      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
       return type;
     };
     let type: ActivityType = call.batch ? "batch" : await admitCall();
@@ -266,6 +294,7 @@ export class InferenceService {
         webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
       });
       reservation?.settle(charge.chargedMicros);
+      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
       return { result, costMicros: cost, body };
     } finally {
       reservation?.release();
@@ -347,6 +376,7 @@ function usageRecord(principal: Principal, call: RequestInfo, type: ActivityType
     model: call.model.id,
     ...labels(call.metadata),
     ...(call.batch ? { batchId: call.batch.batchId, customId: call.batch.customId } : {}),
+    serviceTier: call.serviceTier,
     usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
     costMicros: 0n,
     bodyJson: call.body,

@@ -92,7 +92,14 @@ export interface InvitedSignup {
 
 /** Creates users from invitations; what `AccountService` needs for signup with `invite_token`. */
 export interface InvitedUserFactory {
-  createInvitedUser(input: InvitedSignup): Promise<UserEntity>;
+  /**
+   * Creates the invited user in the inviting team and marks the invitation used; inside `within`
+   * when given (the caller's transaction), else in a transaction of its own.
+   * @throws AppError 404 unknown/used/expired token; 403 the invitation names another email;
+   *   409 the email is registered (only without `within`: inside a caller's transaction the
+   *   unique violation aborts it, and the caller decides).
+   */
+  createInvitedUser(input: InvitedSignup, within?: EntityManager): Promise<UserEntity>;
 }
 
 /** SHA-256 of an invitation token (the only form stored). */
@@ -331,22 +338,23 @@ export class MemberService implements InvitedUserFactory {
    * @throws AppError 403 when the invitation names another email; 404 unknown, used, replaced or
    *   expired token; 409 when the email is registered (nothing is changed).
    */
-  async createInvitedUser(input: InvitedSignup): Promise<UserEntity> {
+  async createInvitedUser(input: InvitedSignup, within?: EntityManager): Promise<UserEntity> {
+    const create = async (em: EntityManager) => {
+      const found = await this.openInvitation(em, input.token, false);
+      if (found.email.toLowerCase() !== input.email) {
+        throw AppError.forbidden("This invitation is for another email address");
+      }
+      await em.query(`SELECT 1 FROM teams WHERE id = $1 FOR UPDATE`, [found.teamId]);
+      const invitation = await this.openInvitation(em, input.token, true);
+      await em.query(
+        `INSERT INTO users (id, email, name, password_hash, team_id, role) VALUES ($1, $2, $3, $4, $5, $6)`,
+        [invitation.userId, input.email, input.name, input.passwordHash, invitation.teamId, invitation.role],
+      );
+      await em.getRepository(InvitationEntity).update({ id: invitation.id }, { acceptedAt: () => "now()" });
+      return em.getRepository(UserEntity).findOneByOrFail({ id: invitation.userId });
+    };
     try {
-      return await this.ds.transaction(async (em) => {
-        const found = await this.openInvitation(em, input.token, false);
-        if (found.email.toLowerCase() !== input.email) {
-          throw AppError.forbidden("This invitation is for another email address");
-        }
-        await em.query(`SELECT 1 FROM teams WHERE id = $1 FOR UPDATE`, [found.teamId]);
-        const invitation = await this.openInvitation(em, input.token, true);
-        await em.query(
-          `INSERT INTO users (id, email, name, password_hash, team_id, role) VALUES ($1, $2, $3, $4, $5, $6)`,
-          [invitation.userId, input.email, input.name, input.passwordHash, invitation.teamId, invitation.role],
-        );
-        await em.getRepository(InvitationEntity).update({ id: invitation.id }, { acceptedAt: () => "now()" });
-        return em.getRepository(UserEntity).findOneByOrFail({ id: invitation.userId });
-      });
+      return await (within ? create(within) : this.ds.transaction(create));
     } catch (err) {
       if ((err as { code?: string }).code === "23505") throw AppError.conflict("Email is already registered");
       throw err;

@@ -46,6 +46,8 @@ export interface UsageRecord {
   streamId: string | null;
   /** The batch of a batch item (issue 7). */
   batchId?: string | null;
+  /** The tier the request was served at (`default` when absent; `flex` for Responses that asked for it). */
+  serviceTier?: "default" | "flex";
   usage: TokenUsage;
   /** Charge in micro-USD (≥ 0). */
   costMicros: bigint;
@@ -307,7 +309,7 @@ export class MeteringService {
            api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
            batch_id uuid, prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
            cost_micros bigint, body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer,
-           created_at timestamptz, completed_at timestamptz, completion_id uuid)
+           created_at timestamptz, completed_at timestamptz, completion_id uuid, service_tier text)
           WHERE EXISTS (SELECT FROM serial)
        ),
        given AS (
@@ -347,7 +349,7 @@ export class MeteringService {
          INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
                                model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
                                cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
-                               created_at, completed_at)
+                               created_at, completed_at, service_tier)
          SELECT i.id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type,
                 CASE WHEN e.id IS NULL THEN i.status
                      WHEN e.status IN ('cancelled', 'failed') THEN e.status
@@ -359,7 +361,7 @@ export class MeteringService {
                      WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json
                      ELSE e.response_json END,
                 CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
-                engine_ms, created_at, completed_at
+                engine_ms, created_at, completed_at, service_tier
            FROM input i LEFT JOIN ended e ON e.id = i.id
          ON CONFLICT (id) DO NOTHING
          RETURNING id, team_id, cost_micros, model, endpoint
@@ -503,6 +505,7 @@ function activityRow(r: UsageRecord) {
     created_at: r.createdAt.toISOString(),
     completed_at: r.completedAt?.toISOString() ?? null,
     completion_id: uuidv7(),
+    service_tier: r.serviceTier ?? "default",
   };
 }
 

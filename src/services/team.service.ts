@@ -10,6 +10,9 @@
  *
  * Zero data retention (when on, request and result bodies are not stored) is applied where bodies
  * are written: the metering group commit (`metering.service.ts`) reads the flag at commit time.
+ * A completion webhook's body waits in the outbox only until its delivery ends (then it is
+ * erased, for every team); batches, which are stored bodies by nature, are refused (403,
+ * `batches.service.ts`). Turning the flag on does not erase what was stored before.
  */
 import type { DataSource } from "typeorm";
 import { z } from "zod";

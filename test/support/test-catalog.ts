@@ -17,16 +17,45 @@ export interface TestPrices {
 
 /** Writes the shipped catalog with `modelId`'s pricing set to `prices`; returns the file's path. */
 export function writeTestCatalog(modelId: string, prices: TestPrices): string {
+  return writePatchedCatalog({
+    [modelId]: {
+      pricing: {
+        input_per_million_usd: prices.input,
+        cached_input_per_million_usd: prices.cachedInput,
+        output_per_million_usd: prices.output,
+      },
+    },
+  });
+}
+
+/**
+ * Writes the shipped catalog with fields of some models replaced (e.g. `{ [CHAT_MODEL]: { rpm_limit: 30 } }`);
+ * returns the file's path.
+ */
+export function writePatchedCatalog(patches: Record<string, Record<string, unknown>>): string {
   const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catalog.json"), "utf8")) as {
-    models: Array<{ id: string; pricing: Record<string, unknown> }>;
+    models: Array<Record<string, unknown> & { id: string }>;
   };
-  const model = catalog.models.find((m) => m.id === modelId);
-  if (!model) throw new Error(`no model ${modelId} in the shipped catalog`);
-  model.pricing = {
-    input_per_million_usd: prices.input,
-    cached_input_per_million_usd: prices.cachedInput,
-    output_per_million_usd: prices.output,
-  };
+  for (const [modelId, patch] of Object.entries(patches)) {
+    const model = catalog.models.find((m) => m.id === modelId);
+    if (!model) throw new Error(`no model ${modelId} in the shipped catalog`);
+    Object.assign(model, patch);
+  }
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), "switchyard-catalog-")), "catalog.json");
+  writeFileSync(file, JSON.stringify(catalog, null, 2));
+  return file;
+}
+
+/** A catalog as JSON (the fields tests edit). */
+export interface CatalogJson {
+  default_model: string;
+  models: Array<Record<string, unknown> & { id: string }>;
+}
+
+/** Writes the shipped catalog as `edit` changes it; returns the file's path. */
+export function writeEditedCatalog(edit: (catalog: CatalogJson) => void): string {
+  const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catalog.json"), "utf8")) as CatalogJson;
+  edit(catalog);
   const file = path.join(mkdtempSync(path.join(os.tmpdir(), "switchyard-catalog-")), "catalog.json");
   writeFileSync(file, JSON.stringify(catalog, null, 2));
   return file;

@@ -42,6 +42,7 @@ export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
       requestId,
       createdAt,
       endpoint: "/v1/responses",
+      serviceTier: tier,
       model,
       messages,
       params: responseParams(body),

@@ -14,7 +14,7 @@
  * always equal those records.
  */
 import type { Logger } from "pino";
-import type { DataSource, QueryRunner } from "typeorm";
+import type { DataSource, EntityManager, QueryRunner } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import { z } from "zod";
 import { type Queryable, queryRows } from "../../db/sql.js";
@@ -158,6 +158,20 @@ export class BatchesService {
     private readonly opts: BatchServiceOptions,
   ) {}
 
+  /** @throws AppError 403 when `teamId` keeps no bodies (zero data retention); `lock` takes a share lock on its row. */
+  private async assertRetentionAllowsBatches(em: EntityManager, teamId: string, lock: boolean): Promise<void> {
+    const [team] = await queryRows<{ zdr: boolean }>(
+      em,
+      `SELECT zero_data_retention_enabled AS zdr FROM teams WHERE id = $1${lock ? " FOR SHARE" : ""}`,
+      [teamId],
+    );
+    if (team?.zdr) {
+      throw AppError.forbidden(
+        "Batches store request and result bodies until they are fetched; this team has zero data retention on",
+      );
+    }
+  }
+
   /**
    * `POST /v1/batches`: validates every item (model, url, the operation's body schema, no
    * `background`, no `stream`), converts Responses bodies to chat, and stores the batch `pending`
@@ -165,10 +179,16 @@ export class BatchesService {
    * @param body the raw request body (up to `limits` bytes; the caller answers 413 above).
    * @throws AppError 400 naming each bad `requests[i]` (with its `custom_id`; nothing stored);
    *   401; 402 when the team has no credit; 413 with more than `maxItems` items or an item larger
-   *   than `maxMemberBytes`.
+   *   than `maxMemberBytes`; 403 when the team has zero data retention on (see below).
+   *
+   * Zero data retention (issue 8, item 3): a batch is stored request bodies waiting to run and
+   * results waiting to be fetched — bodies kept by nature — so a team with the flag on cannot
+   * create one (as OpenAI's Batch API is not eligible for zero data retention). The flag is read
+   * again under a share lock where the batch row is written, so turning it on meanwhile wins.
    */
   async create(ctx: RequestContext, body: Buffer): Promise<BatchObject> {
     const principal = requirePrincipal(ctx);
+    await this.assertRetentionAllowsBatches(this.ds.manager, principal.teamId, false);
     await this.metering.assertCredit(principal.teamId);
     const scanned = await scanBatchBody(body, this.opts.limits);
     const members = parseInput(batchMembers, scanned.members);
@@ -192,6 +212,7 @@ export class BatchesService {
       qr = this.ds.createQueryRunner();
       await qr.connect();
       await qr.startTransaction();
+      await this.assertRetentionAllowsBatches(qr.manager, principal.teamId, true);
       await qr.query(
         `INSERT INTO batches (id, team_id, user_id, api_key_id, principal_json, status, metadata, request_count,
                               created_at, updated_at, expires_at)

@@ -14,7 +14,10 @@
  * says the email is verified, the account with that email (the identity is linked to it); else a
  * new user owning a new team, like signup — again only with a verified email, so nobody can hold
  * an address they do not control. An existing account is never taken over on an unverified email
- * (409: sign in with the password and link from there).
+ * (409: sign in with the password and link from there). A first sign-in with `invite_token` joins
+ * the inviting team instead of creating one (DESIGN §3 Roles: the invitation must name the
+ * verified email, else 403; unknown or used token → 404); for an account that already exists the
+ * token is ignored (it accepts through `POST /control/v1/teams/invitations/{token}/accept`).
  */
 import { createHash } from "node:crypto";
 import * as client from "openid-client";
@@ -26,6 +29,7 @@ import { queryRows } from "../../db/sql.js";
 import { OAuthIdentityEntity } from "../../entities/oauth-identity.entity.js";
 import { AppError, parseInput } from "../../shared/errors.js";
 import type { AccountService, LoginResultDto } from "../account.service.js";
+import type { InvitedUserFactory } from "../members.service.js";
 import { type RequestContext, requirePrincipal } from "../context.js";
 import { pgText } from "../validation.js";
 import type { OidcProviders, VerifiedIdentity } from "./oidc-providers.js";
@@ -126,6 +130,7 @@ export class OAuthService {
     private readonly ds: DataSource,
     private readonly accounts: AccountService,
     private readonly providers: OidcProviders,
+    private readonly invitations: InvitedUserFactory,
   ) {}
 
   /**
@@ -304,12 +309,17 @@ export class OAuthService {
       if (!identity.emailVerified) {
         throw AppError.forbidden("The provider has not verified this email address");
       }
-      if (inviteToken !== undefined) throw AppError.notFound("Unknown or used invitation");
-      const user = await this.accounts.openAccount(em, {
-        email: identity.email,
-        name: identity.name ?? "",
-        passwordHash: null,
-      });
+      const user =
+        inviteToken === undefined
+          ? await this.accounts.openAccount(em, {
+              email: identity.email,
+              name: identity.name ?? "",
+              passwordHash: null,
+            })
+          : await this.invitations.createInvitedUser(
+              { token: inviteToken, email: identity.email, name: identity.name ?? "", passwordHash: null },
+              em,
+            );
       await this.insertIdentity(em, identity, user.id);
       return user.id;
     });
