@@ -64,7 +64,7 @@ export async function catalogModel(server: TestServer, token: string, modelId: s
   return (res.body.models as any[]).find((m) => m.id === modelId && m.ownership === "custom");
 }
 
-/** Waits (up to 20 s) until the deployment's status is one of `statuses`; @returns it as listed. */
+/** Waits (up to 45 s) until the deployment's status is one of `statuses`; @returns it as listed. */
 export async function deploymentSettles(
   server: TestServer,
   token: string,
@@ -75,11 +75,11 @@ export async function deploymentSettles(
   await eventually(async () => {
     found = await listedDeployment(server, token, id);
     return statuses.includes(found?.status);
-  }, 20_000);
+  }, 45_000);
   return found;
 }
 
-/** Waits (up to 20 s) until the custom model's deploy_status is one of `statuses`; @returns it. */
+/** Waits (up to 45 s) until the custom model's deploy_status is one of `statuses`; @returns it. */
 export async function customModelSettles(
   server: TestServer,
   token: string,
@@ -90,7 +90,7 @@ export async function customModelSettles(
   await eventually(async () => {
     found = await catalogModel(server, token, modelId);
     return statuses.includes(found?.deploy_status);
-  }, 20_000);
+  }, 45_000);
   return found;
 }
 
