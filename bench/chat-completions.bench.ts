@@ -61,7 +61,7 @@ async function main(): Promise<void> {
       body: JSON.stringify({ name: "bench" }),
     }).then((r) => r.json() as Promise<{ plaintext: string }>);
 
-    const model = app.catalog.resolve("tinystories-260k", "text_generation");
+    const model = app.catalog.all().find((m) => m.id === "tinystories-260k")!;
     const engine = app.engines.engineFor(model);
     const body = {
       model: model.id,

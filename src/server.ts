@@ -31,11 +31,13 @@ import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.j
 import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
+import { workDeployments } from "./jobs/deployment.jobs.js";
 import { JobQueue } from "./jobs/job-queue.js";
 import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { BatchResolver } from "./resolvers/batch.resolver.js";
+import { DeploymentResolver } from "./resolvers/deployment.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
 import { StreamResolver } from "./resolvers/stream.resolver.js";
@@ -74,6 +76,12 @@ import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
 import { ModelCatalogService } from "./services/model-catalog.service.js";
+import { CustomModelsService } from "./services/models/custom-models.service.js";
+import { DeploymentReconciler } from "./services/models/deployment-reconciler.js";
+import { DeploymentsService } from "./services/models/deployments.service.js";
+import { PlatformModels } from "./services/models/model-sources.js";
+import { SecretBox } from "./services/models/secret-box.js";
+import { TeamModelDirectory } from "./services/models/team-models.js";
 import { RateLimitService } from "./services/rate-limit.service.js";
 import { OAuthService } from "./services/oauth/oauth.service.js";
 import { OidcProviders } from "./services/oauth/oidc-providers.js";
@@ -169,10 +177,10 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     credit.start();
     cleanup.push(["credit leases", () => credit.close()]);
 
-    const catalog = new ModelCatalogService(loadCatalog(config.catalogPath));
+    const platform = new PlatformModels(loadCatalog(config.catalogPath));
     // Pricing history (issue 10, item 3): the catalog's prices become the latest stored versions.
     const prices = new PriceBook(ds, bus, logger);
-    await prices.start(catalog.all());
+    await prices.start(platform.catalog.models);
     // Upstream OpenAI-compatible servers (issue 9, item 3): the endpoints of SWITCHYARD_UPSTREAMS.
     const upstream = new OpenAiCompatibleEngine({
       endpoints: config.upstreams,
@@ -182,7 +190,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       healthIntervalMs: config.upstreamProbeMs,
       logger,
     });
-    upstream.checkCatalog(catalog.all());
+    upstream.checkCatalog(platform.catalog.models);
     const engines = new EngineRouter({
       openai_compatible: upstream,
       llama_cpp: new LlamaCppEngine({
@@ -203,14 +211,21 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // An upstream that is down at start does not stop the service: its models answer 503 until
     // a health check finds an endpoint serving them. A missing model file still does.
     await engines.loadAll(
-      catalog.all().filter((m) => m.platformStatus !== "coming_soon"),
+      platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"),
       (model, err) =>
         logger.warn(
           { model: model.id, reason: err.detail },
           "model unavailable at start; it answers 503 until its engine is back",
         ),
     );
-    logger.info({ ms: Date.now() - loadStarted, models: catalog.all().length }, "models loaded");
+    logger.info({ ms: Date.now() - loadStarted, models: platform.catalog.models.length }, "models loaded");
+
+    // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so
+    // the catalog resolves a team's models without a database round trip per request.
+    const customSlots = { generation: config.engineSequences, embedding: config.engineEmbeddingContexts };
+    const teamModels = new TeamModelDirectory(ds, bus, platform, engines, logger, customSlots);
+    await teamModels.start();
+    const catalog = new ModelCatalogService(platform, teamModels);
 
     const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
     // Mail (issue 8): the outbox, and SMTP when SMTP_URL is set.
@@ -289,6 +304,20 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       runner.start();
       cleanup.push(["batch runner", () => runner.stop()]);
     }
+    // Deployments and custom models (issue 9): the reconciler brings them up in worker processes;
+    // it stops before the job queue (what it was loading is left to its lease).
+    if (runsWorkers) {
+      const reconciler = new DeploymentReconciler(ds, bus, engines, platform, teamModels, logger, {
+        intervalMs: config.reconcileIntervalMs,
+        maxSlots: config.deploymentMaxSlots,
+        customSlots,
+        modelsDir: config.modelsDir,
+        dataDir: config.dataDir,
+      });
+      await workDeployments(jobs, reconciler);
+      reconciler.start();
+      cleanup.push(["deployment reconciler", () => reconciler.stop()]);
+    }
     const loaders = new ControlLoaders(ds);
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
@@ -328,7 +357,17 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
-      models: new ModelResolver(catalog),
+      models: new ModelResolver(
+        catalog,
+        new CustomModelsService(
+          ds,
+          bus,
+          jobs,
+          platform,
+          teamModels,
+          new SecretBox(config.jwtSecret, "model-hub-token"),
+        ),
+      ),
       responses: new ResponseResolver(background),
       events: new CompletionEventsResolver(events, streams),
       // Teams (issue 8, item 3; the webhook signing secret of issue 6, item 3).
@@ -336,6 +375,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streams: new StreamResolver(streams),
       batches: new BatchResolver(batches),
       teamMembers: new TeamMemberResolver(members),
+      deployments: new DeploymentResolver(new DeploymentsService(ds, bus, jobs, teamModels)),
       // Activity and usage (issue 10, items 1 and 2).
       activity: new ActivityResolver(new ActivityService(ds)),
       // Billing summary with the pricing used (issue 10, item 3).

@@ -15,10 +15,13 @@
  * - No credentials: 401, except signup, login, forgot/reset password and the health probes.
  * GraphQL rows use the `status_code` of the operation's first error (200 without errors).
  *
+ * - Models and deployments (issue 9): everyone reads the catalog, searches it and lists the team's
+ *   deployments; owners and admins create and delete custom models and deployments and request
+ *   deployments; another team's custom model or deployment is 404.
  * Activity and usage: members read their own records (another member's record by id: 404);
  * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
  * policy). Billing is for owners and admins (members 403); its confirm link and Stripe webhook
- * are open (their own proof). Deployments and custom models join with their endpoints.
+ * are open (their own proof).
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -52,6 +55,8 @@ interface Fixture {
   responseId: string;
   streamId: string;
   batchId: string;
+  /** A custom model of team A (kept: rows that delete one make their own). */
+  customModelId: string;
 }
 
 /** Ids a call consumes (a key to revoke, a member to remove), made fresh before each call. */
@@ -114,6 +119,27 @@ async function resetToken(): Promise<Params> {
   }, 10_000);
   if (!token) throw new Error(`no reset mail to ${user.email}`);
   return { token };
+}
+
+/** A fresh custom model of team A (made by its owner); @returns its model_id. */
+async function newCustomModel(): Promise<string> {
+  const modelId = `matrix-${randomUUID()}`;
+  const res = await http(server.url, "POST", "/control/v1/models/custom", {
+    token: f.owner.token,
+    body: { model_id: modelId, architecture: "llama" },
+  });
+  if (res.status !== 201) throw new Error(`custom model failed: ${res.status} ${res.text}`);
+  return modelId;
+}
+
+/** A fresh deployment of team A (made by its owner); @returns its id. */
+async function newDeployment(): Promise<string> {
+  const res = await http(server.url, "POST", "/control/v1/deployments", {
+    token: f.owner.token,
+    body: { name: "matrix", model_source: "custom", model_id: "no-such-model" },
+  });
+  if (res.status !== 201) throw new Error(`deployment failed: ${res.status} ${res.text}`);
+  return res.body.id;
 }
 
 /** A stored response of team A (made by its owner), returned by id. */
@@ -306,6 +332,35 @@ const rows: Row[] = [
     expect: { ...anyCaller(403) },
   },
 
+  // Control plane: models and deployments (issue 9)
+  { name: "GET /control/v1/models/catalog", expect: anyCaller(200) },
+  { name: "GET /control/v1/models/search", expect: anyCaller(200) },
+  {
+    name: "POST /control/v1/models/custom",
+    body: () => ({ model_id: `matrix-${randomUUID()}`, architecture: "llama" }),
+    expect: managersOfOwnTeam(201),
+  },
+  {
+    name: "DELETE /control/v1/models/custom?model_id={model}",
+    prepare: async () => ({ model: await newCustomModel() }),
+    expect: managersOnly(204),
+  },
+  {
+    name: "POST /control/v1/models/request-deployment",
+    body: (fx) => ({ model_id: fx.customModelId }),
+    expect: managersOnly(200),
+  },
+  { name: "GET /control/v1/deployments", expect: anyCaller(200) },
+  {
+    name: "POST /control/v1/deployments",
+    body: () => ({ name: "matrix", model_source: "custom", model_id: "no-such-model" }),
+    expect: managersOfOwnTeam(201),
+  },
+  {
+    name: "DELETE /control/v1/deployments/{deployment}",
+    prepare: async () => ({ deployment: await newDeployment() }),
+    expect: managersOnly(204),
+  },
   // Activity and usage (issue 10): members read their own; naming another user is for owners and
   // admins; "other" filtering by a user of team A reads their own team, where that user has nothing.
   { name: "GET /control/v1/activity", expect: anyCaller(200) },
@@ -576,6 +631,40 @@ const rows: Row[] = [
     variables: (fx) => ({ id: fx.batchId }),
     expect: teamOnly(200),
   },
+  { name: "graphql modelCatalog", query: `{ modelCatalog { models { id ownership } } }`, expect: anyCaller(200) },
+  { name: "graphql searchModels", query: `{ searchModels(q: "tiny") { items { id } } }`, expect: anyCaller(200) },
+  {
+    name: "graphql createCustomModel",
+    query: `mutation($m: String!) { createCustomModel(input: { modelId: $m, architecture: "llama" }) { id } }`,
+    variables: () => ({ m: `matrix-${randomUUID()}` }),
+    expect: managersOfOwnTeam(200),
+  },
+  {
+    name: "graphql deleteCustomModel",
+    query: `mutation($m: String!) { deleteCustomModel(modelId: $m) }`,
+    prepare: async () => ({ model: await newCustomModel() }),
+    variables: (_fx, p) => ({ m: p.model }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "graphql requestDeployment",
+    query: `mutation($m: String!) { requestDeployment(input: { modelId: $m }) { ok } }`,
+    variables: (fx) => ({ m: fx.customModelId }),
+    expect: managersOnly(200),
+  },
+  { name: "graphql deployments", query: `{ deployments { items { id status } } }`, expect: anyCaller(200) },
+  {
+    name: "graphql createDeployment",
+    query: `mutation { createDeployment(input: { name: "g", modelSource: "custom", modelId: "no-such-model" }) { id } }`,
+    expect: managersOfOwnTeam(200),
+  },
+  {
+    name: "graphql deleteDeployment",
+    query: `mutation($id: ID!) { deleteDeployment(id: $id) }`,
+    prepare: async () => ({ deployment: await newDeployment() }),
+    variables: (_fx, p) => ({ id: p.deployment }),
+    expect: managersOnly(200),
+  },
 ];
 
 /** The status `caller` gets from `row` (GraphQL: the first error's `status_code`, else 200). */
@@ -609,7 +698,7 @@ beforeAll(async () => {
   const admin = await joinTeam(server.url, owner, "admin");
   const member = await joinTeam(server.url, owner, "member");
   const other = await createTestUser(server.url);
-  f = { owner, admin, member, other, responseId: "", streamId: "", batchId: "" };
+  f = { owner, admin, member, other, responseId: "", streamId: "", batchId: "", customModelId: "" };
   f.responseId = await newResponse();
   const stream = await http(server.url, "POST", "/v1/streams", { token: owner.token, body: { name: "A's" } });
   f.streamId = stream.body.id;
@@ -618,6 +707,7 @@ beforeAll(async () => {
     body: { requests: [{ body: chat }] },
   });
   f.batchId = batch.body.id;
+  f.customModelId = await newCustomModel();
 }, 60_000);
 afterAll(() => server.close());
 
@@ -625,7 +715,8 @@ test("when a route is in a REST table, then the matrix has a row for it", () => 
   const covered = new Set<string>();
   for (const r of rows.filter((row) => row.query === undefined)) {
     const [method, template] = r.name.split(" ");
-    covered.add(`${method} ${template.replace(/\{\w+\}/g, "{}").replace(`/${CHAT_MODEL}`, "/{}")}`);
+    const path = template.split("?")[0]; // query parameters are no part of a route
+    covered.add(`${method} ${path.replace(/\{\w+\}/g, "{}").replace(`/${CHAT_MODEL}`, "/{}")}`);
   }
   const declared = [...dataPlaneRoutes, ...controlRoutes].map(
     (r) => `${r.method.toUpperCase()} ${r.path.replace(/:\w+/g, "{}")}`,

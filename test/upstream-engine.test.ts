@@ -313,7 +313,7 @@ describe("upstream failures", () => {
 });
 
 test("when one of two replicas is killed (SIGKILL) between requests, then every request still succeeds on the other", async () => {
-  const engine = gateway.app.engines.engineFor(gateway.app.catalog.resolve("up-chat", "text_generation"));
+  const engine = gateway.app.engines.engineFor(gateway.app.catalog.all().find((m) => m.id === "up-chat")!);
   expect(engine).toBeInstanceOf(OpenAiCompatibleEngine);
   const upstreams = engine as OpenAiCompatibleEngine;
   const ask = (i: number) =>

@@ -118,6 +118,20 @@ export interface CatalogModel {
   engine: EngineSpec;
   /** Unix seconds; the catalog release date, used as the OpenAI `created` field. */
   created: number;
+  /**
+   * Engine resources of their own (issue 9): set for a team's custom model or dedicated
+   * deployment, which run apart from the shared runtime of a platform model with the same id.
+   * `key` names them in the engine (unique per custom model or deployment); `slots` is how many
+   * requests they serve at once (parallel sequences, or embedding contexts). Absent: the model's
+   * shared runtime, keyed by `id`.
+   */
+  runtime?: ModelRuntime;
+}
+
+/** A dedicated runtime of a model (see `CatalogModel.runtime`). */
+export interface ModelRuntime {
+  key: string;
+  slots: number;
 }
 
 /** Per-team limits of one model; null = unlimited. */

@@ -317,6 +317,18 @@ export const configSchema = z.object({
     .url()
     .refine((v) => /^https?:$/.test(new URL(v).protocol), "expected an http or https URL")
     .optional(),
+  /**
+   * Deployments (issue 9): most parallel sequences (or embedding contexts) one deployment may
+   * load in the embedded engine; a deployment whose `min_replicas` asks for more fails with a
+   * `status_reason` saying so.
+   */
+  deploymentMaxSlots: intFromEnv(1, 256).default(16),
+  /**
+   * Deployments: how often each worker process looks for deployments and requested custom models
+   * to bring up (also those a dead process left `deploying`), ms. Creates wake it at once through
+   * the job queue; this is the fallback.
+   */
+  reconcileIntervalMs: intFromEnv(100, 3_600_000).default(10_000),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -373,6 +385,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   stripeSecretKey: "SWITCHYARD_STRIPE_SECRET_KEY",
   stripeWebhookSecret: "SWITCHYARD_STRIPE_WEBHOOK_SECRET",
   stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
+  deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
+  reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

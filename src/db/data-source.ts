@@ -15,6 +15,7 @@ import { MailOutbox1764550000000 } from "./migrations/1764550000000-mail-outbox.
 import { PasswordReset1764600000000 } from "./migrations/1764600000000-password-reset.js";
 import { OAuthIdentities1764610000000 } from "./migrations/1764610000000-oauth-identities.js";
 import { Teams1764620000000 } from "./migrations/1764620000000-teams.js";
+import { Models1764700000000 } from "./migrations/1764700000000-models.js";
 import { RateLimits1764710000000 } from "./migrations/1764710000000-rate-limits.js";
 import { ActivityReads1764730000000 } from "./migrations/1764730000000-activity-reads.js";
 import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-invitations.js";
@@ -36,6 +37,7 @@ export const migrations = [
   PasswordReset1764600000000,
   OAuthIdentities1764610000000,
   Teams1764620000000,
+  Models1764700000000,
   RateLimits1764710000000,
   ActivityReads1764730000000,
   OpenInvitations1764745000000,

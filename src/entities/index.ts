@@ -2,6 +2,8 @@
 import { ActivityEntity } from "./activity.entity.js";
 import { ApiKeyEntity } from "./api-key.entity.js";
 import { CreditLeaseEntity } from "./credit-lease.entity.js";
+import { CustomModelEntity } from "./custom-model.entity.js";
+import { DeploymentEntity } from "./deployment.entity.js";
 import { InvitationEntity } from "./invitation.entity.js";
 import { LedgerEntryEntity } from "./ledger-entry.entity.js";
 import { OAuthIdentityEntity } from "./oauth-identity.entity.js";
@@ -14,6 +16,8 @@ export {
   ActivityEntity,
   ApiKeyEntity,
   CreditLeaseEntity,
+  CustomModelEntity,
+  DeploymentEntity,
   InvitationEntity,
   LedgerEntryEntity,
   OAuthIdentityEntity,
@@ -33,4 +37,6 @@ export const entities = [
   OAuthIdentityEntity,
   InvitationEntity,
   TeamMemberEntity,
+  CustomModelEntity,
+  DeploymentEntity,
 ];

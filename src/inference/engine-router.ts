@@ -1,18 +1,30 @@
 /**
  * Routes each catalog model to the engine that serves it, by the catalog entry's `engine.type`:
- * `llama_cpp` (the embedded engine) or `openai_compatible` (upstream servers, issue 9 item 3).
+ * `llama_cpp` (the embedded engine) or `openai_compatible` (upstream servers, issue 9 item 3). An
+ * engine type with no engine registered on this server is refused with a reason
+ * (EngineUnavailable), which the deployment reconciler records as a deployment's `status_reason`.
  */
-import type { CatalogModel } from "../config/catalog.js";
+import type { CatalogModel, EngineSpec } from "../config/catalog.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { InferenceEngine } from "./engine.js";
 
 /** Maps catalog models to engine instances by `engine.type`. */
 export class EngineRouter {
-  constructor(private readonly engines: Record<CatalogModel["engine"]["type"], InferenceEngine>) {}
+  constructor(private readonly engines: Partial<Record<EngineSpec["type"], InferenceEngine>>) {}
 
-  /** The engine for `model`. */
+  /**
+   * The engine for `model`.
+   * @throws AppError EngineUnavailable when no engine of the model's type is registered.
+   */
   engineFor(model: CatalogModel): InferenceEngine {
-    return this.engines[model.engine.type];
+    const engine = this.engines[model.engine.type];
+    if (!engine) {
+      throw new AppError(
+        ErrorCode.EngineUnavailable,
+        `No ${model.engine.type} engine is configured on this server to serve model '${model.id}'`,
+      );
+    }
+    return engine;
   }
 
   /**
@@ -37,7 +49,16 @@ export class EngineRouter {
     return this.engineFor(model).isLoaded(model);
   }
 
+  /**
+   * Releases a dedicated runtime (`model.runtime`; see `InferenceEngine.unload`) once its
+   * requests in flight are done; nothing for an engine type that is not registered here.
+   */
+  async unload(model: CatalogModel): Promise<void> {
+    const engine = this.engines[model.engine.type];
+    await engine?.unload?.(model);
+  }
+
   async close(): Promise<void> {
-    for (const engine of new Set(Object.values(this.engines))) await engine.close();
+    for (const engine of new Set(Object.values(this.engines))) await engine?.close();
   }
 }

@@ -112,6 +112,13 @@ export interface InferenceEngine {
   load(model: CatalogModel): Promise<void>;
   /** True once `load(model)` has finished. */
   isLoaded(model: CatalogModel): boolean;
+  /**
+   * Releases what `load(model)` took for a dedicated runtime (`model.runtime`: a deleted custom
+   * model or deployment, issue 9): later requests for it are refused (EngineUnavailable), waiting
+   * ones too; it resolves once the requests in flight have finished and the resources are freed.
+   * Optional: an engine that holds nothing per model (an upstream one) need not implement it.
+   */
+  unload?(model: CatalogModel): Promise<void>;
   generate(request: GenerateRequest): Promise<GenerateResult>;
   embed(request: EmbedRequest): Promise<EmbedResult>;
   /** Number of tokens `text` takes for `model` (no BOS). */

@@ -29,6 +29,10 @@ export class SlotPool<T> {
   private readonly lowWaiters: Waiter<T>[] = [];
   /** Slots the pool was built with. */
   readonly size: number;
+  /** Set by `close`: every later `acquire` is refused with it. */
+  private closedWith?: unknown;
+  /** Callers of `whenIdle` waiting for every slot to come back. */
+  private idleWaiters: Array<() => void> = [];
 
   constructor(slots: T[]) {
     this.free = [...slots];
@@ -58,6 +62,7 @@ export class SlotPool<T> {
    *   the signal's reason when `signal` aborts first.
    */
   acquire(maxWaitMs: number, pick?: (free: T[]) => T, signal?: AbortSignal, low = false): Promise<T> {
+    if (this.closedWith !== undefined) return Promise.reject(this.closedWith);
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.free.length > 0 && this.waiters.length === 0 && (!low || this.lowWaiters.length === 0)) {
       return Promise.resolve(this.take(pick));
@@ -99,6 +104,24 @@ export class SlotPool<T> {
       this.cleanup(next);
       next.resolve(this.take(next.pick));
     }
+    if (this.free.length === this.size && this.idleWaiters.length > 0) {
+      for (const wake of this.idleWaiters.splice(0)) wake();
+    }
+  }
+
+  /**
+   * Takes no more work (a deleted deployment, issue 9): rejects every waiter and every later
+   * `acquire` with `err`. Slots in use stay with their requests until released.
+   */
+  close(err: unknown): void {
+    this.closedWith = err;
+    this.rejectAll(err);
+  }
+
+  /** Resolves once every slot is back in the pool (at once when none is in use). */
+  whenIdle(): Promise<void> {
+    if (this.free.length === this.size) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
   /** Rejects every waiter (shutdown). */

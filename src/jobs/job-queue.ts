@@ -24,7 +24,13 @@ import type {
 const PG_BOSS_WATCH_MS = 1000;
 
 /** Every queue this build uses; created (idempotently) at start. */
-export const JOB_NAMES: readonly JobName[] = ["response-generate", "response-deadline", "batch-run", "batch-expire"];
+export const JOB_NAMES: readonly JobName[] = [
+  "response-generate",
+  "response-deadline",
+  "batch-run",
+  "batch-expire",
+  "deployment-reconcile",
+];
 
 /** Options of a `JobQueue`. */
 export interface JobQueueOptions {

@@ -2,10 +2,11 @@
  * REST shapes of the control plane's entity-backed answers (spec: Team and member,
  * ApiKeyListResponse): the one mapping from each entity to its snake_case JSON. Computed fields
  * (the caller's role, members, the signing-secret fields) come from the same resolver methods that
- * answer them over GraphQL, so both surfaces say the same.
+ * answer them over GraphQL, so both surfaces say the same. Deployments (spec: Deployment) likewise.
  */
 import type { ActivityEntity } from "../entities/activity.entity.js";
 import type { ApiKeyEntity } from "../entities/api-key.entity.js";
+import type { DeploymentEntity } from "../entities/deployment.entity.js";
 import type { TeamEntity } from "../entities/team.entity.js";
 import type { TeamMemberEntity } from "../entities/team-member.entity.js";
 import type { UserEntity } from "../entities/user.entity.js";
@@ -126,5 +127,25 @@ export function activityDetailJson(a: ActivityEntity) {
     body_json: a.bodyJson ?? null,
     result_json: a.resultJson ?? null,
     error_json: a.errorJson ?? null,
+  };
+}
+
+/** spec: Deployment. */
+export function deploymentJson(d: DeploymentEntity) {
+  return {
+    id: d.id,
+    name: d.name,
+    model_source: d.modelSource,
+    model_id: d.modelId,
+    region: d.region,
+    performance: d.performance,
+    min_replicas: d.minReplicas,
+    max_replicas: d.maxReplicas,
+    notes: d.notes,
+    status: d.status,
+    status_reason: d.statusReason,
+    activated_at: d.activatedAt,
+    created_at: d.createdAt,
+    updated_at: d.updatedAt,
   };
 }

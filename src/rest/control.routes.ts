@@ -13,10 +13,13 @@ import type { InviteMemberInput, UpdateMemberInput } from "../services/members.s
 import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
+import type { CreateCustomModelInput, RequestDeploymentInput } from "../services/models/custom-models.service.js";
+import type { CreateDeploymentInput } from "../services/models/deployments.service.js";
 import {
   activityDetailJson,
   activityListJson,
   apiKeyListJson,
+  deploymentJson,
   invitedMemberJson,
   memberJson,
   teamJson,
@@ -179,6 +182,71 @@ export const controlRoutes: RouteSpec[] = [
       const input = body as ResetPasswordInput | null | undefined;
       return r.auth.resetPassword(input?.token, input?.password, ctx);
     },
+  },
+  // Models and deployments (issue 9). Query values go to the services as given (a repeated
+  // parameter arrives as an array and is refused there with a 400 naming it).
+  {
+    method: "get",
+    path: "/control/v1/models/catalog",
+    auth: "required",
+    status: 200,
+    call: (r, _i, ctx) => r.models.modelCatalog(ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/models/search",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) =>
+      r.models.searchModels(
+        query.q as string | null,
+        query.modality as string | null,
+        query.status as string | null,
+        ctx,
+      ),
+  },
+  {
+    method: "post",
+    path: "/control/v1/models/custom",
+    auth: "required",
+    status: 201,
+    call: (r, { body }, ctx) => r.models.createCustomModel(body as CreateCustomModelInput, ctx),
+  },
+  {
+    method: "delete",
+    path: "/control/v1/models/custom",
+    auth: "required",
+    status: 204,
+    call: (r, { query }, ctx) => r.models.deleteCustomModel(query.model_id as string, ctx),
+  },
+  {
+    method: "post",
+    path: "/control/v1/models/request-deployment",
+    auth: "required",
+    status: 200,
+    call: (r, { body }, ctx) => r.models.requestDeployment(body as RequestDeploymentInput, ctx),
+  },
+  {
+    method: "get",
+    path: "/control/v1/deployments",
+    auth: "required",
+    status: 200,
+    call: async (r, _i, ctx) => ({ items: (await r.deployments.deployments(ctx)).items.map(deploymentJson) }),
+  },
+  {
+    method: "post",
+    path: "/control/v1/deployments",
+    auth: "required",
+    status: 201,
+    call: async (r, { body }, ctx) =>
+      deploymentJson(await r.deployments.createDeployment(body as CreateDeploymentInput, ctx)),
+  },
+  {
+    method: "delete",
+    path: "/control/v1/deployments/:deployment_id",
+    auth: "required",
+    status: 204,
+    call: (r, { params }, ctx) => r.deployments.deleteDeployment(params.deployment_id, ctx),
   },
   // Activity and usage (issue 10, items 1 and 2). `/activity/models` comes before `/activity/:request_id`.
   {

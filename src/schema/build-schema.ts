@@ -11,6 +11,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
@@ -27,6 +28,7 @@ export interface Resolvers {
   streams: StreamResolver;
   batches: BatchResolver;
   teamMembers: TeamMemberResolver;
+  deployments: DeploymentResolver;
   activity: ActivityResolver;
   billingSummary: BillingSummaryResolver;
   billing: BillingResolver;
@@ -42,6 +44,7 @@ export const resolverClasses = [
   StreamResolver,
   BatchResolver,
   TeamMemberResolver,
+  DeploymentResolver,
   ActivityResolver,
   BillingSummaryResolver,
   BillingResolver,

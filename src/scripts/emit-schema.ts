@@ -14,6 +14,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
@@ -30,6 +31,8 @@ import type { ActivityService } from "../services/activity.service.js";
 import type { BillingSummaryService } from "../services/billing-summary.service.js";
 import type { BillingService } from "../services/billing/billing.service.js";
 import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { CustomModelsService } from "../services/models/custom-models.service.js";
+import type { DeploymentsService } from "../services/models/deployments.service.js";
 import type { OAuthService } from "../services/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/password-reset.service.js";
 import type { StreamsService } from "../services/streams.service.js";
@@ -47,7 +50,7 @@ export function placeholderResolvers(): Resolvers {
       undefined as unknown as OAuthService,
     ),
     apiKeys: new ApiKeyResolver(undefined as unknown as ApiKeyService, undefined as unknown as MemberService),
-    models: new ModelResolver(undefined as unknown as ModelCatalogService),
+    models: new ModelResolver(undefined as unknown as ModelCatalogService, undefined as unknown as CustomModelsService),
     responses: new ResponseResolver(undefined as unknown as BackgroundResponsesService),
     events: new CompletionEventsResolver(
       undefined as unknown as CompletionEventsService,
@@ -57,6 +60,7 @@ export function placeholderResolvers(): Resolvers {
     streams: new StreamResolver(undefined as unknown as StreamsService),
     batches: new BatchResolver(undefined as unknown as BatchesService),
     teamMembers: new TeamMemberResolver(undefined as unknown as MemberService),
+    deployments: new DeploymentResolver(undefined as unknown as DeploymentsService),
     activity: new ActivityResolver(undefined as unknown as ActivityService),
     billingSummary: new BillingSummaryResolver(undefined as unknown as BillingSummaryService),
     billing: new BillingResolver(undefined as unknown as BillingService),

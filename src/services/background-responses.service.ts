@@ -52,7 +52,7 @@ import { type StreamStatus, closedStreamError } from "./stream-directory.js";
 import { redactedMetadata, redactedRequest, webhookToken, withWebhookToken } from "./webhooks/webhook-target.js";
 
 /** The job queue's names (`src/jobs`). */
-export type JobName = "response-generate" | "response-deadline" | "batch-run" | "batch-expire";
+export type JobName = "response-generate" | "response-deadline" | "batch-run" | "batch-expire" | "deployment-reconcile";
 
 /** Each job's payload. */
 export interface JobData {
@@ -62,6 +62,8 @@ export interface JobData {
   "batch-run": { batchId: string };
   /** Ends a batch whose window passed (issue 7, item 5). */
   "batch-expire": { batchId: string };
+  /** Brings up due deployments and requested custom models (issue 9); names the one that woke it. */
+  "deployment-reconcile": { kind: "deployment" | "custom_model"; id: string };
 }
 
 /** Runs one SQL statement (inside the caller's transaction) and returns its rows. */
@@ -372,7 +374,7 @@ export class BackgroundResponsesService {
 
   private async generate(row: EndedRow, entry: Running, remainingMs: number): Promise<void> {
     const req = responseRequest.parse(row.request_json);
-    const model = this.catalog.resolve(req.model, "text_generation");
+    const model = this.catalog.resolve(row.team_id, req.model, "text_generation");
     const tier = answeredTier(req);
     const principal = row.principal_json!;
     // The stored request is redacted; the webhook of its record needs the token kept apart.

@@ -1,10 +1,15 @@
 /**
- * The model catalog as the API shows it: `GET /v1/models` items (spec: Model) and model lookup for
- * create operations (unknown model → 404, wrong modality → 400).
+ * The model catalog as the data plane shows it to a team: `GET /v1/models` items (spec: Model)
+ * and model lookup for create operations (unknown model → 404, wrong modality → 400). A team sees
+ * the platform catalog plus its own models (issue 9): its custom models that are `available`, and
+ * a model with an `available` deployment of the team runs on that deployment. Lookups are
+ * synchronous, from memory (`TeamModelDirectory`, kept fresh through NOTIFY).
  */
-import type { Catalog, CatalogModel, Modality } from "../config/catalog.js";
+import type { CatalogModel, Modality } from "../config/catalog.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import { microsToUsdNumber } from "../shared/money.js";
+import type { PlatformModels } from "./models/model-sources.js";
+import type { TeamModelDirectory } from "./models/team-models.js";
 
 export interface SupportedDto {
   supported: boolean;
@@ -42,47 +47,66 @@ export interface ModelDto {
 
 export const OWNED_BY = "switchyard";
 
-/** The loaded catalog: model list (spec: Model), lookup by id, the default model. */
+/** The catalog a team sees: model list (spec: Model), lookup by id, the default model. */
 export class ModelCatalogService {
-  private readonly byId: Map<string, CatalogModel>;
+  constructor(
+    private readonly platform: PlatformModels,
+    private readonly teams: TeamModelDirectory,
+  ) {}
 
-  constructor(private readonly catalog: Catalog) {
-    this.byId = new Map(catalog.models.map((m) => [m.id, m]));
-  }
-
-  /** Every catalog model (all statuses). */
+  /** Every platform catalog model (all statuses). */
   all(): CatalogModel[] {
-    return this.catalog.models;
+    return this.platform.catalog.models;
   }
 
   /** The model `npm start` must serve and readiness waits for. */
   defaultModel(): CatalogModel {
-    return this.byId.get(this.catalog.defaultModel)!;
+    return this.platform.defaultModel();
   }
 
-  /** Models offered on the data plane (not `coming_soon`), in catalog order. */
-  list(): ModelDto[] {
-    return this.catalog.models.filter((m) => m.platformStatus !== "coming_soon").map(toModelDto);
+  /**
+   * Models offered to `teamId` on the data plane: the platform's (not `coming_soon`), in catalog
+   * order, then the team's custom models that resolve (available, or with an available deployment).
+   */
+  list(teamId: string): ModelDto[] {
+    const view = this.teams.view(teamId);
+    return [
+      ...this.platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"),
+      ...view.customIds.map((id) => view.models.get(id)!),
+    ].map(toModelDto);
   }
 
   /**
    * One listed model (`GET /v1/models/{model_id}`, as OpenAI and Anthropic serve it).
-   * @throws AppError 404 for a model that is not listed.
+   * @throws AppError 404 for a model that is not listed to the team.
    */
-  get(id: string): ModelDto {
-    const model = this.byId.get(id);
-    if (!model || model.platformStatus === "coming_soon") throw AppError.notFound(`Model '${id}' not found`);
+  get(teamId: string, id: string): ModelDto {
+    const model = this.find(teamId, id);
+    if (!model) throw AppError.notFound(`Model '${id}' not found`);
     return toModelDto(model);
   }
 
   /**
-   * The model a create operation names.
-   * @throws AppError 404 for an unknown (or not yet available) model; 400 when it cannot serve
-   *   `modality` (e.g. an embedding model on chat completions).
+   * What `id` runs as for the team, or undefined: the team's available deployment of it, else its
+   * available custom model, else the platform model (not `coming_soon`). Synchronous, from memory.
    */
-  resolve(id: string, modality: Modality): CatalogModel {
-    const model = this.byId.get(id);
-    if (!model || model.platformStatus === "coming_soon") {
+  find(teamId: string, id: string): CatalogModel | undefined {
+    const own = this.teams.view(teamId).models.get(id);
+    if (own) return own;
+    const model = this.platform.get(id);
+    return model && model.platformStatus !== "coming_soon" ? model : undefined;
+  }
+
+  /**
+   * The model a create operation of `teamId` names (see `find`). Its `id` stays the name the
+   * caller used, whatever runtime serves it.
+   * @throws AppError 404 for a model the team cannot use (unknown, not yet available, another
+   *   team's custom model); 400 when it cannot serve `modality` (e.g. an embedding model on chat
+   *   completions).
+   */
+  resolve(teamId: string, id: string, modality: Modality): CatalogModel {
+    const model = this.find(teamId, id);
+    if (!model) {
       throw new AppError(ErrorCode.NotFound, `Model '${id}' not found`, { field: "model", code: "model_not_found" });
     }
     if (model.modality !== modality) {
@@ -102,23 +126,33 @@ function toModelDto(m: CatalogModel): ModelDto {
     owned_by: OWNED_BY,
     display_name: m.displayName,
     modality: m.modality,
-    capabilities: {
-      image_input: { supported: m.capabilities.imageInput },
-      pdf_input: { supported: m.capabilities.pdfInput },
-      thinking: {
-        supported: m.capabilities.thinking,
-        types: { enabled: { supported: m.capabilities.thinking }, adaptive: { supported: false } },
-      },
-      tools: { supported: m.capabilities.tools },
-      dimensions: m.capabilities.dimensions,
-    },
+    capabilities: capabilitiesDto(m),
     context_tokens: m.contextTokens,
     provider: m.provider,
-    pricing: {
-      input_per_million_usd: microsToUsdNumber(m.prices.inputPerMillionMicros),
-      output_per_million_usd: microsToUsdNumber(m.prices.outputPerMillionMicros),
-      cached_input_per_million_usd: microsToUsdNumber(m.prices.cachedInputPerMillionMicros),
-    },
+    pricing: pricingDto(m),
     released: m.released,
+  };
+}
+
+/** spec: Model `capabilities` (also the catalog model's). */
+export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
+  return {
+    image_input: { supported: m.capabilities.imageInput },
+    pdf_input: { supported: m.capabilities.pdfInput },
+    thinking: {
+      supported: m.capabilities.thinking,
+      types: { enabled: { supported: m.capabilities.thinking }, adaptive: { supported: false } },
+    },
+    tools: { supported: m.capabilities.tools },
+    dimensions: m.capabilities.dimensions,
+  };
+}
+
+/** Prices as USD per million tokens (numbers, exact: micro-USD per token). */
+export function pricingDto(m: CatalogModel): ModelPricingDto {
+  return {
+    input_per_million_usd: microsToUsdNumber(m.prices.inputPerMillionMicros),
+    output_per_million_usd: microsToUsdNumber(m.prices.outputPerMillionMicros),
+    cached_input_per_million_usd: microsToUsdNumber(m.prices.cachedInputPerMillionMicros),
   };
 }

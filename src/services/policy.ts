@@ -7,6 +7,9 @@
  * - Owners and admins manage members, every key of the team, billing, deployments and custom
  *   models, change the team, and may read (and filter by `user_id`) everyone's activity and usage.
  * - Members use inference, manage their own keys, read the team, and see their own activity and usage.
+ *   They also read what they may run inference on (issue 9): the model catalog, its search, and
+ *   the team's deployments; creating and deleting custom models and deployments, and requesting
+ *   a custom model's deployment, is the managers'.
  *   Inference (the data plane) is every role's: it asks only for a caller, and reaches only the
  *   caller's team's resources (streams, responses, batches), so it has no permission here.
  * - Only owners make owners, and change or remove an owner (an admin cannot take over or lock out
@@ -37,12 +40,22 @@ export type Permission =
   | "usage.readAll"
   /** Billing: summaries, transactions, invoices, top-ups. */
   | "billing.manage"
-  /** Deployments of models. */
+  /** The model catalog (platform and the team's custom models) and its search. */
+  | "models.read"
+  /** List the team's deployments. */
+  | "deployments.read"
+  /** Create and delete deployments of models. */
   | "deployments.manage"
-  /** Custom models. */
+  /** Create and delete custom models, request their deployment. */
   | "customModels.manage";
 
-const EVERY_MEMBER: readonly Permission[] = ["team.read", "apiKeys.manageOwn", "usage.readOwn"];
+const EVERY_MEMBER: readonly Permission[] = [
+  "team.read",
+  "apiKeys.manageOwn",
+  "usage.readOwn",
+  "models.read",
+  "deployments.read",
+];
 const MANAGERS: readonly Permission[] = [
   ...EVERY_MEMBER,
   "team.update",
@@ -69,6 +82,8 @@ const REFUSALS: Record<Permission, string> = {
   "apiKeys.manageOwn": "Your role may not manage API keys",
   "apiKeys.manageAll": "Only team owners and admins can manage other members' API keys",
   "usage.readOwn": "Your role may not read activity or usage",
+  "models.read": "Your role may not read the model catalog",
+  "deployments.read": "Your role may not read deployments",
   "usage.readAll": "Only team owners and admins can read other members' activity and usage",
   "billing.manage": "Only team owners and admins can manage billing",
   "deployments.manage": "Only team owners and admins can manage deployments",

@@ -34,7 +34,13 @@ function statusOf(fn: () => unknown): number {
 
 test("when DESIGN §3 Roles is read against the table, then owners and admins hold every permission and members their own", () => {
   expect([...ROLE_PERMISSIONS.owner].sort()).toEqual([...ROLE_PERMISSIONS.admin].sort());
-  expect([...ROLE_PERMISSIONS.member].sort()).toEqual(["apiKeys.manageOwn", "team.read", "usage.readOwn"]);
+  expect([...ROLE_PERMISSIONS.member].sort()).toEqual([
+    "apiKeys.manageOwn",
+    "deployments.read",
+    "models.read",
+    "team.read",
+    "usage.readOwn",
+  ]);
   for (const p of ROLE_PERMISSIONS.member) expect(ROLE_PERMISSIONS.owner.has(p)).toBe(true);
 });
 

@@ -68,3 +68,22 @@ test("when batch work waits, then a free slot is not taken by a newer batch requ
   pool.release(b);
   expect(await pool.acquire(10, undefined, undefined, true)).toBe("b");
 });
+
+test("when a pool is closed (a deleted deployment, issue 9), then waiters and later requests are refused, and whenIdle waits for the slots in use", async () => {
+  const pool = new SlotPool(["a", "b"]);
+  const a = await pool.acquire(1000);
+  const b = await pool.acquire(1000);
+  const waiting = pool.acquire(1000);
+  let idle = false;
+  const idleSeen = pool.whenIdle().then(() => (idle = true));
+  pool.close(new Error("deployment deleted"));
+  await expect(waiting).rejects.toThrow("deployment deleted");
+  await expect(pool.acquire(1000)).rejects.toThrow("deployment deleted");
+  pool.release(a);
+  await Promise.resolve();
+  expect(idle).toBe(false);
+  pool.release(b);
+  await idleSeen;
+  expect(idle).toBe(true);
+  await pool.whenIdle(); // at once when nothing is in use
+});

@@ -8,6 +8,7 @@ import {
   chatMessages,
   chatParams,
 } from "../../services/protocols/openai-chat.protocol.js";
+import { requirePrincipal } from "../../services/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
@@ -18,7 +19,7 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
  */
 export const createChatCompletion: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(chatCompletionRequest, req.body);
-  const model = deps.catalog.resolve(body.model, "text_generation");
+  const model = deps.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
   const { messages, unsupported } = chatMessages(body);
   assertTextOnly(unsupported);
   const requestId = uuidv7();

@@ -7,6 +7,7 @@ import {
   embeddingRequest,
   shorten,
 } from "../../services/protocols/openai-embeddings.protocol.js";
+import { requirePrincipal } from "../../services/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { abortOnClose } from "./generation.js";
 
@@ -17,7 +18,7 @@ import { abortOnClose } from "./generation.js";
  */
 export const createEmbeddings: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(embeddingRequest, req.body);
-  const model = deps.catalog.resolve(body.model, "text_embedding");
+  const model = deps.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_embedding");
   const native = model.capabilities.dimensions;
   if (body.dimensions != null && native !== null && body.dimensions > native) {
     throw AppError.invalid(`dimensions must be at most ${native} for ${model.id}`, [

@@ -10,6 +10,7 @@ import {
   messagesRequest,
 } from "../../services/protocols/anthropic-messages.protocol.js";
 import { eventFrames } from "../sse.js";
+import { requirePrincipal } from "../../services/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
@@ -21,7 +22,7 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
 export const createMessage: DataPlaneHandler = async (deps, req, res, ctx) => {
   parseInput(messagesQuery, req.query);
   const body = parseInput(messagesRequest, req.body);
-  const model = deps.catalog.resolve(body.model, "text_generation");
+  const model = deps.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
   const { messages, unsupported } = anthropicMessages(body);
   assertTextOnly(unsupported);
   const requestId = uuidv7();

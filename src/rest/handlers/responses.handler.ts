@@ -10,6 +10,7 @@ import {
   responseRequest,
 } from "../../services/protocols/openai-responses.protocol.js";
 import { eventFrames } from "../sse.js";
+import { requirePrincipal } from "../../services/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 
@@ -21,7 +22,7 @@ import { assertTextOnly, respondWithGeneration } from "./generation.js";
  */
 export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(responseRequest, req.body);
-  const model = deps.catalog.resolve(body.model, "text_generation");
+  const model = deps.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
   const { messages, unsupported } = responseMessages(body);
   assertTextOnly(unsupported);
   if (body.background) {

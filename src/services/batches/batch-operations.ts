@@ -8,7 +8,7 @@
 import { z } from "zod";
 import { AppError, type FieldIssue, assertUnreachable, zodIssues } from "../../shared/errors.js";
 import type { ChatMessage } from "../../inference/engine.js";
-import type { RequestContext } from "../context.js";
+import { type RequestContext, requirePrincipal } from "../context.js";
 import type { FailureRecord, InferenceService } from "../inference.service.js";
 import type { ModelCatalogService } from "../model-catalog.service.js";
 import { PG_TEXT_MESSAGE, isPgStorableText } from "../validation.js";
@@ -68,6 +68,8 @@ export interface ItemIssue extends FieldIssue {
  */
 export function prepareBatchItem(
   catalog: ModelCatalogService,
+  /** The batch's team: whose custom models and deployments the items may name. */
+  teamId: string,
   raw: unknown,
   index: number,
 ): { item: PreparedItem } | { issues: ItemIssue[] } {
@@ -102,13 +104,13 @@ export function prepareBatchItem(
     issues.push(issue(`${prefix}.url`, `must be one of ${BATCH_ITEM_URLS.join(", ")}`));
     return { issues };
   }
-  const target = (url ?? inferUrl(catalog, body)) as (typeof BATCH_ITEM_URLS)[number];
+  const target = (url ?? inferUrl(catalog, teamId, body)) as (typeof BATCH_ITEM_URLS)[number];
   const fail = (found: FieldIssue[]) => ({
     issues: [...issues, ...found.map((i) => ({ ...i, custom_id: customId }))],
   });
   const modelIssue = (id: string, modality: "text_generation" | "text_embedding"): FieldIssue[] => {
     try {
-      catalog.resolve(id, modality);
+      catalog.resolve(teamId, id, modality);
       return [];
     } catch (err) {
       if (err instanceof AppError) return [{ field: `${bodyPrefix}.model`, message: err.detail }];
@@ -139,7 +141,9 @@ export function prepareBatchItem(
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const found = modelIssue(parsed.data.model, "text_embedding");
       const native =
-        found.length === 0 ? catalog.resolve(parsed.data.model, "text_embedding").capabilities.dimensions : null;
+        found.length === 0
+          ? catalog.resolve(teamId, parsed.data.model, "text_embedding").capabilities.dimensions
+          : null;
       if (parsed.data.dimensions != null && native !== null && parsed.data.dimensions > native) {
         found.push({ field: `${bodyPrefix}.dimensions`, message: `at most ${native}` });
       }
@@ -163,10 +167,14 @@ export function prepareBatchItem(
 }
 
 /** Without `url`: chat for `messages`, embeddings for `input` to an embedding model, else Responses. */
-function inferUrl(catalog: ModelCatalogService, body: Record<string, unknown>): (typeof BATCH_ITEM_URLS)[number] {
+function inferUrl(
+  catalog: ModelCatalogService,
+  teamId: string,
+  body: Record<string, unknown>,
+): (typeof BATCH_ITEM_URLS)[number] {
   if (body.messages !== undefined) return "/v1/chat/completions";
   if (body.input !== undefined) {
-    const model = typeof body.model === "string" ? catalog.all().find((m) => m.id === body.model) : undefined;
+    const model = typeof body.model === "string" ? catalog.find(teamId, body.model) : undefined;
     return model?.modality === "text_embedding" ? "/v1/embeddings" : "/v1/responses";
   }
   return "/v1/chat/completions";
@@ -224,6 +232,7 @@ export async function runBatchItem(
   signal: AbortSignal,
   onFailure: (err: unknown) => FailureRecord | null,
 ): Promise<void> {
+  const teamId = requirePrincipal(ctx).teamId;
   const common = {
     requestId: item.requestId,
     createdAt: new Date(),
@@ -237,7 +246,7 @@ export async function runBatchItem(
   switch (item.url) {
     case "/v1/chat/completions": {
       const body = chatCompletionRequest.parse(item.body);
-      const model = catalog.resolve(body.model, "text_generation");
+      const model = catalog.resolve(teamId, body.model, "text_generation");
       await inference.generate(ctx, {
         ...common,
         model,
@@ -250,7 +259,7 @@ export async function runBatchItem(
     }
     case "/v1/messages": {
       const body = messagesRequest.parse(item.body);
-      const model = catalog.resolve(body.model, "text_generation");
+      const model = catalog.resolve(teamId, body.model, "text_generation");
       await inference.generate(ctx, {
         ...common,
         model,
@@ -264,7 +273,7 @@ export async function runBatchItem(
     }
     case "/v1/embeddings": {
       const body = embeddingRequest.parse(item.body);
-      const model = catalog.resolve(body.model, "text_embedding");
+      const model = catalog.resolve(teamId, body.model, "text_embedding");
       await inference.embed(ctx, {
         ...common,
         model,

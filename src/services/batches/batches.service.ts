@@ -244,7 +244,7 @@ export class BatchesService {
         if (parsed.error !== undefined) {
           issues.push({ field: `requests[${idx}]`, message: parsed.error, custom_id: null });
         } else {
-          const prepared = prepareBatchItem(this.catalog, parsed.value, idx);
+          const prepared = prepareBatchItem(this.catalog, principal.teamId, parsed.value, idx);
           if ("issues" in prepared) issues.push(...prepared.issues);
           else if (issues.length === 0) {
             rows.push({ ...prepared.item, idx });

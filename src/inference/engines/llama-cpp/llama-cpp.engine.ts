@@ -5,6 +5,13 @@
  * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
  * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
  * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
+ *
+ * Runtimes (a context and its slots) are keyed by the model's `runtime.key` when it has one (a
+ * team's custom model or dedicated deployment, issue 9: its own context with `runtime.slots`
+ * sequences, sharing the loaded GGUF weights with every other runtime of the same file), else by
+ * the model id (the shared platform runtime). `unload` retires a dedicated runtime: new requests
+ * are refused, the ones in flight finish, then its contexts (and the weights, when no other
+ * runtime uses the file) are freed.
  */
 import type {
   ChatHistoryItem,
@@ -62,6 +69,8 @@ interface Prompt {
 
 interface GenerationRuntime {
   kind: "generation";
+  /** The GGUF file name the weights came from (`modelFile`'s key). */
+  file: string;
   model: LlamaModel;
   context: LlamaContext;
   pool: SlotPool<LlamaContextSequence>;
@@ -76,6 +85,7 @@ interface GenerationRuntime {
 
 interface EmbeddingRuntime {
   kind: "embedding";
+  file: string;
   model: LlamaModel;
   pool: SlotPool<LlamaEmbeddingContext>;
   contexts: LlamaEmbeddingContext[];
@@ -94,15 +104,46 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly files = new Map<string, Promise<LlamaModel>>();
   private readonly runtimes = new Map<string, Promise<Runtime>>();
   private readonly loaded = new Set<string>();
+  /** Runtimes (being) built on each loaded file: the weights are freed when it drops to 0. */
+  private readonly fileUsers = new Map<string, number>();
+  /** Keys of unloaded dedicated runtimes: never built again (their deployment is gone). */
+  private readonly retired = new Set<string>();
 
   constructor(private readonly opts: LlamaCppEngineOptions) {}
 
   isLoaded(model: CatalogModel): boolean {
-    return this.loaded.has(model.id);
+    return this.loaded.has(runtimeKey(model));
   }
 
   async load(model: CatalogModel): Promise<void> {
     await this.runtime(model);
+  }
+
+  /**
+   * Retires a dedicated runtime (`model.runtime`; shared platform runtimes stay): waiting and
+   * later requests get EngineUnavailable (503), requests holding a slot finish, then its contexts
+   * are disposed, and the weights too when no other runtime uses the file.
+   */
+  async unload(model: CatalogModel): Promise<void> {
+    if (!model.runtime) return;
+    const key = runtimeKey(model);
+    this.retired.add(key);
+    const pending = this.runtimes.get(key);
+    this.runtimes.delete(key);
+    this.loaded.delete(key);
+    if (!pending) return;
+    let rt: Runtime;
+    try {
+      rt = await pending;
+    } catch {
+      return; // it never loaded: nothing was kept
+    }
+    rt.pool.close(new AppError(ErrorCode.EngineUnavailable, `Model '${model.id}' is no longer deployed`));
+    await rt.pool.whenIdle();
+    if (rt.kind === "generation") await rt.context.dispose();
+    else for (const c of rt.contexts) await c.dispose();
+    await this.releaseFile(rt.file);
+    this.opts.logger.info({ model: model.id, runtime: key }, "dedicated runtime released");
   }
 
   /**
@@ -305,8 +346,9 @@ export class LlamaCppEngine implements InferenceEngine {
    * that every request gives its slot back (issue 14, item 2).
    */
   async slots(model: CatalogModel): Promise<SlotPoolStats | undefined> {
-    if (!this.loaded.has(model.id)) return undefined;
-    return (await this.runtimes.get(model.id))?.pool.stats();
+    const key = runtimeKey(model);
+    if (!this.loaded.has(key)) return undefined;
+    return (await this.runtimes.get(key))?.pool.stats();
   }
 
   async countTokens(model: CatalogModel, text: string): Promise<number> {
@@ -327,18 +369,27 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     this.runtimes.clear();
     this.files.clear();
+    this.fileUsers.clear();
     this.loaded.clear();
     if (this.llama) await (await this.llama).dispose();
   }
 
   private runtime(model: CatalogModel): Promise<Runtime> {
-    let rt = this.runtimes.get(model.id);
+    const key = runtimeKey(model);
+    let rt = this.runtimes.get(key);
     if (!rt) {
+      if (this.retired.has(key)) {
+        return Promise.reject(new AppError(ErrorCode.EngineUnavailable, `Model '${model.id}' is no longer deployed`));
+      }
       rt = this.createRuntime(model);
-      this.runtimes.set(model.id, rt);
+      this.runtimes.set(key, rt);
       rt.then(
-        () => this.loaded.add(model.id),
-        () => this.runtimes.delete(model.id),
+        () => {
+          if (this.runtimes.get(key) === rt) this.loaded.add(key);
+        },
+        () => {
+          if (this.runtimes.get(key) === rt) this.runtimes.delete(key);
+        },
       );
     }
     return rt;
@@ -347,19 +398,45 @@ export class LlamaCppEngine implements InferenceEngine {
   private async createRuntime(model: CatalogModel): Promise<Runtime> {
     const spec = model.engine;
     if (spec.type !== "llama_cpp") {
-      throw new AppError(ErrorCode.EngineUnavailable, `Model ${model.id} is not served by the embedded engine`);
+      throw new AppError(ErrorCode.EngineUnavailable, `Model '${model.id}' is not served by the embedded engine`);
     }
+    // Counted before the file loads, so an unload elsewhere never frees weights this runtime is about to use.
+    this.fileUsers.set(spec.file, (this.fileUsers.get(spec.file) ?? 0) + 1);
+    try {
+      return await this.buildRuntime(model, spec);
+    } catch (err) {
+      await this.releaseFile(spec.file);
+      throw err;
+    }
+  }
+
+  /** One fewer runtime on `file`; the last one frees the weights. */
+  private async releaseFile(file: string): Promise<void> {
+    const users = (this.fileUsers.get(file) ?? 1) - 1;
+    if (users > 0) {
+      this.fileUsers.set(file, users);
+      return;
+    }
+    this.fileUsers.delete(file);
+    const weights = this.files.get(file);
+    this.files.delete(file);
+    const loaded = await weights?.catch(() => undefined);
+    await loaded?.dispose();
+  }
+
+  private async buildRuntime(model: CatalogModel, spec: LlamaCppEngineSpec): Promise<Runtime> {
     const llamaModel = await this.modelFile(model, spec);
     const contextSize = Math.min(spec.context_size, llamaModel.trainContextSize);
     if (model.modality === "text_embedding") {
       const contexts: LlamaEmbeddingContext[] = [];
-      for (let i = 0; i < this.opts.embeddingContexts; i++) {
+      for (let i = 0; i < (model.runtime?.slots ?? this.opts.embeddingContexts); i++) {
         contexts.push(await llamaModel.createEmbeddingContext({ contextSize, threads: this.opts.threads }));
       }
       const vocabulary = llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens as string[] | undefined;
       const vocabularySize = vocabulary?.length ?? Number.MAX_SAFE_INTEGER;
       return {
         kind: "embedding",
+        file: spec.file,
         model: llamaModel,
         contexts,
         pool: new SlotPool(contexts),
@@ -368,19 +445,23 @@ export class LlamaCppEngine implements InferenceEngine {
         vocabularySize,
       };
     }
-    const context = await llamaModel.createContext({
-      contextSize,
-      sequences: this.opts.sequences,
-      threads: this.opts.threads,
-    });
-    const sequences = Array.from({ length: this.opts.sequences }, () => context.getSequence());
+    const slots = model.runtime?.slots ?? this.opts.sequences;
+    const context = await llamaModel.createContext({ contextSize, sequences: slots, threads: this.opts.threads });
+    const sequences = Array.from({ length: slots }, () => context.getSequence());
     const bosCount = llamaModel.tokens.shouldPrependBosToken && llamaModel.tokens.bos != null ? 1 : 0;
     this.opts.logger.info(
-      { model: model.id, contextSize: context.contextSize, sequences: sequences.length, threads: this.opts.threads },
+      {
+        model: model.id,
+        runtime: model.runtime?.key,
+        contextSize: context.contextSize,
+        sequences: sequences.length,
+        threads: this.opts.threads,
+      },
       "generation model ready",
     );
     return {
       kind: "generation",
+      file: spec.file,
       model: llamaModel,
       context,
       pool: new SlotPool(sequences),
@@ -459,6 +540,11 @@ export class LlamaCppEngine implements InferenceEngine {
     );
     return this.llama;
   }
+}
+
+/** The key of `model`'s runtime: its dedicated runtime's, else the model id (shared). */
+function runtimeKey(model: CatalogModel): string {
+  return model.runtime?.key ?? model.id;
 }
 
 /** Most tokens over all inputs of one embeddings request (OpenAI's bound; one request holds a context). */

@@ -22,6 +22,18 @@ export interface ModelFileSettings {
 const STALL_MS = 15_000;
 
 /**
+ * The local copy of model file `file` (a bare file name): in the models directory, else in the
+ * data-dir cache; undefined when neither holds it (nothing is downloaded).
+ */
+export function findLocalModelFile(
+  file: string,
+  settings: Pick<ModelFileSettings, "modelsDir" | "dataDir">,
+): string | undefined {
+  const dirs = [settings.modelsDir, path.join(settings.dataDir, "models")].filter((d): d is string => !!d);
+  return dirs.map((d) => path.join(d, file)).find((candidate) => existsSync(candidate));
+}
+
+/**
  * @returns the absolute path of the model file.
  * @throws ConfigError when the file is in neither folder and cannot be downloaded.
  */
@@ -32,8 +44,8 @@ export async function resolveModelPath(
   lib: { resolveModelFile: typeof resolveModelFile },
 ): Promise<string> {
   const cacheDir = path.join(settings.dataDir, "models");
-  const candidates = [settings.modelsDir, cacheDir].filter((d): d is string => !!d).map((d) => path.join(d, spec.file));
-  for (const file of candidates) if (existsSync(file)) return file;
+  const found = findLocalModelFile(spec.file, settings);
+  if (found) return found;
   const where = `${settings.modelsDir ? settings.modelsDir : "SWITCHYARD_MODELS_DIR (unset)"} or ${cacheDir}`;
   if (!spec.source || !settings.allowModelDownload) {
     throw new ConfigError(
