@@ -456,6 +456,45 @@ describe("custom models", () => {
     },
     SLOW_MS,
   );
+  test(
+    "when a deployment of a team's available custom model is deleted, then the custom model is served again (its runtime comes back)",
+    async () => {
+      const caller = await createTestCaller(server.url);
+      await createCustomModel(server, caller.token, {
+        model_id: "acme/comeback",
+        architecture: "llama",
+        hf_repo: `ggml-org/models/tinyllamas/${SHARED_GGUF}`,
+        base_model_id: CHAT_MODEL,
+      });
+      await requestDeployment(server, caller.token, "acme/comeback");
+      expect((await customModelSettles(server, caller.token, "acme/comeback")).deploy_status).toBe("available");
+      await chat(caller.key, "acme/comeback");
+
+      const deployment = await createDeployment(server, caller.token, {
+        name: "comeback",
+        model_source: "custom",
+        model_id: "acme/comeback",
+      });
+      expect((await deploymentSettles(server, caller.token, deployment.id)).status).toBe("available");
+      await chat(caller.key, "acme/comeback");
+
+      const deleted = await http(server.url, "DELETE", `/control/v1/deployments/${deployment.id}`, {
+        token: caller.token,
+      });
+      expect(deleted.status).toBe(204);
+      let last = 0;
+      const served = await eventually(async () => {
+        const res = await http(server.url, "POST", "/v1/chat/completions", {
+          token: caller.key,
+          body: { model: "acme/comeback", messages: [{ role: "user", content: "Hi" }], max_tokens: 2 },
+        });
+        last = res.status;
+        return res.status === 200;
+      }, 20_000);
+      expect({ served, last }).toEqual({ served: true, last: 200 });
+    },
+    SLOW_MS,
+  );
 });
 
 describe("restarts and processes", () => {

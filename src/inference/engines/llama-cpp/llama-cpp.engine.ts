@@ -115,7 +115,13 @@ export class LlamaCppEngine implements InferenceEngine {
     return this.loaded.has(runtimeKey(model));
   }
 
+  /**
+   * Loads `model`'s runtime. A deliberate load brings back a retired dedicated runtime (a team's
+   * custom model served again once a deployment of it is deleted, or an older deployment of the
+   * model routed to again); requests alone never rebuild a retired one.
+   */
   async load(model: CatalogModel): Promise<void> {
+    this.retired.delete(runtimeKey(model));
     await this.runtime(model);
   }
 
