@@ -102,22 +102,29 @@ function prices(m: CatalogModel) {
   };
 }
 
-/** A platform catalog entry as a catalog model. */
-export function platformCatalogItem(m: CatalogModel): CatalogModelDto {
-  const served = m.platformStatus !== "coming_soon";
+/** The catalog-model fields that come from the model itself, platform or custom alike. */
+function modelFields(m: CatalogModel) {
   return {
     id: m.id,
     display_name: m.displayName,
     provider: m.provider,
-    platform_status: m.platformStatus,
     modality: m.modality,
     context_tokens: m.contextTokens,
     released: m.released,
     deprecated: m.deprecated,
     ...prices(m),
     ...limitStrings(m.limits),
-    deployed_on_platform: served,
     capabilities: capabilitiesDto(m),
+  };
+}
+
+/** A platform catalog entry as a catalog model. */
+export function platformCatalogItem(m: CatalogModel): CatalogModelDto {
+  const served = m.platformStatus !== "coming_soon";
+  return {
+    ...modelFields(m),
+    platform_status: m.platformStatus,
+    deployed_on_platform: served,
     ownership: "platform",
     deploy_status: served ? "available" : "pending_deploy",
     architecture: m.architecture,
@@ -139,18 +146,9 @@ export function customCatalogItem(row: CustomModelEntity, platform: PlatformMode
   const m = customCatalogModel(row, platform, row.engine ?? { type: "openai_compatible" });
   const available = row.deployStatus === "available";
   return {
-    id: m.id,
-    display_name: m.displayName,
-    provider: m.provider,
+    ...modelFields(m),
     platform_status: available ? "available" : "coming_soon",
-    modality: m.modality,
-    context_tokens: m.contextTokens,
-    released: m.released,
-    deprecated: m.deprecated,
-    ...prices(m),
-    ...limitStrings(m.limits),
     deployed_on_platform: available,
-    capabilities: capabilitiesDto(m),
     ownership: "custom",
     deploy_status: row.deployStatus,
     architecture: row.architecture,
