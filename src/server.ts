@@ -310,6 +310,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       const reconciler = new DeploymentReconciler(ds, bus, engines, platform, teamModels, logger, {
         intervalMs: config.reconcileIntervalMs,
         maxSlots: config.deploymentMaxSlots,
+        dedicatedSlots: config.dedicatedSlots,
         customSlots,
         modelsDir: config.modelsDir,
         dataDir: config.dataDir,
@@ -354,6 +355,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members);
     // Issue 8 (helper O): OpenID Connect sign-in and linking.
     const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger), members);
+    const modelQuotas = { maxDeployments: config.teamMaxDeployments, maxCustomModels: config.teamMaxCustomModels };
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
@@ -366,6 +368,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
           platform,
           teamModels,
           new SecretBox(config.jwtSecret, "model-hub-token"),
+          modelQuotas,
         ),
       ),
       responses: new ResponseResolver(background),
@@ -375,7 +378,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streams: new StreamResolver(streams),
       batches: new BatchResolver(batches),
       teamMembers: new TeamMemberResolver(members),
-      deployments: new DeploymentResolver(new DeploymentsService(ds, bus, jobs, teamModels)),
+      deployments: new DeploymentResolver(new DeploymentsService(ds, bus, jobs, teamModels, modelQuotas)),
       // Activity and usage (issue 10, items 1 and 2).
       activity: new ActivityResolver(new ActivityService(ds)),
       // Billing summary with the pricing used (issue 10, item 3).

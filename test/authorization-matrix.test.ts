@@ -693,7 +693,8 @@ async function call(row: Row, caller: Caller): Promise<number> {
 beforeAll(async () => {
   // Throttling of login and forgot-password is tested on its own (password-reset.test.ts); here
   // one address makes every call, so the limit is lifted.
-  server = await startTestServer({ authThrottleMax: 100_000 });
+  // Each row creates what it acts on, under one owner: more deployments and custom models than a team may hold by default.
+  server = await startTestServer({ authThrottleMax: 100_000, teamMaxDeployments: 1000, teamMaxCustomModels: 1000 });
   const owner = await createTestUser(server.url);
   const admin = await joinTeam(server.url, owner, "admin");
   const member = await joinTeam(server.url, owner, "member");

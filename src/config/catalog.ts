@@ -115,6 +115,11 @@ export interface CatalogModel {
    * `tokensPerMinute` counts prompt + completion tokens; the other two count requests.
    */
   limits: ModelLimits;
+  /**
+   * The model whose rate-limit windows requests for this one count in (issue 9 review, finding
+   * 3: a team's custom models count in their reference platform model's); absent: `id`.
+   */
+  limitKey?: string;
   engine: EngineSpec;
   /** Unix seconds; the catalog release date, used as the OpenAI `created` field. */
   created: number;

@@ -324,6 +324,17 @@ export const configSchema = z.object({
    */
   deploymentMaxSlots: intFromEnv(1, 256).default(16),
   /**
+   * Deployments (issue 9 review, finding 2): most parallel sequences (or embedding contexts) the
+   * embedded engine loads for dedicated runtimes, every team's deployments and requested custom
+   * models together. Every process loads every available runtime, so this bounds each process's
+   * memory; a deployment that would go beyond it fails with a `status_reason` saying so.
+   */
+  dedicatedSlots: intFromEnv(0, 65_536).default(64),
+  /** Most deployments one team may have at once (every status); the next create gets 409. */
+  teamMaxDeployments: intFromEnv(0, 100_000).default(8),
+  /** Most custom models one team may have at once; the next create gets 409. */
+  teamMaxCustomModels: intFromEnv(0, 100_000).default(32),
+  /**
    * Deployments: how often each worker process looks for deployments and requested custom models
    * to bring up (also those a dead process left `deploying`), ms. Creates wake it at once through
    * the job queue; this is the fallback.
@@ -386,6 +397,9 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   stripeWebhookSecret: "SWITCHYARD_STRIPE_WEBHOOK_SECRET",
   stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
+  dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
+  teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",
+  teamMaxCustomModels: "SWITCHYARD_TEAM_MAX_CUSTOM_MODELS",
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
 };
 

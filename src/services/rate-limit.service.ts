@@ -68,7 +68,7 @@ export class RateLimitService {
        WHERE (w.minute_start <> EXCLUDED.minute_start OR (w.minute_requests < $3 AND w.minute_tokens < $4))
          AND (w.hour_start <> EXCLUDED.hour_start OR w.hour_requests < $5)
        RETURNING 1 AS ok`,
-      [teamId, model.id, rpm, tpm, rph],
+      [teamId, model.limitKey ?? model.id, rpm, tpm, rph],
     );
     if (admitted.length > 0) return;
     await this.refuse(teamId, model, { rpm, tpm, rph });
@@ -88,7 +88,7 @@ export class RateLimitService {
            minute_requests = CASE WHEN minute_start = date_trunc('minute', now()) THEN minute_requests ELSE 0 END,
            minute_start = date_trunc('minute', now())
          WHERE team_id = $1 AND model = $2`,
-        [teamId, model.id, tokens],
+        [teamId, model.limitKey ?? model.id, tokens],
       )
       .catch((err: unknown) => this.logger.warn({ err, model: model.id }, "rate limit: token count not recorded"));
   }
@@ -107,7 +107,7 @@ export class RateLimitService {
               ceil(extract(epoch FROM date_trunc('minute', now()) + interval '1 minute' - now()))::int AS to_minute,
               ceil(extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now()))::int AS to_hour
          FROM rate_limit_windows WHERE team_id = $1 AND model = $2`,
-      [teamId, model.id, limits.rpm, limits.tpm, limits.rph],
+      [teamId, model.limitKey ?? model.id, limits.rpm, limits.tpm, limits.rph],
     );
     const limit = row?.hour_full ? "requests_per_hour" : row?.tokens_full ? "tpm_limit" : "rpm_limit";
     const retryAfterS = Math.max(1, (row?.hour_full ? row.to_hour : row?.to_minute) ?? 1);

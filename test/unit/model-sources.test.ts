@@ -87,6 +87,35 @@ describe("the engine and the reference model", () => {
     expect(mismatched).toMatchObject({ id: "acme/my-model", displayName: "acme/my-model", provider: "custom" });
   });
 
+  test("when a custom model runs a platform model's weights (its GGUF, or its upstream model id), then it is that model for prices, limits and rate-limit windows, whatever base_model_id says", () => {
+    const catalog = loadCatalog(path.join(packageRoot, "src/config/catalog.json"));
+    const pricey = {
+      ...catalog.models[0],
+      id: "pricey",
+      prices: { ...catalog.models[0].prices, inputPerMillionMicros: 5_000_000n },
+      engine: { type: "openai_compatible" as const, upstream_model: "org/big-model" },
+    };
+    const withPricey = new PlatformModels({ ...catalog, models: [...catalog.models, pricey] });
+    const alias = customCatalogModel(row({ modelId: "org/big-model", baseModelId: "tinystories-260k" }), withPricey, {
+      type: "openai_compatible",
+      upstream_model: "org/big-model",
+    });
+    expect(alias.prices).toBe(pricey.prices);
+    expect(alias.limitKey).toBe("pricey");
+    // The shared GGUF of the platform chat model: priced as it, counted in its windows.
+    const local = customCatalogModel(
+      row({ baseModelId: null }),
+      withPricey,
+      customEngine(row({ hfRepo: "x/stories260K.gguf" }), withPricey, () => true),
+    );
+    expect(local.limitKey).toBe("tinystories-260k");
+    expect(local.contextTokens).toBe(512);
+    // Other weights without a base: the default model's prices and windows.
+    const other = customCatalogModel(row(), withPricey, { type: "openai_compatible", upstream_model: "acme/other" });
+    expect(other.limitKey).toBe(withPricey.defaultModel().id);
+    expect(other.contextTokens).toBe(DEFAULT_CONTEXT_TOKENS);
+  });
+
   test("when a deployment asks for 0 or n replicas, then 1 or n slots", () => {
     expect(deploymentSlots(0)).toBe(1);
     expect(deploymentSlots(3)).toBe(3);

@@ -19,7 +19,7 @@ import type { CatalogModel, Modality, ModelLimits } from "../../config/catalog.j
 import type { ArtifactType, CustomModelEntity } from "../../entities/custom-model.entity.js";
 import type { DeployStatus } from "../../entities/deployment.entity.js";
 import { type ModelCapabilitiesDto, capabilitiesDto, pricingDto } from "../model-catalog.service.js";
-import { type PlatformModels, customCatalogModel } from "./model-sources.js";
+import { type PlatformModels, customCatalogModel, localFileName } from "./model-sources.js";
 
 export type PlatformStatus = CatalogModel["platformStatus"];
 
@@ -142,8 +142,11 @@ export function platformCatalogItem(m: CatalogModel): CatalogModelDto {
 
 /** A custom model row as a catalog model. */
 export function customCatalogItem(row: CustomModelEntity, platform: PlatformModels): CatalogModelDto {
-  // The engine does not change any field shown here.
-  const m = customCatalogModel(row, platform, row.engine ?? { type: "openai_compatible" });
+  // Before the reconciler chose the engine, the fields are shown as it would choose when the file
+  // is present: a GGUF a platform model uses is priced as that model (`model-sources.ts`).
+  const file = row.engine ? undefined : localFileName(row);
+  const guess = file ? platform.usingFile(file, row.modality)?.engine : undefined;
+  const m = customCatalogModel(row, platform, row.engine ?? guess ?? { type: "openai_compatible" });
   const available = row.deployStatus === "available";
   return {
     ...modelFields(m),

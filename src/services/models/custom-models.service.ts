@@ -32,6 +32,7 @@ import {
 import type { PlatformModels } from "./model-sources.js";
 import type { SecretBox } from "./secret-box.js";
 import { TEAM_MODELS_TOPIC, type TeamModelDirectory } from "./team-models.js";
+import { type ModelQuotas, checkTeamCredit, checkTeamModelQuota } from "./team-quotas.js";
 
 /** A model id: 1–512 characters, without surrounding whitespace (DESIGN §3). */
 export const modelId = pgText()
@@ -85,6 +86,7 @@ export class CustomModelsService {
     private readonly platform: PlatformModels,
     private readonly directory: TeamModelDirectory,
     private readonly secrets: SecretBox,
+    private readonly quotas: ModelQuotas,
   ) {}
 
   /**
@@ -128,7 +130,8 @@ export class CustomModelsService {
   /**
    * Creates a custom model of the caller's team, `pending_deploy`; `hf_token` is stored sealed.
    * @throws AppError 400 naming the field; 401; 403 for members; 409 when `model_id` is a platform
-   *   model's or another custom model's of the team.
+   *   model's or another custom model's of the team, or the team already has
+   *   `quotas.maxCustomModels` custom models (`team-quotas.ts`).
    */
   async create(ctx: RequestContext, raw: unknown): Promise<CatalogModelDto> {
     const principal = authorize(ctx, "customModels.manage");
@@ -139,25 +142,28 @@ export class CustomModelsService {
     const id = uuidv7();
     const sealed = input.hf_token ? this.secrets.seal(input.hf_token, hubTokenContext(principal.teamId, id)) : null;
     try {
-      await this.ds.query(
-        `INSERT INTO custom_models (id, team_id, model_id, architecture, display_name, modality, artifact_type,
+      await this.ds.transaction(async (em) => {
+        await checkTeamModelQuota(em, principal.teamId, "custom_models", this.quotas.maxCustomModels, false);
+        await em.query(
+          `INSERT INTO custom_models (id, team_id, model_id, architecture, display_name, modality, artifact_type,
                                     base_model_id, hf_repo, hf_revision, hf_token_sealed, notes)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-        [
-          id,
-          principal.teamId,
-          input.model_id,
-          input.architecture,
-          input.display_name ?? null,
-          input.modality ?? "text_generation",
-          input.artifact_type ?? "full",
-          input.base_model_id ?? null,
-          input.hf_repo ?? null,
-          input.hf_revision ?? null,
-          sealed,
-          input.notes ?? null,
-        ],
-      );
+          [
+            id,
+            principal.teamId,
+            input.model_id,
+            input.architecture,
+            input.display_name ?? null,
+            input.modality ?? "text_generation",
+            input.artifact_type ?? "full",
+            input.base_model_id ?? null,
+            input.hf_repo ?? null,
+            input.hf_revision ?? null,
+            sealed,
+            input.notes ?? null,
+          ],
+        );
+      });
     } catch (err) {
       if ((err as { code?: string }).code === "23505") {
         throw AppError.conflict(`The team already has a custom model '${input.model_id}'`);
@@ -202,13 +208,15 @@ export class CustomModelsService {
    * Records a deployment request for a custom model of the caller's team: `pending_deploy` again
    * after `failed` or `rejected` (and at first), and the reconciler is woken; no change while it
    * is `deploying` or `available`.
-   * @throws AppError 400 naming `model_id`; 401; 403 for members; 404 when the team has no such
-   *   custom model (platform models are deployed with `POST /control/v1/deployments`).
+   * @throws AppError 400 naming `model_id`; 401; 403 for members; 402 when the team has no credit;
+   *   404 when the team has no such custom model (platform models are deployed with
+   *   `POST /control/v1/deployments`).
    */
   async requestDeployment(ctx: RequestContext, raw: unknown): Promise<OkResult> {
     const principal = authorize(ctx, "customModels.manage");
     const input = parseInput(requestDeploymentInput, raw ?? undefined);
     await this.ds.transaction(async (em) => {
+      await checkTeamCredit(em, principal.teamId);
       const [row] = await queryRows<{ id: string; deploy_status: string }>(
         em,
         `UPDATE custom_models

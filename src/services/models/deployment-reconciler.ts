@@ -44,6 +44,11 @@ export interface ReconcilerOptions {
   intervalMs: number;
   /** Most slots one deployment may take in the embedded engine (config `deploymentMaxSlots`). */
   maxSlots: number;
+  /**
+   * Most slots every team's dedicated runtimes take in the embedded engine together (config
+   * `dedicatedSlots`): each process loads them all, so this bounds its memory.
+   */
+  dedicatedSlots: number;
   /** Slots of a requested custom model's runtime. */
   customSlots: CustomModelSlots;
   /** Where local GGUF files are looked up (as the embedded engine does). */
@@ -183,7 +188,7 @@ export class DeploymentReconciler {
           `${this.opts.maxSlots} per deployment (SWITCHYARD_DEPLOYMENT_MAX_SLOTS)`,
       };
     }
-    return { kind: "load", model, engine };
+    return (await this.overBudget("deployments", d.id, model)) ?? { kind: "load", model, engine };
   }
 
   private async planCustomModel(id: string): Promise<Plan | null> {
@@ -192,7 +197,60 @@ export class DeploymentReconciler {
     const engine = customEngine(row, this.platform, (file) => this.hasLocalFile(file));
     const slots =
       row.modality === "text_embedding" ? this.opts.customSlots.embedding : this.opts.customSlots.generation;
-    return { kind: "load", model: customCatalogModel(row, this.platform, engine, customRuntime(row, slots)), engine };
+    const model = customCatalogModel(row, this.platform, engine, customRuntime(row, slots));
+    return (await this.overBudget("custom_models", row.id, model)) ?? { kind: "load", model, engine };
+  }
+
+  /**
+   * A `fail` plan when loading `model`'s dedicated runtime in the embedded engine would take the
+   * slots of every dedicated runtime beyond `dedicatedSlots` (issue 9 review, finding 2); null when
+   * it fits or runs elsewhere. Counts the other rows `available` or `deploying` (a deploying one
+   * whose engine is not chosen yet counts as embedded): two loads at once may both be refused
+   * when only one fits, never both admitted.
+   */
+  private async overBudget(table: Table, id: string, model: CatalogModel): Promise<Plan | null> {
+    if (model.engine.type !== "llama_cpp") return null;
+    const need = model.runtime!.slots;
+    const rows = await queryRows<{
+      kind: string;
+      model_source: string | null;
+      model_id: string;
+      slots: number;
+      engine: { type?: string } | null;
+      modality: string;
+    }>(
+      this.ds,
+      `SELECT 'deployments' AS kind, d.id, d.model_source, d.model_id, GREATEST(1, d.min_replicas) AS slots,
+              COALESCE(d.engine, c.engine) AS engine, NULL AS modality
+         FROM deployments d
+         LEFT JOIN custom_models c ON d.model_source = 'custom' AND c.team_id = d.team_id AND c.model_id = d.model_id
+        WHERE d.status IN ('available', 'deploying') AND NOT ($1 = 'deployments' AND d.id = $2)
+       UNION ALL
+       SELECT 'custom_models', c.id, NULL, c.model_id, 0, c.engine, c.modality
+         FROM custom_models c
+        WHERE c.deployment_requested_at IS NOT NULL AND c.deploy_status IN ('available', 'deploying')
+          AND NOT ($1 = 'custom_models' AND c.id = $2)`,
+      [table, id],
+    );
+    let used = 0;
+    for (const r of rows) {
+      const type =
+        r.engine?.type ?? (r.model_source === "platform" ? this.platform.get(r.model_id)?.engine.type : undefined);
+      if (type !== undefined && type !== "llama_cpp") continue;
+      used +=
+        r.kind === "deployments"
+          ? r.slots
+          : r.modality === "text_embedding"
+            ? this.opts.customSlots.embedding
+            : this.opts.customSlots.generation;
+    }
+    if (used + need <= this.opts.dedicatedSlots) return null;
+    return {
+      kind: "fail",
+      reason:
+        `This server has room for ${this.opts.dedicatedSlots} parallel sequences of dedicated runtimes ` +
+        `(SWITCHYARD_DEDICATED_SLOTS) and ${used} are taken; this one needs ${need}. Try again once others are deleted`,
+    };
   }
 
   private hasLocalFile(file: string): boolean {

@@ -17,6 +17,7 @@ import { authorize } from "../policy.js";
 import { pgText } from "../validation.js";
 import { executor, modelId } from "./custom-models.service.js";
 import { TEAM_MODELS_TOPIC, type TeamModelDirectory } from "./team-models.js";
+import { type ModelQuotas, checkTeamModelQuota } from "./team-quotas.js";
 
 /** Most replicas of a deployment (DESIGN §3). */
 export const MAX_REPLICAS = 1000;
@@ -73,6 +74,7 @@ export class DeploymentsService {
     private readonly bus: CacheBus,
     private readonly jobs: JobSender,
     private readonly directory: TeamModelDirectory,
+    private readonly quotas: ModelQuotas,
   ) {}
 
   /** The team's deployments, newest first (every status). @throws AppError 401. */
@@ -87,13 +89,15 @@ export class DeploymentsService {
 
   /**
    * Creates a deployment, `pending_deploy`, and wakes the reconciler (same transaction).
-   * @throws AppError 400 naming the field; 401; 403 for members.
+   * @throws AppError 400 naming the field; 401; 403 for members; 402 when the team has no credit;
+   *   409 when it already has `quotas.maxDeployments` deployments (`team-quotas.ts`).
    */
   async create(ctx: RequestContext, raw: unknown): Promise<DeploymentEntity> {
     const principal = authorize(ctx, "deployments.manage");
     const input = parseInput(createDeploymentInput, raw ?? undefined);
     const id = uuidv7();
     await this.ds.transaction(async (em) => {
+      await checkTeamModelQuota(em, principal.teamId, "deployments", this.quotas.maxDeployments, true);
       await em.query(
         `INSERT INTO deployments (id, team_id, name, model_source, model_id, region, performance,
                                   min_replicas, max_replicas, notes)

@@ -2,11 +2,17 @@
  * What a team's custom model or deployment runs as (issue 9): the `CatalogModel` the engines and
  * the metering see. The rules, in one place (README "Models and deployments"):
  *
- * - **Reference model.** A custom model whose `base_model_id` names a platform model of the same
- *   modality takes that model's prices, per-team limits, capabilities, context and engine
- *   settings; otherwise prices and limits come from the catalog's default model of its modality
- *   (the default model for text generation, the first embedding model for embeddings), it has no
- *   capabilities, and a context of `DEFAULT_CONTEXT_TOKENS`.
+ * - **Reference model.** A custom model that runs the same weights as a platform model of its
+ *   modality — the same GGUF file in the models directory, or the same upstream model id — is
+ *   that model as far as money and limits go: it takes its prices, per-team limits, capabilities,
+ *   context and engine settings, whatever `base_model_id` says (issue 9 review, finding 3: a team
+ *   cannot rename a platform model to pay another's price). Otherwise a custom model whose
+ *   `base_model_id` names a platform model of the same modality takes that model's; otherwise
+ *   prices and limits come from the catalog's default model of its modality (the default model
+ *   for text generation, the first embedding model for embeddings), it has no capabilities, and a
+ *   context of `DEFAULT_CONTEXT_TOKENS`.
+ * - **Rate limits** count in the reference model's windows (`CatalogModel.limitKey`), so custom
+ *   models named differently over the same model do not multiply a team's limits.
  * - **Engine.** A full (not LoRA) custom model runs on the embedded engine when its GGUF file is
  *   in the models directory (`SWITCHYARD_MODELS_DIR`, else `<data dir>/models`; never downloaded):
  *   the file is the last path segment of `hf_repo` when that ends in `.gguf`
@@ -74,6 +80,40 @@ export class PlatformModels {
     const base = row.baseModelId ? this.byId.get(row.baseModelId) : undefined;
     return base && base.modality === row.modality ? base : undefined;
   }
+
+  /**
+   * The platform model of `modality` that runs what `engine` runs: the same GGUF file on the
+   * embedded engine, or the same upstream model id (`upstream_model`, else `modelId`) upstream;
+   * undefined when none does. The first in catalog order when several do.
+   */
+  runningSame(engine: EngineSpec, modality: Modality, modelId: string): CatalogModel | undefined {
+    if (engine.type === "llama_cpp") {
+      return this.catalog.models.find(
+        (m) => m.modality === modality && m.engine.type === "llama_cpp" && m.engine.file === engine.file,
+      );
+    }
+    const upstream = engine.upstream_model ?? modelId;
+    return this.catalog.models.find(
+      (m) =>
+        m.modality === modality &&
+        m.engine.type === "openai_compatible" &&
+        (m.engine.upstream_model ?? m.id) === upstream,
+    );
+  }
+
+  /** What a custom model is priced and limited as (see the module header); undefined: the default. */
+  referenceOf(row: CustomModelFields, engine: EngineSpec): CatalogModel | undefined {
+    return this.runningSame(engine, row.modality, row.modelId) ?? this.baseOf(row);
+  }
+
+  /** A platform model that uses the GGUF file `file` for `modality`, if one does. */
+  usingFile(file: string, modality: Modality): CatalogModel | undefined {
+    return this.runningSame(
+      { type: "llama_cpp", file, context_size: 0, chat_template: "auto", eog_token_ids: [] },
+      modality,
+      "",
+    );
+  }
 }
 
 /**
@@ -98,7 +138,7 @@ export function customEngine(
 ): EngineSpec {
   const file = localFileName(row);
   if (file && hasLocalFile(file)) {
-    const base = platform.baseOf(row);
+    const base = platform.usingFile(file, row.modality) ?? platform.baseOf(row);
     const baseEngine = base?.engine.type === "llama_cpp" ? base.engine : undefined;
     return {
       type: "llama_cpp",
@@ -118,7 +158,7 @@ export function customCatalogModel(
   engine: EngineSpec,
   runtime?: CatalogModel["runtime"],
 ): CatalogModel {
-  const base = platform.baseOf(row);
+  const base = platform.referenceOf(row, engine);
   const reference = base ?? platform.defaultFor(row.modality);
   return {
     id: row.modelId,
@@ -135,6 +175,7 @@ export function customCatalogModel(
       ? base.capabilities
       : { tools: false, imageInput: false, pdfInput: false, thinking: false, dimensions: null },
     limits: reference.limits,
+    limitKey: reference.id,
     engine,
     created: Math.floor(row.createdAt.getTime() / 1000),
     ...(runtime ? { runtime } : {}),

@@ -11,7 +11,7 @@
  *
  * When a team's view loses a model that ran on a runtime of its own (a deleted deployment or
  * custom model), that runtime is unloaded once its requests in flight finish; a new one is loaded
- * in the background, so the first request does not pay for it.
+ * in the background, one at a time, so the first request does not pay for it.
  */
 import type { Logger } from "pino";
 import type { DataSource, EntityManager } from "typeorm";
@@ -55,6 +55,8 @@ export class TeamModelDirectory {
   /** Orders installs: a reload applies only when no install newer than its start came first. */
   private ticket = 0;
   private readonly applied = new Map<string, number>();
+  /** The background runtime loads, one after the other. */
+  private loading: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly ds: DataSource,
@@ -198,7 +200,9 @@ export class TeamModelDirectory {
     }
     for (const [key, model] of now) {
       if (was.has(key)) continue;
-      Promise.resolve()
+      // One load at a time (issue 9 review, finding 2): a start or a reconnect that learns of
+      // many runtimes at once does not read every GGUF and allocate every context together.
+      this.loading = this.loading
         .then(() => this.engines.engineFor(model).load(model))
         .catch((err) => this.logger.warn({ err, runtime: key, model: model.id }, "could not load a runtime"));
     }
