@@ -306,9 +306,15 @@ describe("upstream failures", () => {
         return upstreamRow.status === "cancelled";
       }, 10_000),
     ).toBe(true);
-    const ours = await newest(gateway, "/v1/chat/completions");
-    expect(ours.model).toBe("up-chat-a");
-    expect(ours.status).toBe("cancelled");
+    // The gateway records its side once it has seen the stream end (it may come after the upstream's).
+    let ours: Recorded | undefined;
+    expect(
+      await eventually(async () => {
+        ours = await newest(gateway, "/v1/chat/completions");
+        return ours.model === "up-chat-a";
+      }, 10_000),
+    ).toBe(true);
+    expect(ours!.status).toBe("cancelled");
   });
 });
 

@@ -13,7 +13,8 @@
  *   Unhealthy endpoints are re-probed (`GET /v1/models`) within 1 s, backing off to the health
  *   interval, and every endpoint is probed every interval.
  * - Credit: before sending, `admit` reserves a prompt bound that cannot under-count (UTF-8 bytes +
- *   per-message overhead, capped at the context) and `max_tokens` (else the context); the usage
+ *   per-message overhead; near the context, the upstream's `/tokenize` count) and `max_tokens`;
+ *   without one, the rest of the context is sent as `max_tokens` (`completionBudget`); the usage
  *   the upstream reports is what the request records (DESIGN §3 Money).
  * - Errors: the upstream's answers map onto our codes in `wire.ts` (`errorForStatus`).
  */
@@ -35,6 +36,7 @@ import type {
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { UpstreamEndpoint, type UpstreamTimeouts, describeError, failedBeforeSending } from "./endpoint.js";
 import {
+  MESSAGE_OVERHEAD_TOKENS,
   SseDecoder,
   chatBody,
   errorForStatus,
@@ -135,8 +137,8 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
   }
 
   /**
-   * One chat completion upstream (`POST <base>/chat/completions`), streamed when `onText` is set
-   * (`stream: true` with `stream_options.include_usage`). Caller stop strings go upstream and are
+   * One chat completion upstream (`POST <base>/chat/completions`, always `stream: true` with
+   * `stream_options.include_usage`; text goes to `onText` when it is set). Caller stop strings go upstream and are
    * also matched here (an upstream that ignores them is cut at the first one); `stop_sequence` is
    * reported when either side says which one matched. An abort closes the upstream connection
    * (the upstream stops generating); a stream cut that way ends `cancelled` with the text so far
@@ -149,10 +151,12 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const route = this.route(req.model);
     if (req.model.modality === "text_embedding") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
-    const bound = promptTokenBound(req.messages, req.model.contextTokens);
-    await req.admit?.(bound, req.maxTokens ?? req.model.contextTokens);
-    const stream = req.onText !== undefined;
-    const body = JSON.stringify(chatBody(req, route.upstreamModel, stream));
+    const { bound, maxTokens } = await this.completionBudget(route, req);
+    await req.admit?.(bound, maxTokens ?? req.model.contextTokens);
+    // Always streamed upstream, also for a caller who wants one answer (issue 9 review, finding
+    // 5): a caller who leaves closes the upstream stream, and the request still records what was
+    // generated until then (`readStream`) instead of nothing.
+    const body = JSON.stringify(chatBody({ ...req, maxTokens }, route.upstreamModel, true));
     return this.dispatch(route, req, async (endpoint, queueMs) => {
       const started = performance.now();
       const res = await endpoint.pool.request({
@@ -163,10 +167,46 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         signal: req.signal,
       });
       if (res.statusCode !== 200) throw await this.refusal(endpoint, res);
-      return stream
-        ? this.readStream(req, endpoint, res, { queueMs, started, bound })
-        : this.readCompletion(req, endpoint, res, { queueMs, started });
+      return this.readStream(req, endpoint, res, { queueMs, started, bound });
     });
+  }
+
+  /**
+   * The prompt tokens a request reserves and the `max_tokens` it sends (issue 9 review, finding
+   * 4): the reservation must bound what the upstream can charge even when the upstream's context
+   * is larger than the catalog's (a custom model's 2048-token default, say).
+   * - Prompt: the byte bound (`promptTokenBound`, never under the real count). When that reaches
+   *   the context, the upstream's `/tokenize` count (plus the per-message allowance) when it has
+   *   one — a prompt over the context is refused here (400) — else the context.
+   * - Completion: the caller's `max_tokens`; without one, the rest of the context after the
+   *   prompt bound is sent as `max_tokens`, so the upstream cannot generate past what was
+   *   reserved (undefined only when the prompt bound is the whole context and no exact count is
+   *   known: then the upstream's own limit applies).
+   * @throws AppError 400 (ContextExceeded-style, field `messages`) when the exact count is over the context.
+   */
+  private async completionBudget(
+    route: Route,
+    req: GenerateRequest,
+  ): Promise<{ bound: number; maxTokens: number | undefined }> {
+    const context = req.model.contextTokens;
+    let bound = promptTokenBound(req.messages, Number.MAX_SAFE_INTEGER);
+    if (bound >= context) {
+      const text = req.messages.map((m) => m.content).join("\n");
+      const exact = await this.exactTokens(route, text);
+      if (exact === null) bound = context;
+      else {
+        bound = exact + MESSAGE_OVERHEAD_TOKENS * (req.messages.length + 1);
+        if (bound >= context) {
+          throw AppError.invalid(
+            `This model's context is ${context} tokens and the prompt takes about ${bound} ` +
+              `(${exact} tokens of text plus the chat template); shorten the messages`,
+            [{ field: "messages", message: "context_length_exceeded" }],
+          );
+        }
+      }
+    }
+    if (req.maxTokens !== undefined) return { bound, maxTokens: req.maxTokens };
+    return { bound, maxTokens: bound < context ? context - bound : undefined };
   }
 
   /**
@@ -225,7 +265,11 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
    * tokenizer makes more tokens than bytes, special tokens aside).
    */
   async countTokens(model: CatalogModel, text: string): Promise<number> {
-    const route = this.route(model);
+    return (await this.exactTokens(this.route(model), text)) ?? Buffer.byteLength(text, "utf8");
+  }
+
+  /** The upstream's `/tokenize` count of `text`; null when no endpoint of the route has one. */
+  private async exactTokens(route: Route, text: string): Promise<number | null> {
     const endpoint = route.endpoints.find((e) => e.tokenize !== false && e.usableFor(route.upstreamModel));
     if (endpoint) {
       try {
@@ -251,7 +295,7 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         this.opts.logger.debug({ endpoint: endpoint.name, err: describeError(err) }, "upstream /tokenize failed");
       }
     }
-    return Buffer.byteLength(text, "utf8");
+    return null;
   }
 
   /** Stops the health checks, refuses waiting requests and closes every connection. */
@@ -344,51 +388,12 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
     return best;
   }
 
-  /** A non-streamed chat completion → our result. */
-  private async readCompletion(
-    req: GenerateRequest,
-    endpoint: UpstreamEndpoint,
-    res: Dispatcher.ResponseData,
-    t: { queueMs: number; started: number },
-  ): Promise<GenerateResult> {
-    const json = (await readJson(res.body, MAX_ANSWER_BYTES)) as {
-      choices?: Array<Record<string, unknown>>;
-      usage?: unknown;
-    } | null;
-    const choice = json?.choices?.[0];
-    if (!choice) throw this.broken(endpoint, "a chat completion without choices");
-    const message = choice.message as { content?: unknown } | undefined;
-    const content = typeof message?.content === "string" ? message.content : "";
-    const stops = new StopSequenceFilter(req.stop ?? []);
-    let text = stops.push(content);
-    if (!stops.stopped) text += stops.end();
-    const usage =
-      parseUsage(json?.usage) ??
-      this.noUsage(endpoint, {
-        promptTokens: promptTokenEstimate(req.messages),
-        completionTokens: Math.ceil(Buffer.byteLength(content, "utf8") / 4),
-        cachedPromptTokens: 0,
-      });
-    req.onStart?.({
-      promptTokens: usage.promptTokens,
-      cachedPromptTokens: usage.cachedPromptTokens,
-      queueMs: t.queueMs,
-    });
-    const { reason, stopSequence } = ending(choice, stops, req.stop);
-    return {
-      text,
-      finishReason: reason,
-      stopSequence,
-      usage,
-      engineMs: performance.now() - t.started,
-      queueMs: t.queueMs,
-    };
-  }
-
   /**
-   * A streamed chat completion: text deltas to `onText` as they come, usage from the chunk that
-   * carries it. The caller's stream opens (`onStart`) once the upstream answered 200; the prompt
-   * count it gets then is the admitted bound, the final usage is the upstream's.
+   * A streamed chat completion: text deltas to `onText` (when set) as they come, usage from the
+   * chunk that carries it. The caller's stream opens (`onStart`) once the upstream answered 200;
+   * the prompt count it gets then is the admitted bound, the final usage is the upstream's. A
+   * caller who leaves ends it `cancelled` with the text so far and the usage the upstream sent,
+   * else an estimate (prompt bytes / 4, one token per text delta).
    */
   private async readStream(
     req: GenerateRequest,
