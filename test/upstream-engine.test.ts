@@ -270,7 +270,8 @@ describe("upstream failures", () => {
       body: { model: "up-dead", messages: [{ role: "user", content: "Hi" }], max_tokens: 4 },
     });
     expectEnvelope(res, 503);
-    expect(res.body.detail).toMatch(/dead: connection refused/);
+    expect(res.body.detail).toMatch(/1 endpoint: connection refused/);
+    expect(res.body.detail).not.toContain("dead:");
     expect(res.headers.get("retry-after")).toBe("5");
     // The embedded default model loaded as always.
     expect((await http(gateway.url, "GET", "/v1/health/ready")).status).toBe(200);

@@ -86,7 +86,9 @@ export class UpstreamEndpoint {
     this.pool = new Pool(url.origin, {
       connections: config.maxConcurrency,
       pipelining: 1,
-      keepAliveTimeout: 30_000,
+      // Under the idle timeouts of the servers behind it (uvicorn's is 5 s), so a request is not
+      // sent on a connection the server is closing (issue 9 review, finding 7).
+      keepAliveTimeout: 4_000,
       connectTimeout: timeouts.connectTimeoutMs,
       headersTimeout: timeouts.headersTimeoutMs,
       bodyTimeout: timeouts.bodyTimeoutMs,

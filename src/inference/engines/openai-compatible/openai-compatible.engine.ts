@@ -492,12 +492,20 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
     return fallback;
   }
 
-  /** EngineUnavailable (503, Retry-After) saying why each endpoint cannot serve the model. */
+  /**
+   * EngineUnavailable (503, Retry-After) saying why the endpoints cannot serve the model, without
+   * their names (issue 9 review, finding 8: callers and a deployment's `status_reason` do not
+   * learn the server's topology); the log has the names.
+   */
   private unavailable(route: Route, failures: string[] = []): AppError {
-    const reasons = failures.length > 0 ? failures : route.endpoints.map((e) => e.whyNot(route.upstreamModel));
+    const named = failures.length > 0 ? failures : route.endpoints.map((e) => e.whyNot(route.upstreamModel));
+    this.opts.logger.debug({ model: route.modelId, reasons: named }, "no upstream endpoint can serve a model");
+    // Every reason reads `<endpoint name>: <why>`.
+    const reasons = [...new Set(named.map((r) => r.slice(r.indexOf(": ") + 2)))];
+    const endpoints = route.endpoints.length === 1 ? "1 endpoint" : `${route.endpoints.length} endpoints`;
     return new AppError(
       ErrorCode.EngineUnavailable,
-      `No upstream endpoint can serve ${route.modelId} now (${reasons.join("; ")})`,
+      `No upstream endpoint can serve ${route.modelId} now (${endpoints}: ${reasons.join("; ")})`,
       undefined,
       UNAVAILABLE_RETRY_AFTER_S,
     );
