@@ -18,7 +18,7 @@ import { expressMiddleware } from "@as-integrations/express5";
 import express from "express";
 import type { GraphQLFormattedError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
-import { pino, type Logger } from "pino";
+import { pino, type Logger, type TransportSingleOptions } from "pino";
 import type { DataSource } from "typeorm";
 import { WebSocketServer } from "ws";
 import { loadCatalog } from "./config/catalog.js";
@@ -26,6 +26,9 @@ import { type Config, packageRoot } from "./config/config.js";
 import { openDatabase } from "./db/data-source.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
+import { measuredEngine } from "./inference/measured-engine.js";
+import { Metrics } from "./shared/metrics.js";
+import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
 import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
@@ -136,7 +139,7 @@ export interface StartOptions {
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
   // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
-  const logger = withSafeErrors(opts.logger ?? pino({ level: config.logLevel }));
+  const logger = withSafeErrors(opts.logger ?? pino({ level: config.logLevel, ...prettyInTerminal(config.logFormat) }));
   const cleanup: Array<[string, () => Promise<void>]> = [];
   const closeAll = async () => {
     for (const [name, step] of cleanup.splice(0).reverse()) {
@@ -191,17 +194,22 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger,
     });
     upstream.checkCatalog(platform.catalog.models);
+    // Prometheus metrics (issue 13, item 4): one registry per server; engines observed by model.
+    const metrics = new Metrics();
     const engines = new EngineRouter({
-      openai_compatible: upstream,
-      llama_cpp: new LlamaCppEngine({
-        threads: config.engineThreads,
-        sequences: config.engineSequences,
-        embeddingContexts: config.engineEmbeddingContexts,
-        modelsDir: config.modelsDir,
-        dataDir: config.dataDir,
-        allowModelDownload: config.allowModelDownload,
-        logger,
-      }),
+      openai_compatible: measuredEngine(upstream, metrics),
+      llama_cpp: measuredEngine(
+        new LlamaCppEngine({
+          threads: config.engineThreads,
+          sequences: config.engineSequences,
+          embeddingContexts: config.engineEmbeddingContexts,
+          modelsDir: config.modelsDir,
+          dataDir: config.dataDir,
+          allowModelDownload: config.allowModelDownload,
+          logger,
+        }),
+        metrics,
+      ),
     });
     // Failures recorded while the engines shut down are written by a second drain, after them.
     let drainAfterEngines = async () => {};
@@ -250,8 +258,24 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       allowPrivate: config.webhookAllowPrivate,
       retryDelaysMs: config.webhookRetryDelaysMs,
       timeoutMs: config.webhookTimeoutMs,
+      onAttempt: (outcome) => metrics.webhookAttempts.inc({ outcome }),
     });
     webhooks.start();
+    metrics.counterFrom(
+      "switchyard_metering_flushes_total",
+      "Group commits (flushes) of finished requests",
+      () => metering.stats.flushes,
+    );
+    metrics.counterFrom(
+      "switchyard_metering_flush_rows_total",
+      "Requests written by group commits (÷ flushes = flush size)",
+      () => metering.stats.rows,
+    );
+    metrics.counterFrom(
+      "switchyard_metering_flush_seconds_total",
+      "Time group commits took, seconds (÷ flushes = flush latency)",
+      () => metering.stats.flushMs / 1000,
+    );
     cleanup.push(["webhook dispatcher", () => webhooks.stop()]);
 
     // Completion events feed and subscription (issue 6, items 6–7): reads the table the metering
@@ -279,6 +303,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const runsWorkers = config.role !== "api";
     const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
     await jobs.start();
+    metrics.gaugeFrom(
+      "switchyard_job_queue_depth",
+      "Jobs waiting to run (created or waiting for a retry), by queue",
+      ["queue"],
+      () => jobQueueReading(ds, "count(*)::float8"),
+    );
+    metrics.gaugeFrom(
+      "switchyard_job_queue_oldest_age_seconds",
+      "Age of the oldest job waiting to run, by queue, seconds",
+      ["queue"],
+      () => jobQueueReading(ds, "extract(epoch FROM now() - min(created_on))::float8"),
+    );
     const background = new BackgroundResponsesService(ds, inference, metering, catalog, responses, bus, jobs, logger);
     // Stopped after the job queue (cleanup runs in reverse): the queue's stop waits for running
     // generations while they are still heartbeated; what still runs after it is left, unrecorded,
@@ -407,6 +443,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       bodyLimitBytes: config.bodyLimitBytes,
       corsOrigins: config.corsOrigins,
       trustProxy: config.trustProxy,
+      metrics,
+      metricsToken: config.metricsToken,
     });
     // requestTimeout bounds receiving a request (headers and body), never the answer, so long
     // SSE streams are not cut; Node checks both timeouts every connectionsCheckingInterval.
@@ -571,3 +609,30 @@ function billingService(ds: DataSource, bus: CacheBus, logger: Logger, config: C
 
 /** The committed `schema.graphql` at the repository root. */
 export const SCHEMA_FILE = path.join(packageRoot, "schema.graphql");
+
+/** One reading per pg-boss queue of the jobs waiting to run (`value`: an SQL aggregate over them). */
+async function jobQueueReading(
+  ds: DataSource,
+  value: string,
+): Promise<Array<{ labels: { queue: string }; value: number }>> {
+  const rows = await queryRows<{ name: string; value: number }>(
+    ds,
+    `SELECT name, ${value} AS value FROM pgboss.job WHERE state IN ('created', 'retry') GROUP BY name`,
+  );
+  return rows.map((r) => ({ labels: { queue: r.name }, value: r.value }));
+}
+
+/**
+ * Logs for people (issue 13, item 5): readable lines (pino-pretty, in a worker thread) when
+ * stdout is a terminal and `logFormat` is `auto`, or when it is `pretty`; JSON lines otherwise.
+ */
+function prettyInTerminal(format: "auto" | "json" | "pretty"): { transport?: TransportSingleOptions } {
+  const pretty = format === "pretty" || (format === "auto" && process.stdout.isTTY === true);
+  if (!pretty) return {};
+  return {
+    transport: {
+      target: "pino-pretty",
+      options: { translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", singleLine: true },
+    },
+  };
+}

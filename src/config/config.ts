@@ -187,6 +187,8 @@ export const configSchema = z.object({
   /** Cache lifetime of API-key and balance lookups, in ms (also invalidated through NOTIFY). */
   authCacheTtlMs: intFromEnv(0, 3_600_000).default(60_000),
   logLevel: z.enum(LOG_LEVELS).default("info"),
+  /** Log lines: `auto` (readable in a terminal, JSON otherwise), `json` or `pretty` (issue 13, item 5). */
+  logFormat: z.enum(["auto", "json", "pretty"]).default("auto"),
   /** What this process runs (issue 6, item 1): `api` (HTTP only), `worker` (job handlers only), or `all`. */
   role: z.enum(["api", "worker", "all"]).default("all"),
   /** Background responses one worker process generates at once (issue 6, item 2). */
@@ -330,6 +332,11 @@ export const configSchema = z.object({
    * memory; a deployment that would go beyond it fails with a `status_reason` saying so.
    */
   dedicatedSlots: intFromEnv(0, 65_536).default(64),
+  /**
+   * Metrics (issue 13, item 4): the bearer token `GET /metrics` asks for; unset, it answers
+   * loopback clients only.
+   */
+  metricsToken: z.string().min(16).optional(),
   /** Most deployments one team may have at once (every status); the next create gets 409. */
   teamMaxDeployments: intFromEnv(0, 100_000).default(8),
   /** Most custom models one team may have at once; the next create gets 409. */
@@ -369,6 +376,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   groupCommitMaxRows: "SWITCHYARD_GROUP_COMMIT_MAX_ROWS",
   authCacheTtlMs: "SWITCHYARD_AUTH_CACHE_TTL_MS",
   logLevel: "LOG_LEVEL",
+  logFormat: "SWITCHYARD_LOG_FORMAT",
   role: "SWITCHYARD_ROLE",
   workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
@@ -398,6 +406,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
+  metricsToken: "SWITCHYARD_METRICS_TOKEN",
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",
   teamMaxCustomModels: "SWITCHYARD_TEAM_MAX_CUSTOM_MODELS",
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",

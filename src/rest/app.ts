@@ -4,13 +4,14 @@
  * the two REST tables, and the error envelope for everything else. GraphQL is mounted by the
  * server on the same app (`/graphql`).
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import express, { type Express, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/credential.service.js";
 import type { RequestContext } from "../services/context.js";
-import { AppError } from "../shared/errors.js";
+import { AppError, ErrorCode } from "../shared/errors.js";
+import type { Metrics } from "../shared/metrics.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { jsonBody } from "./json-body.js";
@@ -24,11 +25,72 @@ function accessLog(logger: Logger): RequestHandler {
     const started = performance.now();
     res.on("finish", () =>
       logger.debug(
-        { method: req.method, path: req.path, status: res.statusCode, ms: Math.round(performance.now() - started) },
+        {
+          requestId: res.locals.requestId as string,
+          method: req.method,
+          path: req.path,
+          status: res.statusCode,
+          ms: Math.round(performance.now() - started),
+        },
         "request",
       ),
     );
     next();
+  };
+}
+
+/**
+ * Counts every answer and its duration by method, route pattern and status (issue 13, item 4):
+ * the pattern the request matched (`/v1/responses/:id`), `/graphql`, or `unmatched`, so ids never
+ * become label values.
+ */
+function httpMetrics(metrics: Metrics): RequestHandler {
+  return (req, res, next) => {
+    const started = performance.now();
+    let done = false;
+    const observe = () => {
+      if (done) return;
+      done = true;
+      const route = (req.route as { path?: string } | undefined)?.path;
+      const labels = {
+        method: req.method,
+        route: route ?? (req.originalUrl.startsWith("/graphql") ? "/graphql" : "unmatched"),
+        status: String(res.statusCode),
+      };
+      metrics.httpRequests.inc(labels);
+      metrics.httpDuration.observe(labels, (performance.now() - started) / 1000);
+    };
+    res.on("finish", observe);
+    res.on("close", observe);
+    next();
+  };
+}
+
+/** Addresses of this machine's own clients. */
+const LOOPBACK = new Set(["127.0.0.1", "::1", "::ffff:127.0.0.1"]);
+
+/**
+ * `GET /metrics` (issue 13, item 4): with `token` set, only for `Authorization: Bearer <token>`
+ * (401 otherwise); without, only for loopback clients (403 otherwise; put a token on it before a
+ * reverse proxy on the same machine forwards outside traffic to it).
+ */
+function metricsRoute(metrics: Metrics, token: string | undefined): RequestHandler {
+  const digest = (v: string) => createHash("sha256").update(v).digest();
+  const expected = token === undefined ? undefined : digest(token);
+  return async (req, res) => {
+    if (expected) {
+      const presented = /^Bearer\s+(\S+)\s*$/i.exec(req.get("authorization") ?? "")?.[1];
+      if (presented === undefined || !timingSafeEqual(digest(presented), expected)) {
+        throw AppError.unauthenticated("Send Authorization: Bearer <SWITCHYARD_METRICS_TOKEN>");
+      }
+    } else if (!LOOPBACK.has(req.socket.remoteAddress ?? "")) {
+      throw new AppError(
+        ErrorCode.Forbidden,
+        "Metrics are served to loopback clients only while SWITCHYARD_METRICS_TOKEN is unset",
+      );
+    }
+    const text = await metrics.render();
+    res.status(200).type(metrics.contentType).send(text);
   };
 }
 
@@ -44,6 +106,10 @@ export interface AppOptions {
    * (`req.ip`, used for throttling). Unset: the socket peer is the client.
    */
   trustProxy?: boolean | number | string;
+  /** Prometheus metrics: counted for every answer and served at `/metrics`. */
+  metrics?: Metrics;
+  /** Config `metricsToken`: the bearer token `/metrics` asks for; unset = loopback clients only. */
+  metricsToken?: string;
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -134,8 +200,8 @@ const timing: RequestHandler = (req, res, next) => {
 };
 
 /**
- * Builds the Express app with both REST tables mounted; the server adds `/graphql`, the 404 and
- * the error middleware after it.
+ * Builds the Express app with both REST tables mounted (and `/metrics` when `metrics` is given);
+ * the server adds `/graphql`, the 404 and the error middleware after it.
  */
 export function createApp(opts: AppOptions): Express {
   const app = express();
@@ -146,6 +212,10 @@ export function createApp(opts: AppOptions): Express {
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger));
+  if (opts.metrics) {
+    app.use(httpMetrics(opts.metrics));
+    app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
+  }
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

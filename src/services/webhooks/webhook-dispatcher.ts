@@ -31,6 +31,8 @@ export interface WebhookDispatcherOptions {
   concurrency?: number;
   /** Poll interval for work announced nowhere else (default 1000 ms). */
   pollMs?: number;
+  /** Told each attempt's outcome: delivered, retry (tried again later) or failed (for good); for metrics. */
+  onAttempt?: (outcome: "delivered" | "retry" | "failed") => void;
 }
 
 interface ClaimedDelivery {
@@ -267,6 +269,7 @@ export class WebhookDispatcher {
   private async recordAttempt(row: ClaimedDelivery, result: AttemptResult): Promise<void> {
     const last = result.ok || result.refused || row.attempts >= this.maxAttempts;
     const status = result.ok ? "delivered" : last ? "failed" : "pending";
+    this.opts.onAttempt?.(status === "pending" ? "retry" : status);
     const delayMs = last ? 0 : retryDelay(this.opts.retryDelaysMs, row.attempts, result.retryAfterMs);
     await this.ds.query(
       `WITH attempt AS (
