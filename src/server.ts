@@ -347,6 +347,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         intervalMs: config.reconcileIntervalMs,
         maxSlots: config.deploymentMaxSlots,
         dedicatedSlots: config.dedicatedSlots,
+        teamDedicatedSlots: config.teamDedicatedSlots,
         customSlots,
         modelsDir: config.modelsDir,
         dataDir: config.dataDir,

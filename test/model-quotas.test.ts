@@ -36,12 +36,16 @@ import { writeEditedCatalog } from "./support/test-catalog.js";
 const PRICEY = "pricey-260k";
 const PRICEY_GGUF = "pricey.gguf";
 const SLOW_MS = 60_000;
+/** A platform model not served yet, over a GGUF of its own. */
+const SOON = "soon-260k";
+const SOON_GGUF = "soon.gguf";
 
 let server: TestServer;
 
 beforeAll(async () => {
   const modelsDir = modelsDirWithGarbage();
   symlinkSync(path.join(MODELS_DIR, SHARED_GGUF), path.join(modelsDir, PRICEY_GGUF));
+  symlinkSync(path.join(MODELS_DIR, SHARED_GGUF), path.join(modelsDir, SOON_GGUF));
   const catalogPath = writeEditedCatalog((catalog) => {
     const base = catalog.models.find((m) => m.id === CHAT_MODEL)!;
     catalog.models.push({
@@ -52,6 +56,13 @@ beforeAll(async () => {
       rpm_limit: 3,
       engine: { ...(base.engine as object), file: PRICEY_GGUF },
     });
+    catalog.models.push({
+      ...structuredClone(base),
+      id: SOON,
+      display_name: "Soon 260K",
+      platform_status: "coming_soon",
+      engine: { ...(base.engine as object), file: SOON_GGUF },
+    });
   });
   server = await startTestServer({
     modelsDir,
@@ -59,6 +70,7 @@ beforeAll(async () => {
     reconcileIntervalMs: 250,
     deploymentMaxSlots: 4,
     dedicatedSlots: 3,
+    teamDedicatedSlots: 2,
     engineSequences: 1,
     teamMaxDeployments: 2,
     teamMaxCustomModels: 2,
@@ -88,6 +100,15 @@ describe("the dedicated slot budget of the server", () => {
         max_replicas: 2,
       });
       expect((await deploymentSettles(server, first.token, a.id)).status).toBe("available");
+      // The server has room for one more, the team has none.
+      const own = await createDeployment(server, first.token, {
+        name: "a2",
+        model_source: "platform",
+        model_id: CHAT_MODEL,
+      });
+      const teamFull = await deploymentSettles(server, first.token, own.id);
+      expect(teamFull.status).toBe("failed");
+      expect(teamFull.status_reason).toContain("SWITCHYARD_TEAM_DEDICATED_SLOTS");
 
       const b = await createDeployment(server, second.token, {
         name: "b",
@@ -149,6 +170,33 @@ describe("per-team quotas and credit", () => {
     ).toBe(201);
   });
 
+  test("when a team sends many creates at once, then no more than its quota are stored", async () => {
+    const caller = await createTestCaller(server.url);
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        post("/control/v1/deployments", caller.token, {
+          name: `race-${i}`,
+          model_source: "platform",
+          model_id: "no-such-model",
+        }),
+      ),
+    );
+    expect(answers.filter((a) => a.status === 201)).toHaveLength(2);
+    expect(answers.filter((a) => a.status === 409)).toHaveLength(8);
+    const models = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        post("/control/v1/models/custom", caller.token, { model_id: `race-${i}`, architecture: "llama" }),
+      ),
+    );
+    expect(models.filter((a) => a.status === 201)).toHaveLength(2);
+    const [counts] = await server.db<{ d: number; c: number }>(
+      `SELECT (SELECT count(*)::int FROM deployments WHERE team_id = $1) AS d,
+              (SELECT count(*)::int FROM custom_models WHERE team_id = $1) AS c`,
+      [caller.teamId],
+    );
+    expect(counts).toEqual({ d: 2, c: 2 });
+  });
+
   test("when a team has as many custom models as allowed, then the next create is 409 and stores nothing", async () => {
     const caller = await createTestCaller(server.url);
     for (const id of ["m1", "m2"])
@@ -188,6 +236,29 @@ describe("per-team quotas and credit", () => {
 });
 
 describe("custom models over a platform model's weights", () => {
+  test(
+    "when a custom model names the GGUF of a platform model that is coming_soon, then its deployment request is rejected",
+    async () => {
+      const caller = await createTestCaller(server.url);
+      await createCustomModel(server, caller.token, {
+        model_id: "early",
+        architecture: "llama",
+        hf_repo: `x/${SOON_GGUF}`,
+      });
+      await requestDeployment(server, caller.token, "early");
+      const settled = await customModelSettles(server, caller.token, "early");
+      expect(settled.deploy_status).toBe("rejected");
+      expect(settled.status_reason).toContain(SOON);
+      const res = await post("/v1/chat/completions", caller.key, {
+        model: "early",
+        messages: [{ role: "user", content: "Hi" }],
+        max_tokens: 1,
+      });
+      expectEnvelope(res, 404);
+    },
+    SLOW_MS,
+  );
+
   test(
     "when a custom model names a platform model's GGUF with a cheaper base_model_id, then it is priced and rate-limited as the platform model",
     async () => {

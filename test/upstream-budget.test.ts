@@ -33,6 +33,8 @@ const fake = {
   /** Tokens `/tokenize` reports for any text. */
   tokenCount: 100,
   tokenizeCalls: 0,
+  /** false: `/tokenize` answers 404, as on servers without it. */
+  tokenize: true,
   /** When set, the next chat stream sends its role chunk and then waits for this to resolve. */
   hold: null as null | { started: () => void; released: Promise<void> },
   closedEarly: 0,
@@ -53,7 +55,7 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
     res.end(JSON.stringify({ object: "list", data: [{ id: UPSTREAM_MODEL, object: "model" }] }));
     return;
   }
-  if (req.method === "POST" && req.url === "/tokenize") {
+  if (req.method === "POST" && req.url === "/tokenize" && fake.tokenize) {
     fake.tokenizeCalls++;
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify({ count: fake.tokenCount, tokens: [] }));
@@ -148,19 +150,31 @@ describe("max_tokens sent upstream", () => {
     const sent = fake.chatBodies.length;
     expect((await chat(long)).status).toBe(200);
     expect(fake.tokenizeCalls).toBe(1);
-    expect(fake.chatBodies.at(-1)!.max_tokens).toBe(CONTEXT - (100 + 32));
+    // The exact count plus the template's allowance: 8 a message and 16 once.
+    expect(fake.chatBodies.at(-1)!.max_tokens).toBe(CONTEXT - (100 + 8 + 16));
+
+    // Many short messages: a modest allowance each, so they still fit.
+    fake.tokenCount = 30;
+    const many = Array.from({ length: 40 }, () => ({ role: "user", content: "ok" }));
+    const fits = await call(gateway.url, "POST", "/v1/chat/completions", {
+      token: key,
+      body: { model: "fake-chat", messages: many },
+    });
+    expect(fits.status).toBe(200);
+    expect(fake.chatBodies.at(-1)!.max_tokens).toBe(CONTEXT - (30 + 8 * 40 + 16));
 
     fake.tokenCount = 600;
     const refused = await chat(long);
     expectEnvelope(refused, 400);
     expect(refused.body.detail).toContain(`context is ${CONTEXT} tokens`);
     expect(refused.body.extra).toEqual([{ field: "messages", message: "context_length_exceeded" }]);
-    expect(fake.chatBodies.length).toBe(sent + 1);
+    expect(fake.chatBodies.length).toBe(sent + 2);
   });
 });
 
 describe("a caller who leaves a non-streamed request", () => {
-  test("when the caller aborts while the upstream generates, then the upstream connection closes and the request is recorded cancelled and charged for its prompt", async () => {
+  test("when the caller aborts while the upstream generates, then the upstream connection closes and the request is recorded cancelled and charged for its prompt as the upstream counts it", async () => {
+    fake.tokenCount = 10;
     let started!: () => void;
     const startedP = new Promise<void>((r) => (started = r));
     let release!: () => void;
@@ -184,12 +198,38 @@ describe("a caller who leaves a non-streamed request", () => {
     release();
     const row = await activityByCustomId(gateway, customId);
     expect(row.status).toBe("cancelled");
-    expect(row.prompt_tokens).toBeGreaterThan(0);
+    // No usage came (it comes last): the /tokenize count plus the template's allowance.
+    expect(row.prompt_tokens).toBe(10 + 8 + 16);
     expect(Number(row.cost_micros)).toBe(row.prompt_tokens * 2 + row.completion_tokens * 5);
     const [charge] = await gateway.db<{ amount: string }>(
       "SELECT amount_micros::text AS amount FROM credit_ledger WHERE type = 'usage' AND source_id = $1",
       [row.id],
     );
     expect(BigInt(charge.amount)).toBe(-BigInt(row.cost_micros));
+  });
+});
+
+describe("an upstream without /tokenize", () => {
+  test("when the prompt's bytes reach the context, then the byte bound is reserved uncapped and the whole context is sent as max_tokens", async () => {
+    fake.tokenize = false;
+    const long = "word ".repeat(200); // 1000 bytes, 1032 with the allowances
+    const caller = await createTestCaller(gateway.url);
+    // Credit for less than the uncapped bound at the input price (2 µUSD a token) plus the
+    // context at the output price (5): the reservation refuses it before the upstream sees it.
+    await gateway.db("UPDATE teams SET credit_balance_micros = $2 WHERE id = $1", [
+      caller.teamId,
+      2 * 600 + 5 * CONTEXT,
+    ]);
+    const sent = fake.chatBodies.length;
+    const refused = await call(gateway.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model: "fake-chat", messages: [{ role: "user", content: long }] },
+    });
+    expectEnvelope(refused, 402);
+    expect(refused.body.extra.required_micros).toBe(2 * 1032 + 5 * CONTEXT);
+    expect(fake.chatBodies.length).toBe(sent);
+
+    expect((await chat(long)).status).toBe(200);
+    expect(fake.chatBodies.at(-1)!.max_tokens).toBe(CONTEXT);
   });
 });

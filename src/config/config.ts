@@ -332,6 +332,8 @@ export const configSchema = z.object({
    * memory; a deployment that would go beyond it fails with a `status_reason` saying so.
    */
   dedicatedSlots: intFromEnv(0, 65_536).default(64),
+  /** Most of `dedicatedSlots` one team's runtimes take; one more fails saying so. */
+  teamDedicatedSlots: intFromEnv(0, 65_536).default(16),
   /**
    * Metrics (issue 13, item 4): the bearer token `GET /metrics` asks for; unset, it answers
    * loopback clients only.
@@ -406,6 +408,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
+  teamDedicatedSlots: "SWITCHYARD_TEAM_DEDICATED_SLOTS",
   metricsToken: "SWITCHYARD_METRICS_TOKEN",
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",
   teamMaxCustomModels: "SWITCHYARD_TEAM_MAX_CUSTOM_MODELS",

@@ -49,6 +49,8 @@ export interface ReconcilerOptions {
    * `dedicatedSlots`): each process loads them all, so this bounds its memory.
    */
   dedicatedSlots: number;
+  /** Most of those slots one team's runtimes take (config `teamDedicatedSlots`). */
+  teamDedicatedSlots: number;
   /** Slots of a requested custom model's runtime. */
   customSlots: CustomModelSlots;
   /** Where local GGUF files are looked up (as the embedded engine does). */
@@ -177,6 +179,8 @@ export class DeploymentReconciler {
       const row = await this.ds.getRepository(CustomModelEntity).findOneBy({ teamId: d.teamId, modelId: d.modelId });
       if (!row) return { kind: "reject", reason: `The team has no custom model '${d.modelId}'` };
       engine = customEngine(row, this.platform, (file) => this.hasLocalFile(file));
+      const refused = this.notServable(row, engine);
+      if (refused) return refused;
       model = customCatalogModel(row, this.platform, engine, deploymentRuntime(d));
     }
     const slots = model.runtime!.slots;
@@ -188,31 +192,50 @@ export class DeploymentReconciler {
           `${this.opts.maxSlots} per deployment (SWITCHYARD_DEPLOYMENT_MAX_SLOTS)`,
       };
     }
-    return (await this.overBudget("deployments", d.id, model)) ?? { kind: "load", model, engine };
+    return (await this.overBudget("deployments", d.id, d.teamId, model)) ?? { kind: "load", model, engine };
   }
 
   private async planCustomModel(id: string): Promise<Plan | null> {
     const row = await this.ds.getRepository(CustomModelEntity).findOneBy({ id });
     if (!row) return null;
     const engine = customEngine(row, this.platform, (file) => this.hasLocalFile(file));
+    const refused = this.notServable(row, engine);
+    if (refused) return refused;
     const slots =
       row.modality === "text_embedding" ? this.opts.customSlots.embedding : this.opts.customSlots.generation;
     const model = customCatalogModel(row, this.platform, engine, customRuntime(row, slots));
-    return (await this.overBudget("custom_models", row.id, model)) ?? { kind: "load", model, engine };
+    return (await this.overBudget("custom_models", row.id, row.teamId, model)) ?? { kind: "load", model, engine };
+  }
+
+  /**
+   * A `reject` plan for a custom model that runs the weights of a platform model the platform
+   * does not serve now (`coming_soon`) or takes no new bring-ups of (`deprecated`), as a
+   * deployment of that platform model would be (issue 9 review: a custom model is no way around
+   * a platform model's status); null otherwise.
+   */
+  private notServable(row: CustomModelEntity, engine: EngineSpec): Plan | null {
+    const same = this.platform.runningSame(engine, row.modality, row.modelId);
+    if (!same || same.platformStatus === "available") return null;
+    return {
+      kind: "reject",
+      reason: `It runs the weights of platform model '${same.id}', which is ${same.platformStatus} and takes no new deployments`,
+    };
   }
 
   /**
    * A `fail` plan when loading `model`'s dedicated runtime in the embedded engine would take the
-   * slots of every dedicated runtime beyond `dedicatedSlots` (issue 9 review, finding 2); null when
+   * slots of every dedicated runtime beyond `dedicatedSlots`, or the team's beyond
+   * `teamDedicatedSlots` (issue 9 review, finding 2: one team cannot take them all); null when
    * it fits or runs elsewhere. Counts the other rows `available` or `deploying` (a deploying one
    * whose engine is not chosen yet counts as embedded): two loads at once may both be refused
    * when only one fits, never both admitted.
    */
-  private async overBudget(table: Table, id: string, model: CatalogModel): Promise<Plan | null> {
+  private async overBudget(table: Table, id: string, teamId: string, model: CatalogModel): Promise<Plan | null> {
     if (model.engine.type !== "llama_cpp") return null;
     const need = model.runtime!.slots;
     const rows = await queryRows<{
       kind: string;
+      team_id: string;
       model_source: string | null;
       model_id: string;
       slots: number;
@@ -220,29 +243,41 @@ export class DeploymentReconciler {
       modality: string;
     }>(
       this.ds,
-      `SELECT 'deployments' AS kind, d.id, d.model_source, d.model_id, GREATEST(1, d.min_replicas) AS slots,
+      `SELECT 'deployments' AS kind, d.team_id, d.id, d.model_source, d.model_id, GREATEST(1, d.min_replicas) AS slots,
               COALESCE(d.engine, c.engine) AS engine, NULL AS modality
          FROM deployments d
          LEFT JOIN custom_models c ON d.model_source = 'custom' AND c.team_id = d.team_id AND c.model_id = d.model_id
         WHERE d.status IN ('available', 'deploying') AND NOT ($1 = 'deployments' AND d.id = $2)
        UNION ALL
-       SELECT 'custom_models', c.id, NULL, c.model_id, 0, c.engine, c.modality
+       SELECT 'custom_models', c.team_id, c.id, NULL, c.model_id, 0, c.engine, c.modality
          FROM custom_models c
         WHERE c.deployment_requested_at IS NOT NULL AND c.deploy_status IN ('available', 'deploying')
           AND NOT ($1 = 'custom_models' AND c.id = $2)`,
       [table, id],
     );
     let used = 0;
+    let teamUsed = 0;
     for (const r of rows) {
       const type =
         r.engine?.type ?? (r.model_source === "platform" ? this.platform.get(r.model_id)?.engine.type : undefined);
       if (type !== undefined && type !== "llama_cpp") continue;
-      used +=
+      const slots =
         r.kind === "deployments"
           ? r.slots
           : r.modality === "text_embedding"
             ? this.opts.customSlots.embedding
             : this.opts.customSlots.generation;
+      used += slots;
+      if (r.team_id === teamId) teamUsed += slots;
+    }
+    if (teamUsed + need > this.opts.teamDedicatedSlots) {
+      return {
+        kind: "fail",
+        reason:
+          `A team's dedicated runtimes take at most ${this.opts.teamDedicatedSlots} parallel sequences on this server ` +
+          `(SWITCHYARD_TEAM_DEDICATED_SLOTS) and the team's take ${teamUsed}; this one needs ${need}. ` +
+          `Delete a deployment or a requested custom model first`,
+      };
     }
     if (used + need <= this.opts.dedicatedSlots) return null;
     return {
@@ -292,8 +327,16 @@ export class DeploymentReconciler {
       return;
     }
     const recorded = await this.finish(table, id, "available", null, plan.engine);
-    if (recorded) this.logger.info({ id, model: model.id, runtime: model.runtime?.key }, "deployment available");
-    else await this.engines.unload(model); // deleted (or taken over) while it loaded
+    if (recorded) {
+      this.logger.info({ id, model: model.id, runtime: model.runtime?.key }, "deployment available");
+      return;
+    }
+    // Not ours to record: deleted while it loaded, or taken over by another process after our
+    // lease ran out. Only a deleted row's runtime is released: the runtime key is the row's, so
+    // unloading it for a row another process made available would retire the runtime this
+    // process serves it with (issue 9 review, lost-lease race).
+    const [still] = await queryRows<{ id: string }>(this.ds, `SELECT id FROM ${table} WHERE id = $1`, [id]);
+    if (!still) await this.engines.unload(model);
   }
 
   /**

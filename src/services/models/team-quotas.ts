@@ -40,19 +40,23 @@ export async function checkTeamModelQuota(
   max: number,
   needsCredit: boolean,
 ): Promise<void> {
-  const [team] = await queryRows<{ balance: string; n: number }>(
+  const [team] = await queryRows<{ balance: string }>(
     em,
-    `SELECT t.credit_balance_micros::text AS balance,
-            (SELECT count(*)::int FROM ${table} WHERE team_id = t.id) AS n
-       FROM teams t WHERE t.id = $1 FOR NO KEY UPDATE OF t`,
+    `SELECT credit_balance_micros::text AS balance FROM teams WHERE id = $1 FOR NO KEY UPDATE`,
     [teamId],
   );
   if (!team) throw AppError.unauthenticated();
   if (needsCredit) requireCredit(BigInt(team.balance));
-  if (team.n >= max) {
+  // A statement of its own, after the lock: under READ COMMITTED it takes a fresh snapshot and
+  // sees the rows of every create that held the lock before (a count in the locking statement
+  // would use the snapshot taken before waiting, and parallel creates would all pass).
+  const [{ n }] = await queryRows<{ n: number }>(em, `SELECT count(*)::int AS n FROM ${table} WHERE team_id = $1`, [
+    teamId,
+  ]);
+  if (n >= max) {
     const s = SETTING[table];
     throw AppError.conflict(
-      `The team has ${team.n} ${s.noun}, the most this server allows (${s.env}=${max}); delete one first`,
+      `The team has ${n} ${s.noun}, the most this server allows (${s.env}=${max}); delete one first`,
     );
   }
 }

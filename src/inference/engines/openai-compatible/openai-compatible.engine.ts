@@ -36,7 +36,6 @@ import type {
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { UpstreamEndpoint, type UpstreamTimeouts, describeError, failedBeforeSending } from "./endpoint.js";
 import {
-  MESSAGE_OVERHEAD_TOKENS,
   SseDecoder,
   chatBody,
   errorForStatus,
@@ -44,7 +43,6 @@ import {
   matchedStop,
   parseUsage,
   promptTokenBound,
-  promptTokenEstimate,
   retryAfterSeconds,
 } from "./wire.js";
 
@@ -76,6 +74,10 @@ const MAX_ERROR_BYTES = 64 * 1024;
 const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
 /** `Retry-After` of our 503 when no endpoint can take a model's requests, seconds. */
 const UNAVAILABLE_RETRY_AFTER_S = 5;
+/** Chat-template tokens allowed per message over an exact text count (role markers, separators). */
+const EXACT_MESSAGE_OVERHEAD_TOKENS = 8;
+/** Chat-template tokens allowed once over an exact text count (the generation prompt, BOS). */
+const EXACT_TEMPLATE_OVERHEAD_TOKENS = 16;
 
 /** The OpenAI-compatible upstream `InferenceEngine` (see the module header). */
 export class OpenAiCompatibleEngine implements InferenceEngine {
@@ -167,52 +169,68 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         signal: req.signal,
       });
       if (res.statusCode !== 200) throw await this.refusal(endpoint, res);
-      return this.readStream(req, endpoint, res, { queueMs, started, bound });
+      return this.readStream(req, endpoint, res, {
+        queueMs,
+        started,
+        bound,
+        exactPrompt: () => this.exactPromptBound(route, req.messages),
+      });
     });
   }
 
   /**
    * The prompt tokens a request reserves and the `max_tokens` it sends (issue 9 review, finding
    * 4): the reservation must bound what the upstream can charge even when the upstream's context
-   * is larger than the catalog's (a custom model's 2048-token default, say).
-   * - Prompt: the byte bound (`promptTokenBound`, never under the real count). When that reaches
-   *   the context, the upstream's `/tokenize` count (plus the per-message allowance) when it has
-   *   one — a prompt over the context is refused here (400) — else the context.
+   * is larger than the catalog's (a custom model's 2048-token default, say), so a `max_tokens`
+   * is always sent.
+   * - Prompt: the byte bound (`promptTokenBound`, never under the real count, never capped).
+   *   From half the context up, the upstream's `/tokenize` count plus the chat template's
+   *   allowance (`exactPromptBound`) when it has one — so an answer is not cut short by a byte
+   *   bound that over-counts English about 4× —, and a prompt over the context is refused here.
    * - Completion: the caller's `max_tokens`; without one, the rest of the context after the
-   *   prompt bound is sent as `max_tokens`, so the upstream cannot generate past what was
-   *   reserved (undefined only when the prompt bound is the whole context and no exact count is
-   *   known: then the upstream's own limit applies).
-   * @throws AppError 400 (ContextExceeded-style, field `messages`) when the exact count is over the context.
+   *   prompt bound, or the whole context when the bound reaches it and no exact count is known
+   *   (an upstream whose context is the catalog's then refuses it as too long: the caller can
+   *   name a smaller `max_tokens`).
+   * @throws AppError 400 (field `messages`, `context_length_exceeded`) when the exact count is
+   *   over the context.
    */
-  private async completionBudget(
-    route: Route,
-    req: GenerateRequest,
-  ): Promise<{ bound: number; maxTokens: number | undefined }> {
+  private async completionBudget(route: Route, req: GenerateRequest): Promise<{ bound: number; maxTokens: number }> {
     const context = req.model.contextTokens;
     let bound = promptTokenBound(req.messages, Number.MAX_SAFE_INTEGER);
-    if (bound >= context) {
-      const text = req.messages.map((m) => m.content).join("\n");
-      const exact = await this.exactTokens(route, text);
-      if (exact === null) bound = context;
-      else {
-        bound = exact + MESSAGE_OVERHEAD_TOKENS * (req.messages.length + 1);
+    if (bound >= context / 2) {
+      const exact = await this.exactPromptBound(route, req.messages);
+      if (exact !== null) {
+        bound = exact;
         if (bound >= context) {
           throw AppError.invalid(
-            `This model's context is ${context} tokens and the prompt takes about ${bound} ` +
-              `(${exact} tokens of text plus the chat template); shorten the messages`,
+            `This model's context is ${context} tokens and the prompt takes about ${bound} with its chat ` +
+              `template; shorten the messages`,
             [{ field: "messages", message: "context_length_exceeded" }],
           );
         }
       }
     }
     if (req.maxTokens !== undefined) return { bound, maxTokens: req.maxTokens };
-    return { bound, maxTokens: bound < context ? context - bound : undefined };
+    return { bound, maxTokens: bound < context ? context - bound : context };
+  }
+
+  /**
+   * The upstream's `/tokenize` count of the messages' text plus `EXACT_MESSAGE_OVERHEAD_TOKENS`
+   * per message and `EXACT_TEMPLATE_OVERHEAD_TOKENS` for the template; null when no endpoint of
+   * the route counts tokens.
+   */
+  private async exactPromptBound(route: Route, messages: GenerateRequest["messages"]): Promise<number | null> {
+    const text = messages.map((m) => m.content).join("\n");
+    const exact = await this.exactTokens(route, text);
+    if (exact === null) return null;
+    return exact + EXACT_MESSAGE_OVERHEAD_TOKENS * messages.length + EXACT_TEMPLATE_OVERHEAD_TOKENS;
   }
 
   /**
    * Embeds the inputs upstream (`POST <base>/embeddings`, `encoding_format: "float"`), in input
    * order; the upstream's `usage.prompt_tokens` is what is metered. Admission reserves each text
-   * input's UTF-8 bytes (+2, capped at the context) and each token array's length.
+   * input's UTF-8 bytes (+2; not capped at the catalog's context, which an upstream may exceed)
+   * and each token array's length.
    * @throws as `generate`.
    */
   async embed(req: EmbedRequest): Promise<EmbedResult> {
@@ -222,10 +240,7 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
     }
     let bound = 0;
     for (const input of req.inputs) {
-      bound +=
-        typeof input === "string"
-          ? Math.min(Buffer.byteLength(input, "utf8") + 2, req.model.contextTokens)
-          : input.length;
+      bound += typeof input === "string" ? Buffer.byteLength(input, "utf8") + 2 : input.length;
     }
     await req.admit?.(bound);
     const body = JSON.stringify({ model: route.upstreamModel, input: req.inputs, encoding_format: "float" });
@@ -393,13 +408,13 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
    * chunk that carries it. The caller's stream opens (`onStart`) once the upstream answered 200;
    * the prompt count it gets then is the admitted bound, the final usage is the upstream's. A
    * caller who leaves ends it `cancelled` with the text so far and the usage the upstream sent,
-   * else an estimate (prompt bytes / 4, one token per text delta).
+   * else the prompt's `/tokenize` count or admitted bound and one token per text delta.
    */
   private async readStream(
     req: GenerateRequest,
     endpoint: UpstreamEndpoint,
     res: Dispatcher.ResponseData,
-    t: { queueMs: number; started: number; bound: number },
+    t: { queueMs: number; started: number; bound: number; exactPrompt: () => Promise<number | null> },
   ): Promise<GenerateResult> {
     const stops = new StopSequenceFilter(req.stop ?? []);
     const decoder = new SseDecoder();
@@ -443,24 +458,26 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
       engineMs: performance.now() - t.started,
       queueMs: t.queueMs,
     });
-    const estimate = (): EngineUsage => ({
-      promptTokens: promptTokenEstimate(req.messages),
-      completionTokens: deltas,
-      cachedPromptTokens: 0,
-    });
+    // Usage the upstream did not send (it comes in the last chunk, so a caller who left mostly
+    // gets none): the prompt as the upstream's `/tokenize` counts it, else the admitted bound —
+    // never less than the upstream may have processed (issue 9 review) — and a token a delta.
+    const estimate = async (): Promise<EngineUsage> => {
+      const exact = await t.exactPrompt().catch(() => null);
+      return { promptTokens: Math.min(t.bound, exact ?? t.bound), completionTokens: deltas, cachedPromptTokens: 0 };
+    };
     try {
       for await (const chunk of res.body) for (const data of decoder.push(chunk as Buffer)) handle(data);
       for (const data of decoder.end()) handle(data);
     } catch (err) {
       // The stream is open: the caller leaving ends it `cancelled` with what was generated.
       if (req.signal?.aborted && !(err instanceof AppError && err.code !== ErrorCode.ClientClosed)) {
-        return result("cancelled", null, usage ?? estimate());
+        return result("cancelled", null, usage ?? (await estimate()));
       }
       throw err;
     }
     if (!stops.stopped) emit(stops.end());
     const { reason, stopSequence } = ending(choice ?? {}, stops, req.stop);
-    return result(reason, stopSequence, usage ?? this.noUsage(endpoint, estimate()));
+    return result(reason, stopSequence, usage ?? this.noUsage(endpoint, await estimate()));
   }
 
   /** Reads an upstream's non-2xx answer and maps it (`errorForStatus`); 502/503 also mark the endpoint down. */

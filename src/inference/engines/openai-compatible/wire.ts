@@ -94,16 +94,6 @@ export function promptTokenBound(messages: ChatMessage[], contextTokens: number)
   return Math.min(bytes + MESSAGE_OVERHEAD_TOKENS, contextTokens);
 }
 
-/**
- * A fair (not bounding) estimate of a prompt's tokens, ~4 bytes a token: only for a stream cut
- * short before the upstream sent its usage (the caller left), where nothing better is known.
- */
-export function promptTokenEstimate(messages: ChatMessage[]): number {
-  let bytes = 0;
-  for (const m of messages) bytes += Buffer.byteLength(m.content, "utf8");
-  return Math.ceil(bytes / 4) + 4 * messages.length;
-}
-
 interface WireUsage {
   prompt_tokens?: unknown;
   completion_tokens?: unknown;
