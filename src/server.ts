@@ -27,6 +27,7 @@ import { openDatabase } from "./db/data-source.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
 import { measuredEngine } from "./inference/measured-engine.js";
+import { RetentionService } from "./services/retention.service.js";
 import { Metrics } from "./shared/metrics.js";
 import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
@@ -120,6 +121,8 @@ export interface Switchyard {
   events: CompletionEventsService;
   /** Outgoing mail (issue 8): the outbox, and SMTP when configured. */
   mailer: Mailer;
+  /** Request-body retention (issue 12, item 4); it runs on its own in worker processes. */
+  retention: RetentionService;
   /** The control plane's per-request DataLoaders (issue 8; their query counts, for tests). */
   loaders: ControlLoaders;
   /** Stops serving, writes pending metering, releases engines and the database. */
@@ -356,6 +359,12 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       reconciler.start();
       cleanup.push(["deployment reconciler", () => reconciler.stop()]);
     }
+    // Request bodies past SWITCHYARD_BODY_RETENTION_DAYS are cleared hourly by worker processes.
+    const retention = new RetentionService(ds, logger, { bodyRetentionDays: config.bodyRetentionDays });
+    if (runsWorkers) {
+      retention.start();
+      cleanup.push(["body retention", () => retention.stop()]);
+    }
     const loaders = new ControlLoaders(ds);
     // What the caller gets: a worker-only process serves no HTTP (no URL, port 0).
     const handle = (url: string, port: number): Switchyard => ({
@@ -371,6 +380,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       prices,
       events,
       mailer,
+      retention,
       loaders,
       close: closeAll,
     });

@@ -332,6 +332,11 @@ export const configSchema = z.object({
    * memory; a deployment that would go beyond it fails with a `status_reason` saying so.
    */
   dedicatedSlots: intFromEnv(0, 65_536).default(64),
+  /**
+   * Retention (issue 12, item 4): days activity rows keep their request and result bodies
+   * (`body_json`, `result_json`); cleared hourly by worker processes after that. Unset: kept.
+   */
+  bodyRetentionDays: intFromEnv(1, 36_500).optional(),
   /** Most of `dedicatedSlots` one team's runtimes take; one more fails saying so. */
   teamDedicatedSlots: intFromEnv(0, 65_536).default(16),
   /**
@@ -408,6 +413,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   stripeApiBase: "SWITCHYARD_STRIPE_API_BASE",
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
+  bodyRetentionDays: "SWITCHYARD_BODY_RETENTION_DAYS",
   teamDedicatedSlots: "SWITCHYARD_TEAM_DEDICATED_SLOTS",
   metricsToken: "SWITCHYARD_METRICS_TOKEN",
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",

@@ -50,6 +50,8 @@ export const EVENT_TOPIC = "event";
 export const EVENTS_POSITION_LOCK = 7_240_620;
 /** Events older than this are gone from the feed. */
 export const RETENTION_DAYS = 30;
+/** Events deleted per statement by the retention cleanup. */
+const EXPIRY_BATCH = 10_000;
 /** Longest `wait_ms`, in ms. */
 export const MAX_WAIT_MS = 30_000;
 /** A subscriber more than this many events behind is ended (it cannot keep up). */
@@ -224,13 +226,25 @@ export class CompletionEventsService {
     this.tails.clear();
   }
 
-  /** Deletes events older than the retention; @returns how many. */
+  /**
+   * Deletes events older than the retention, 10,000 at a time (each its own short statement, so a
+   * large backlog never holds one long delete against the feed's writers; issue 12, item 4).
+   * @returns how many.
+   */
   async deleteExpired(): Promise<number> {
-    const rows = await queryRows<{ n: number }>(
-      this.ds,
-      `WITH d AS (DELETE FROM completion_events e WHERE NOT (${RETAINED}) RETURNING 1) SELECT count(*)::int AS n FROM d`,
-    );
-    return rows[0]?.n ?? 0;
+    let deleted = 0;
+    for (;;) {
+      const rows = await queryRows<{ n: number }>(
+        this.ds,
+        `WITH due AS (
+           SELECT ctid FROM completion_events e WHERE NOT (${RETAINED}) LIMIT ${EXPIRY_BATCH}
+         ), d AS (DELETE FROM completion_events WHERE ctid IN (SELECT ctid FROM due) RETURNING 1)
+         SELECT count(*)::int AS n FROM d`,
+      );
+      const n = rows[0]?.n ?? 0;
+      deleted += n;
+      if (n < EXPIRY_BATCH || this.closed) return deleted;
+    }
   }
 
   /**
