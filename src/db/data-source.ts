@@ -22,6 +22,7 @@ import { OpenInvitations1764745000000 } from "./migrations/1764745000000-open-in
 import { ModelPrices1764750000000 } from "./migrations/1764750000000-model-prices.js";
 import { BillingPayments1764760000000 } from "./migrations/1764760000000-billing-payments.js";
 import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.js";
+import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-billing-provider-calls.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -44,6 +45,7 @@ export const migrations = [
   ModelPrices1764750000000,
   BillingPayments1764760000000,
   UsageDaily1764770000000,
+  BillingProviderCalls1764830000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
