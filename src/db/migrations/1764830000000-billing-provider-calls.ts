@@ -22,6 +22,12 @@ export class BillingProviderCalls1764830000000 implements MigrationInterface {
     await q.query(`ALTER TABLE topup_sessions ADD COLUMN claimed_until timestamptz`);
     await q.query(`ALTER TABLE invoices ADD COLUMN claimed_until timestamptz`);
     await q.query(`ALTER TABLE topup_sessions ADD COLUMN payment_id text`);
+    // Sessions credited before this migration: their payment is on their `top_up` ledger entry.
+    await q.query(
+      `UPDATE topup_sessions s SET payment_id = l.external_payment_id
+         FROM credit_ledger l
+        WHERE l.type = 'top_up' AND l.source_id = s.id::text AND s.completed_at IS NOT NULL`,
+    );
     await q.query(
       `CREATE INDEX topup_sessions_payment_idx ON topup_sessions (provider, payment_id) WHERE payment_id IS NOT NULL`,
     );
