@@ -98,7 +98,7 @@ import { ActivityService } from "./services/activity.service.js";
 import { PriceBook } from "./services/price-book.service.js";
 import { BillingSummaryService } from "./services/billing-summary.service.js";
 import { BillingService } from "./services/billing/billing.service.js";
-import { LocalPaymentProvider } from "./services/billing/payment-provider.js";
+import { LocalPaymentProvider, warnOfLocalPayments } from "./services/billing/payment-provider.js";
 import { StripePaymentProvider } from "./services/billing/stripe-provider.js";
 import { AuthThrottle } from "./services/throttle.js";
 import { TokenService } from "./services/tokens.js";
@@ -615,7 +615,9 @@ function billingService(ds: DataSource, bus: CacheBus, logger: Logger, config: C
         publicUrl: config.publicUrl,
       })
     : undefined;
-  return new BillingService(ds, bus, config.paymentProvider === "stripe" && stripe ? stripe : local, local, stripe);
+  const provider = config.paymentProvider === "stripe" && stripe ? stripe : local;
+  warnOfLocalPayments(logger, provider.name, config.publicUrl);
+  return new BillingService(ds, bus, provider, local, logger, stripe);
 }
 
 /** The committed `schema.graphql` at the repository root. */

@@ -99,7 +99,7 @@ describe("GET /control/v1/activity", () => {
     expect(await count(`created_before=${encodeURIComponent(newest)}`)).toBe(3);
     expect(await count(`created_after=${encodeURIComponent(newest)}`)).toBe(0);
     expect(await count("created_after=2020-01-01")).toBe(4);
-    expect(await count("created_after=2999-01-01T00:00:00%2B02:00")).toBe(0);
+    expect(await count("created_after=2099-01-01T00:00:00%2B02:00")).toBe(0);
 
     const models = await get("/control/v1/activity/models", caller.token);
     expect(models.status).toBe(200);
@@ -117,6 +117,18 @@ describe("GET /control/v1/activity", () => {
       ["status=done", "status"],
       ["created_after=yesterday", "created_after"],
       ["created_before=2024-13-45", "created_before"],
+      // Strict dates (issue 10 review, finding 7): no roll-over, no year 0000, no hour 24.
+      ["created_after=2024-02-30", "created_after"],
+      ["created_after=2023-02-29T00:00:00Z", "created_after"],
+      ["created_before=2024-04-31", "created_before"],
+      ["created_before=0000-01-01", "created_before"],
+      ["created_after=1999-12-31T23:59:59Z", "created_after"],
+      ["created_after=2101-01-01", "created_after"],
+      ["created_after=2024-01-01T24:00:00Z", "created_after"],
+      ["created_after=2024-01-01T12:00:00%2B15:00", "created_after"],
+      // A window that ends before it starts (or where it starts) is refused, not silently empty.
+      ["created_after=2024-03-02&created_before=2024-03-01", "created_before"],
+      ["created_after=2024-03-01&created_before=2024-03-01T00:00:00Z", "created_before"],
       ["api_key_id=nope", "api_key_id"],
       ["user_id=nope", "user_id"],
     ]) {

@@ -7,7 +7,14 @@
  * members 403, and another team's ids.
  */
 import { randomUUID } from "node:crypto";
-import { allotCents, previousMonthUtc } from "../src/services/billing/billing.service.js";
+import { isoDateTime } from "../src/services/activity.service.js";
+import {
+  INVOICE_SETTLE_MS,
+  allotCents,
+  invoicePeriod,
+  previousMonthUtc,
+} from "../src/services/billing/billing.service.js";
+import { isLoopbackUrl, warnOfLocalPayments } from "../src/services/billing/payment-provider.js";
 import {
   CHAT_MODEL,
   type TestServer,
@@ -19,17 +26,21 @@ import {
   http,
   startTestServer,
 } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
 import { joinTeam } from "./support/teams.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 
 const PUBLIC_URL = "https://switchyard.example.test";
+const logs = captureLogs("warn");
 let server: TestServer;
 
 beforeAll(async () => {
   // No signup credit: a new team has nothing until it tops up (and its ledger starts empty).
   // Prices of 1 micro-USD per token, so a request leaves a `usage` entry.
   const catalogPath = writeTestCatalog(CHAT_MODEL, { input: "1", cachedInput: "1", output: "1" });
-  server = await startTestServer({ signupCreditMicros: 0, publicUrl: PUBLIC_URL, catalogPath });
+  server = await startTestServer({ signupCreditMicros: 0, publicUrl: PUBLIC_URL, catalogPath }, undefined, {
+    logger: logs.logger,
+  });
 }, 30_000);
 afterAll(() => server.close());
 
@@ -331,6 +342,11 @@ describe("POST /control/v1/billing/invoices (local provider)", () => {
     await activity(owner.teamId, "model-a", 25_000, new Date(end.getTime() - 1).toISOString());
     await activity(owner.teamId, "model-a", 25_000, end.toISOString());
     const res = await invoice(owner.token);
+    if (Date.now() < end.getTime() + INVOICE_SETTLE_MS + 60_000) {
+      // The first 25 hours of a month: last month's usage may still be arriving.
+      expectInvalid(res, "period_end");
+      return;
+    }
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({
       period_start: start.toISOString(),
@@ -350,11 +366,72 @@ describe("POST /control/v1/billing/invoices (local provider)", () => {
     expectInvalid(await invoice(owner.token, { period_start: "2024-01-01", period_end: "2026-01-01" }), "period_end");
     expectInvalid(await invoice(owner.token, { period_start: "2026-01-01", period_end: future }), "period_end");
     expectInvalid(await invoice(owner.token, { period_start: 5, period_end: "2026-01-01" }), "period_start");
+    expectInvalid(await invoice(owner.token, { period_start: "2025-02-29", period_end: "2025-03-10" }), "period_start");
+    expectInvalid(await invoice(owner.token, { period_start: "0000-01-01", period_end: "2026-01-01" }), "period_start");
     expect(await count("SELECT count(*) AS n FROM invoices WHERE team_id = $1", [owner.teamId])).toBe(0);
     expectInvalid(
       await http(server.url, "GET", "/control/v1/billing/invoices/nope", { token: owner.token }),
       "invoice_id",
     );
+  });
+
+  test("when the period ended less than 24 h + 1 h ago, then 400 saying from when it can be invoiced (review finding 3)", async () => {
+    const owner = await createTestUser(server.url);
+    const hour = 3_600_000;
+    const endRecent = new Date(Math.floor((Date.now() - 24 * hour) / hour) * hour);
+    const res = await invoice(owner.token, {
+      period_start: new Date(endRecent.getTime() - 10 * 86_400_000).toISOString(),
+      period_end: endRecent.toISOString(),
+    });
+    expectInvalid(res, "period_end");
+    expect(res.body.detail).toContain(new Date(endRecent.getTime() + INVOICE_SETTLE_MS).toISOString());
+    expect(res.body.detail).toMatch(/24 h/);
+    // Ended 26 h ago (whole hours): settled.
+    const settled = new Date(Math.floor((Date.now() - 26 * hour) / hour) * hour);
+    const ok = await invoice(owner.token, {
+      period_start: new Date(settled.getTime() - 86_400_000).toISOString(),
+      period_end: settled.toISOString(),
+    });
+    expect(ok.status).toBe(201);
+    // The rule itself, at its edge.
+    const now = new Date("2026-03-10T12:00:00Z");
+    const edge = new Date(now.getTime() - INVOICE_SETTLE_MS);
+    expect(invoicePeriod({ period_start: new Date("2026-03-01"), period_end: edge }, now).end).toEqual(edge);
+    expect(() =>
+      invoicePeriod({ period_start: new Date("2026-03-01"), period_end: new Date(edge.getTime() + 1) }, now),
+    ).toThrow(/25 hours/);
+    // The default on the 1st of a month: last month is not invoiceable yet.
+    expect(() => invoicePeriod({}, new Date("2026-03-01T20:00:00Z"))).toThrow(/2026-03-02T01:00:00.000Z/);
+  });
+
+  test("when a period overlaps an invoice of the team, then 409 naming it and nothing is stored (review finding 4)", async () => {
+    const owner = await createTestUser(server.url);
+    await activity(owner.teamId, "model-a", 1_000_000, "2026-01-20T00:00:00Z");
+    const jan = await invoice(owner.token, { period_start: "2026-01-01", period_end: "2026-02-01" });
+    expect(jan.status).toBe(201);
+    for (const [ps, pe] of [
+      ["2026-01-15", "2026-02-15"], // straddles the end
+      ["2025-12-15", "2026-01-02"], // straddles the start
+      ["2026-01-10", "2026-01-20"], // inside
+      ["2025-12-01", "2026-03-01"], // around
+      ["2026-01-01", "2026-01-31"], // same start
+    ]) {
+      const res = await invoice(owner.token, { period_start: ps, period_end: pe });
+      expectEnvelope(res, 409);
+      expect(res.body.detail).toContain(jan.body.id);
+    }
+    // Concurrent overlapping periods: one wins.
+    const racing = await Promise.all([
+      invoice(owner.token, { period_start: "2026-02-01", period_end: "2026-03-01" }),
+      invoice(owner.token, { period_start: "2026-02-15", period_end: "2026-03-15" }),
+      invoice(owner.token, { period_start: "2026-02-20", period_end: "2026-03-20" }),
+    ]);
+    expect(racing.map((r) => r.status).sort()).toEqual([201, 409, 409]);
+    // Adjacent periods ([start, end) touch) are fine; another team may invoice any period.
+    expect((await invoice(owner.token, { period_start: "2025-12-01", period_end: "2026-01-01" })).status).toBe(201);
+    const other = await createTestUser(server.url);
+    expect((await invoice(other.token, { period_start: "2026-01-15", period_end: "2026-02-15" })).status).toBe(201);
+    expect(await count("SELECT count(*) AS n FROM invoices WHERE team_id = $1", [owner.teamId])).toBe(3);
   });
 
   test("when no credentials come, then 401; a member gets 403", async () => {
@@ -425,5 +502,58 @@ describe("allotCents (micro-USD → cents, DESIGN §3 Money)", () => {
         { model: "b", micros: 7_654_321n },
       ]),
     ).toEqual({ total: 889, cents: [124, 765] });
+  });
+});
+
+describe("isoDateTime (strict ISO 8601, review finding 7)", () => {
+  const parse = (s: string) => isoDateTime.safeParse(s);
+  test("when a date exists, then it parses to the instant it names", () => {
+    expect(parse("2024-02-29").data?.toISOString()).toBe("2024-02-29T00:00:00.000Z");
+    expect(parse("2024-02-29T23:59:59.9999+05:30").data?.toISOString()).toBe("2024-02-29T18:29:59.999Z");
+    expect(parse("2024-12-31 23:59Z").data?.toISOString()).toBe("2024-12-31T23:59:00.000Z");
+    expect(parse("2000-01-01T00:00:00-1400").data?.toISOString()).toBe("2000-01-01T14:00:00.000Z");
+    expect(parse("2100-12-31T23:59:59Z").success).toBe(true);
+  });
+  test("when a date would roll over or is out of range, then it is refused", () => {
+    for (const bad of [
+      "2024-02-30",
+      "2023-02-29",
+      "2024-04-31",
+      "2024-00-10",
+      "2024-13-01",
+      "2024-01-00",
+      "0000-01-01",
+      "1999-12-31T23:59:59Z",
+      "2101-01-01",
+      "2024-01-01T24:00:00Z",
+      "2024-01-01T12:60:00Z",
+      "2024-01-01T12:00:60Z",
+      "2024-01-01T12:00:00+14:30",
+      "2024-01-01T12:00:00+15:00",
+      "2024-1-01",
+      "yesterday",
+    ]) {
+      expect([bad, parse(bad).success]).toEqual([bad, false]);
+    }
+  });
+});
+
+describe("the local payment provider on a public URL (review finding 5)", () => {
+  test("when the server starts with the local provider on a non-loopback URL, then a warning is logged", () => {
+    const warned = logs.records().filter((r) => r.msg?.startsWith("PAYMENTS ARE NOT REAL"));
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ level: 40, paymentProvider: "local", publicUrl: PUBLIC_URL });
+  });
+  test("when the URL is loopback or the provider is Stripe, then nothing is logged", () => {
+    const lines: string[] = [];
+    const logger = { warn: (_o: object, msg: string) => void lines.push(msg) };
+    for (const url of ["http://localhost:8080", "http://127.0.0.1:9000", "http://[::1]:8080", "http://app.localhost"]) {
+      expect(isLoopbackUrl(url)).toBe(true);
+      expect(warnOfLocalPayments(logger, "local", url)).toBe(false);
+    }
+    expect(warnOfLocalPayments(logger, "stripe", "https://api.example.com")).toBe(false);
+    expect(lines).toEqual([]);
+    expect(warnOfLocalPayments(logger, "local", "http://10.0.0.5:8080")).toBe(true);
+    expect(lines).toHaveLength(1);
   });
 });

@@ -23,6 +23,7 @@ import { ModelPrices1764750000000 } from "./migrations/1764750000000-model-price
 import { BillingPayments1764760000000 } from "./migrations/1764760000000-billing-payments.js";
 import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.js";
 import { BodyRetention1764820000000 } from "./migrations/1764820000000-body-retention.js";
+import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-billing-provider-calls.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -46,6 +47,7 @@ export const migrations = [
   BillingPayments1764760000000,
   UsageDaily1764770000000,
   BodyRetention1764820000000,
+  BillingProviderCalls1764830000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

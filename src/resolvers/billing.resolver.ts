@@ -67,7 +67,8 @@ export class BillingResolver {
   @Mutation(() => InvoiceType, {
     description:
       "Invoices the usage of [periodStart, periodEnd) (ISO 8601; default the previous calendar month, UTC) " +
-      "by model; one invoice per period (owners and admins).",
+      "by model; one invoice per period, which must have ended at least 25 h ago and not overlap another " +
+      "invoice of the team (owners and admins).",
   })
   createInvoice(
     @Ctx() ctx: RequestContext,

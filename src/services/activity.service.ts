@@ -9,7 +9,8 @@
  *   and may filter by `user_id`; members see their own rows only (naming another user → 403).
  *   A record of another team, or another member's for a member, is 404.
  * - Dates: `created_after` / `created_before` are ISO 8601 date-times (a bare date means its
- *   midnight UTC); bounds are exclusive. Usage windows are whole UTC days: `days` = N covers today
+ *   midnight UTC), strictly checked (`isoDateTime`); bounds are exclusive, and `created_after`
+ *   must come before `created_before` (else 400). Usage windows are whole UTC days: `days` = N covers today
  *   and the N − 1 days before it.
  * - Usage and the models used are read from `usage_daily`, the per-day roll-up a trigger keeps
  *   of every activity row (migration 1764770000000), so they cost the same at any table size.
@@ -30,35 +31,65 @@ import { optionalQuery, pgText, queryInt } from "./validation.js";
 export const ACTIVITY_TYPES = ["standalone", "batch", "stream"] as const;
 export const ACTIVITY_STATUSES = ["pending", "running", "completed", "failed", "cancelled"] as const;
 
-/** An ISO 8601 date or date-time (with a zone, or UTC when none is given). */
-export const isoDateTime = z
-  .string()
-  .regex(
-    /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/,
-    "must be an ISO 8601 date or date-time",
-  )
-  .transform((s, ctx) => {
-    const hasZone = /(?:Z|[+-]\d{2}:?\d{2})$/.test(s) && s.length > 10;
-    const ms = Date.parse(hasZone ? s : `${s.length === 10 ? `${s}T00:00:00` : s}Z`);
-    if (Number.isNaN(ms)) {
-      ctx.addIssue({ code: "custom", message: "must be a valid date" });
-      return z.NEVER;
-    }
-    return new Date(ms);
-  });
+/** Years a date filter or invoice period may name (see `isoDateTime`). */
+export const MIN_YEAR = 2000;
+export const MAX_YEAR = 2100;
+
+const ISO_DATE_TIME =
+  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|([+-])(\d{2}):?(\d{2}))?)?$/;
+
+/**
+ * An ISO 8601 date or date-time (with a zone, or UTC when none is given), checked field by field
+ * (review finding 7): a day that does not exist in its month (`2024-02-30`, `2023-02-29`), hour
+ * 24, minute or second 60, or a zone beyond ±14:00 is refused instead of rolling over as
+ * `Date.parse` would; years are 2000–2100 (nothing in this service predates 2000, and the bound
+ * keeps year 0000, negative years and other far dates out of PostgreSQL and JavaScript date
+ * arithmetic).
+ */
+export const isoDateTime = z.string().transform((s, ctx) => {
+  const m = ISO_DATE_TIME.exec(s);
+  if (!m) {
+    ctx.addIssue({ code: "custom", message: "must be an ISO 8601 date or date-time" });
+    return z.NEVER;
+  }
+  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const [hour, minute, second] = [Number(m[4] ?? 0), Number(m[5] ?? 0), Number(m[6] ?? 0)];
+  const ms = m[7] ? Number(m[7].slice(0, 3).padEnd(3, "0")) : 0;
+  const [zoneHours, zoneMinutes] = [Number(m[10] ?? 0), Number(m[11] ?? 0)];
+  const fail = (message: string) => {
+    ctx.addIssue({ code: "custom", message });
+    return z.NEVER;
+  };
+  if (year < MIN_YEAR || year > MAX_YEAR) return fail(`the year must be ${MIN_YEAR}–${MAX_YEAR}`);
+  if (month < 1 || month > 12) return fail("must be a valid date (month 01–12)");
+  const daysInMonth = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  if (day < 1 || day > daysInMonth) return fail(`must be a valid date (day 01–${daysInMonth} in that month)`);
+  if (hour > 23 || minute > 59 || second > 59) return fail("must be a valid time (00:00:00–23:59:59)");
+  if (zoneHours > 14 || zoneMinutes > 59 || (zoneHours === 14 && zoneMinutes > 0)) {
+    return fail("must have a valid zone offset (−14:00 to +14:00)");
+  }
+  const offsetMs = (m[9] === "-" ? -1 : 1) * (zoneHours * 60 + zoneMinutes) * 60_000;
+  return new Date(Date.UTC(year, month - 1, day, hour, minute, second, ms) - offsetMs);
+});
 
 /** `GET /control/v1/activity` query (spec: Limits: `page` ≥ 1 default 1, `page_size` 1–100 default 25). */
-export const activityListQuery = z.object({
-  page: optionalQuery(queryInt(1, 1_000_000)),
-  page_size: optionalQuery(queryInt(1, 100)),
-  type: optionalQuery(z.enum(ACTIVITY_TYPES)),
-  status: optionalQuery(z.enum(ACTIVITY_STATUSES)),
-  model: optionalQuery(pgText().min(1).max(512)),
-  created_after: optionalQuery(isoDateTime),
-  created_before: optionalQuery(isoDateTime),
-  api_key_id: optionalQuery(z.uuid()),
-  user_id: optionalQuery(z.uuid()),
-});
+export const activityListQuery = z
+  .object({
+    page: optionalQuery(queryInt(1, 1_000_000)),
+    page_size: optionalQuery(queryInt(1, 100)),
+    type: optionalQuery(z.enum(ACTIVITY_TYPES)),
+    status: optionalQuery(z.enum(ACTIVITY_STATUSES)),
+    model: optionalQuery(pgText().min(1).max(512)),
+    created_after: optionalQuery(isoDateTime),
+    created_before: optionalQuery(isoDateTime),
+    api_key_id: optionalQuery(z.uuid()),
+    user_id: optionalQuery(z.uuid()),
+  })
+  // Both bounds are exclusive: a window that ends before it starts (or where it starts) is a mistake, not "empty".
+  .refine((q) => !q.created_after || !q.created_before || q.created_after < q.created_before, {
+    path: ["created_before"],
+    message: "must be after created_after",
+  });
 
 /** `user_id` alone (`/activity/models`). */
 export const userFilterQuery = z.object({ user_id: optionalQuery(z.uuid()) });

@@ -11,22 +11,30 @@
  *
  * Top-ups: `amount_usd` is a decimal string with at most two decimals, 1.00–10000.00. The nonce
  * (1–255 characters) is per team and kept for good (the spec asks ≥ 24 h): the session row is
- * inserted first under `UNIQUE (team_id, nonce)`, so of concurrent requests with one nonce one
- * inserts and opens the provider's session inside its transaction while the others wait on the
- * unique index and then read that row: same amount → the same session (201 again, no new
- * session, no credit), another amount → 409. A session is credited at most once: its ledger
- * `top_up` entry has the session id as its source.
+ * committed first under `UNIQUE (team_id, nonce)` with a claim (`claimed_until`), and the
+ * provider is called with no database connection held (review finding 1: a hanging provider must
+ * not drain the pool). Of concurrent requests with one nonce, one claims and calls the provider;
+ * the others join it (same process) or wait for it (another process; 409 "retry" after
+ * `WAIT_MS`): same amount → the same session (201 again, no new session, no credit), another
+ * amount → 409. A claim that lapsed or whose call failed is taken over by the next request with
+ * the nonce. Provider calls are bounded per team and per process (`ProviderGate`: 429 beyond).
+ * A session is credited at most once: its ledger `top_up` entry has the session id as its source.
+ * Stripe refunds and disputes debit `refund` entries whose sources are the refund and dispute ids.
  *
  * Invoices: the period is `[period_start, period_end)` (ISO 8601, UTC when no zone is given; both
- * or neither; at most 366 days; not ending in the future); default the previous calendar month
- * (UTC). Lines are the activity records' `cost_micros` by model in the period (what usage and the
+ * or neither; at most 366 days; ended at least 25 h ago, `INVOICE_SETTLE_MS`, so its usage is all
+ * recorded); default the previous calendar month (UTC). A period that overlaps another invoice of
+ * the team is refused (409), so no usage is invoiced twice. Lines are the activity records' `cost_micros` by model in the period (what usage and the
  * billing summary sum). Rounding micro-USD → cents: the invoice total is rounded half up once
  * (`(Σ micros + 5000) / 10000`); line cents are allotted by largest remainder (each line gets its
  * floor, the cents left go to the lines with the largest remainders, ties by model name) so the
- * lines always sum to the total. One invoice per team and period: asking again answers it.
+ * lines always sum to the total. One invoice per team and period: asking again answers it. The
+ * draft (with its lines) is committed before the provider is called, as for top-ups.
  */
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Logger } from "pino";
 import { v7 as uuidv7 } from "uuid";
-import type { DataSource } from "typeorm";
+import type { DataSource, EntityManager } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../../db/sql.js";
 import { AppError, parseInput } from "../../shared/errors.js";
@@ -36,8 +44,9 @@ import type { CacheBus } from "../cache-bus.js";
 import type { RequestContext } from "../context.js";
 import { authorize } from "../policy.js";
 import { optionalQuery, pgText, queryInt } from "../validation.js";
-import { appendLedgerCredit } from "./ledger.js";
-import type { InvoiceLine, LocalPaymentProvider, PaymentProvider } from "./payment-provider.js";
+import { type LedgerCreditResult, appendLedgerCredit } from "./ledger.js";
+import type { CheckoutSession, LocalPaymentProvider, PaymentProvider, ProviderInvoice } from "./payment-provider.js";
+import { DEFAULT_PROVIDER_GATE_LIMITS, ProviderGate, type ProviderGateLimits } from "./provider-gate.js";
 import type { StripePaymentProvider } from "./stripe-provider.js";
 
 /** spec "Billing" Transaction. */
@@ -116,6 +125,83 @@ export const invoiceBody = z.object({
 
 const DAY_MS = 86_400_000;
 const MICROS_PER_CENT = 10_000n;
+
+/**
+ * How long a request may call the provider for a row it claimed (Stripe: a 30 s timeout and one
+ * retry, ≈ 62 s at worst); a claim older than this is taken over by the next request.
+ */
+const CLAIM_MS = 90_000;
+/** How long a request waits for another process opening the same top-up or invoice (then 409). */
+const WAIT_MS = 10_000;
+const POLL_MS = 200;
+
+/**
+ * An invoice period must have ended at least this long ago (review finding 3): activity rows are
+ * written when a request ends with `created_at` = when it was received, and a background response
+ * or batch item may end up to 24 h after that; 1 h more covers the metering group commit and
+ * clock skew between processes. So usage of a period is complete before it can be invoiced.
+ */
+export const INVOICE_SETTLE_MS = 25 * 3_600_000;
+
+const SESSION_COLUMNS = "id, team_id, amount_micros::text, provider, external_session_id, checkout_url";
+const INVOICE_COLUMNS =
+  "id, period_start, period_end, amount_cents::text, line_items, payment_invoice_id, hosted_invoice_url, status";
+
+/** The fields of a Stripe Checkout Session the webhook reads. */
+interface StripeSessionObject {
+  id: string;
+  payment_status?: string;
+  amount_total?: number | null;
+  currency?: string | null;
+  metadata?: Record<string, string> | null;
+  payment_intent?: string | { id?: string } | null;
+}
+
+/** The fields of a Stripe Charge (`charge.refunded`) the webhook reads. */
+interface StripeChargeObject {
+  id: string;
+  amount_refunded?: number;
+  currency?: string;
+  metadata?: Record<string, string> | null;
+  payment_intent?: string | { id?: string } | null;
+  refunds?: { data?: Array<{ id: string }> } | null;
+}
+
+/** The fields of a Stripe Dispute the webhook reads. */
+interface StripeDisputeObject {
+  id: string;
+  amount?: number;
+  currency?: string;
+  payment_intent?: string | { id?: string } | null;
+}
+
+/** A credited Stripe top-up, as refunds and disputes find it. */
+interface PaidTopUp {
+  topUpId: string;
+  teamId: string;
+  /** Stripe PaymentIntent id. */
+  paymentId: string;
+  amountMicros: bigint;
+}
+
+const minBig = (a: bigint, b: bigint) => (a < b ? a : b);
+const maxBig = (a: bigint, b: bigint) => (a > b ? a : b);
+
+/** Locks the team row (the ledger writers' lock) and reads its balance and the credit leased out. */
+async function lockedBalance(em: EntityManager, teamId: string): Promise<{ balance: bigint; leased: bigint }> {
+  const locked = await queryRows<{ balance: string }>(
+    em,
+    "SELECT credit_balance_micros::text AS balance FROM teams WHERE id = $1 FOR NO KEY UPDATE",
+    [teamId],
+  );
+  if (locked.length === 0) throw AppError.notFound("Team not found");
+  const [leases] = await queryRows<{ leased: string }>(
+    em,
+    "SELECT coalesce(sum(micros), 0)::text AS leased FROM credit_leases WHERE team_id = $1 AND expires_at > now()",
+    [teamId],
+  );
+  return { balance: BigInt(locked[0].balance), leased: BigInt(leases.leased) };
+}
 
 interface LedgerRow {
   id: string;
@@ -202,6 +288,47 @@ export function previousMonthUtc(now: Date): { start: Date; end: Date } {
   return { start, end };
 }
 
+/**
+ * The invoice period asked for: both bounds or neither (the previous calendar month, UTC); end
+ * after start; at most 366 days; ended at least `INVOICE_SETTLE_MS` before `now`.
+ * @throws AppError 400 naming the field, with the time the period can be invoiced from.
+ */
+export function invoicePeriod(
+  b: { period_start?: Date | null; period_end?: Date | null },
+  now: Date,
+): { start: Date; end: Date } {
+  let start: Date;
+  let end: Date;
+  if (b.period_start == null && b.period_end == null) ({ start, end } = previousMonthUtc(now));
+  else if (b.period_start == null || b.period_end == null) {
+    const missing = b.period_start == null ? "period_start" : "period_end";
+    throw AppError.invalid(`Invalid request: ${missing}`, [
+      { field: missing, message: "give both period_start and period_end, or neither" },
+    ]);
+  } else {
+    start = b.period_start;
+    end = b.period_end;
+  }
+  const issues = [];
+  if (end <= start) issues.push({ field: "period_end", message: "must be after period_start" });
+  else if (end.getTime() - start.getTime() > 366 * DAY_MS) {
+    issues.push({ field: "period_end", message: "the period is at most 366 days" });
+  }
+  if (end.getTime() > now.getTime() - INVOICE_SETTLE_MS) {
+    const from = new Date(end.getTime() + INVOICE_SETTLE_MS).toISOString();
+    issues.push({
+      field: "period_end",
+      message:
+        `must be at least 25 hours ago: usage is recorded up to 24 h after a request is received, ` +
+        `so this period can be invoiced from ${from}`,
+    });
+  }
+  if (issues.length > 0) {
+    throw AppError.invalid(`Invalid request: ${issues[0].field}: ${issues[0].message}`, issues);
+  }
+  return { start, end };
+}
+
 /** Transactions, top-ups and invoices (see the module header). */
 export class BillingService {
   constructor(
@@ -210,11 +337,18 @@ export class BillingService {
     private readonly bus: CacheBus,
     /** The provider new sessions and invoices go through (config `paymentProvider`). */
     private readonly provider: PaymentProvider,
-    /** Verifies the local confirm links (always present: links made before a switch stay valid). */
+    /** Verifies the local confirm links (honoured only while `provider` is the local one). */
     private readonly local: LocalPaymentProvider,
+    private readonly logger: Logger,
     /** Verifies Stripe webhooks; absent when Stripe is not configured (the webhook answers 404). */
     private readonly stripe?: StripePaymentProvider,
-  ) {}
+    /** Bounds of concurrent provider calls (per team, per process). */
+    gateLimits: ProviderGateLimits = DEFAULT_PROVIDER_GATE_LIMITS,
+  ) {
+    this.gate = new ProviderGate(gateLimits);
+  }
+
+  private readonly gate: ProviderGate;
 
   /**
    * The team's ledger, newest first, a page at a time.
@@ -252,61 +386,128 @@ export class BillingService {
   }
 
   /**
-   * Opens (or, for a nonce seen before, answers again) a top-up session.
+   * Opens (or, for a nonce seen before, answers again) a top-up session. The session row is
+   * committed first and claimed for `CLAIM_MS`; the provider is called with no database
+   * connection held (review finding 1); then its answer is stored. A request for a nonce whose
+   * session another request is opening joins it (this process) or waits up to `WAIT_MS` for it
+   * (another process), then answers 409 "retry". A claim that ran out, or that a failed call let
+   * go, is taken over by the next request with the nonce (the provider's idempotency key makes
+   * the retried call answer the same session).
    * @throws AppError 400 for a bad nonce or amount; 401; 403 for members; 409 when the nonce was
-   *   used with another amount; 502 when the provider fails (nothing is kept: the nonce is free).
+   *   used with another amount, or its session is still being opened elsewhere; 429 when the team
+   *   (or this process) has too many provider calls in progress; 502 when the provider fails
+   *   (the nonce keeps its amount; the same request may be sent again).
    */
   async createTopUp(ctx: RequestContext, query: unknown, body: unknown): Promise<TopUpSessionDto> {
     const principal = authorize(ctx, "billing.manage");
     const { nonce } = parseInput(topUpQuery, query ?? {});
     const { amount_usd: amountMicros } = parseInput(topUpBody, body ?? {});
-    return this.ds.transaction(async (em) => {
-      const id = uuidv7();
-      const inserted = await queryRows<{ id: string }>(
-        em,
-        `INSERT INTO topup_sessions (id, team_id, nonce, amount_micros, provider, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (team_id, nonce) DO NOTHING RETURNING id`,
-        [id, principal.teamId, nonce, amountMicros.toString(), this.provider.name, principal.userId],
+    const teamId = principal.teamId;
+    const key = `topup:${teamId}:${nonce}`;
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      // The same nonce in flight in this process: its answer (or its failure) is ours too.
+      const joined = this.gate.inFlight(key);
+      if (joined) await joined;
+      const [row] = await queryRows<SessionRow & { claim_over: boolean }>(
+        this.ds,
+        `SELECT ${SESSION_COLUMNS}, (claimed_until IS NULL OR claimed_until < now()) AS claim_over
+           FROM topup_sessions WHERE team_id = $1 AND nonce = $2`,
+        [teamId, nonce],
       );
-      if (inserted.length === 0) {
-        const [row] = await queryRows<SessionRow>(
-          em,
-          `SELECT id, team_id, amount_micros::text, provider, external_session_id, checkout_url
-             FROM topup_sessions WHERE team_id = $1 AND nonce = $2`,
-          [principal.teamId, nonce],
-        );
-        if (BigInt(row.amount_micros) !== amountMicros) {
-          throw AppError.conflict("This nonce was already used for a top-up of another amount");
-        }
-        return { payment_session_id: row.external_session_id ?? row.id, checkout_url: row.checkout_url ?? "" };
+      if (row && BigInt(row.amount_micros) !== amountMicros) {
+        throw AppError.conflict("This nonce was already used for a top-up of another amount");
       }
-      const session = await this.provider.createCheckout({
+      if (row?.external_session_id) {
+        return { payment_session_id: row.external_session_id, checkout_url: row.checkout_url ?? "" };
+      }
+      if (!row || row.claim_over) {
+        const opened = await this.gate.run(teamId, key, () =>
+          this.openTopUp(teamId, principal.userId, nonce, amountMicros, row?.id),
+        );
+        if (opened) return opened;
+      }
+      if (Date.now() >= deadline) {
+        throw AppError.conflict(
+          "This top-up is still being opened at the payment provider; send the same request again shortly",
+        );
+      }
+      await sleep(POLL_MS);
+    }
+  }
+
+  /**
+   * Claims the session row (inserting it, or taking over a lapsed claim), calls the provider with
+   * no connection held and stores its answer. Answers undefined when another request holds the
+   * claim.
+   */
+  private async openTopUp(
+    teamId: string,
+    userId: string | null,
+    nonce: string,
+    amountMicros: bigint,
+    existingId: string | undefined,
+  ): Promise<TopUpSessionDto | undefined> {
+    const id = existingId ?? uuidv7();
+    const claimed = existingId
+      ? await queryRows<{ id: string }>(
+          this.ds,
+          `UPDATE topup_sessions SET claimed_until = now() + make_interval(secs => $2), provider = $3
+            WHERE id = $1 AND external_session_id IS NULL AND (claimed_until IS NULL OR claimed_until < now())
+           RETURNING id`,
+          [id, CLAIM_MS / 1000, this.provider.name],
+        )
+      : await queryRows<{ id: string }>(
+          this.ds,
+          `INSERT INTO topup_sessions (id, team_id, nonce, amount_micros, provider, created_by, claimed_until)
+           VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+           ON CONFLICT (team_id, nonce) DO NOTHING RETURNING id`,
+          [id, teamId, nonce, amountMicros.toString(), this.provider.name, userId, CLAIM_MS / 1000],
+        );
+    if (claimed.length === 0) return undefined;
+    let session: CheckoutSession;
+    try {
+      session = await this.provider.createCheckout({
         sessionId: id,
-        teamId: principal.teamId,
+        teamId,
         nonce,
         amountMicros,
         amountCents: Number(amountMicros / MICROS_PER_CENT),
       });
-      await em.query("UPDATE topup_sessions SET external_session_id = $2, checkout_url = $3 WHERE id = $1", [
-        id,
-        session.externalId,
-        session.checkoutUrl,
-      ]);
-      return { payment_session_id: session.externalId, checkout_url: session.checkoutUrl };
-    });
+    } catch (err) {
+      // Let the claim go: the next request with this nonce tries the provider again at once.
+      await this.release("topup_sessions", id);
+      throw err;
+    }
+    await this.ds.query(
+      `UPDATE topup_sessions SET external_session_id = $2, checkout_url = $3, claimed_until = NULL WHERE id = $1`,
+      [id, session.externalId, session.checkoutUrl],
+    );
+    return { payment_session_id: session.externalId, checkout_url: session.checkoutUrl };
+  }
+
+  /** Lets a failed provider call's claim go (best effort: a lapsed claim is taken over anyway). */
+  private async release(table: "topup_sessions" | "invoices", id: string): Promise<void> {
+    try {
+      await this.ds.query(`UPDATE ${table} SET claimed_until = NULL WHERE id = $1`, [id]);
+    } catch (err) {
+      this.logger.warn({ err, table, id }, "billing: could not release a provider-call claim; it lapses by itself");
+    }
   }
 
   /**
    * Opens a local confirm link: credits the session's amount once (later opens answer the same).
-   * @throws AppError 400 when the link is malformed, forged or altered, or names no session.
+   * Only while the local provider is the configured one: a link made before a switch to Stripe
+   * credits nothing afterwards (review finding 5).
+   * @throws AppError 400 when the link is malformed, forged or altered, or names no session; 404
+   *   when the configured provider is not `local`.
    */
   async confirmLocalTopUp(query: unknown): Promise<TopUpConfirmationDto> {
+    if (this.provider.name !== "local") throw AppError.notFound("Local payments are not enabled");
     const q = parseInput(confirmQuery, query ?? {});
     const [row] = await queryRows<SessionRow>(
       this.ds,
-      `SELECT id, team_id, amount_micros::text, provider, external_session_id, checkout_url
-         FROM topup_sessions WHERE id = $1 AND provider = 'local'`,
+      `SELECT ${SESSION_COLUMNS} FROM topup_sessions WHERE id = $1 AND provider = 'local'`,
       [q.session],
     );
     if (!row || !this.local.verify(row.id, row.team_id, BigInt(row.amount_micros), q.signature)) {
@@ -322,119 +523,407 @@ export class BillingService {
   }
 
   /**
-   * A Stripe webhook delivery: verified over the raw body; `checkout.session.completed` (paid)
-   * credits its session once; other events are acknowledged and ignored.
+   * A Stripe webhook delivery, verified over the raw body:
+   * - `checkout.session.completed` / `async_payment_succeeded` (paid) credits its session once,
+   *   when its `amount_total`, `currency` and metadata (team, session) match the stored session;
+   *   a mismatch credits nothing and is logged as an error;
+   * - `charge.refunded` debits what was newly refunded (`amount_refunded` less what is already
+   *   debited for the payment), source the newest refund id (review finding 2);
+   * - `charge.dispute.created` debits the disputed amount, source the dispute id;
+   *   `charge.dispute.funds_reinstated` (a dispute won) credits back what that debited;
+   * - other events are acknowledged and ignored.
+   * Debits never take the balance below the credit leased to requests in flight: what the
+   * balance cannot cover is recorded as a shortfall in `payment_reversals` and logged.
    * @throws AppError 404 when Stripe webhooks are not configured; 400 for a bad signature.
    */
   async stripeWebhook(rawBody: unknown, signature: string | undefined): Promise<{ received: true }> {
     if (!this.stripe) throw AppError.notFound("Stripe is not configured");
     const raw = Buffer.isBuffer(rawBody) ? rawBody : Buffer.alloc(0);
     const event = this.stripe.verifyWebhook(raw, signature);
-    if (event.type === "checkout.session.completed" || event.type === "checkout.session.async_payment_succeeded") {
-      const session = event.data.object;
-      if (session.payment_status !== "paid") return { received: true };
-      const [row] = await queryRows<SessionRow>(
-        this.ds,
-        `SELECT id, team_id, amount_micros::text, provider, external_session_id, checkout_url
-           FROM topup_sessions WHERE provider = 'stripe' AND external_session_id = $1`,
-        [session.id],
-      );
-      // A session this service did not open (another integration on the account): nothing to credit.
-      const intent = session.payment_intent;
-      const paymentId = typeof intent === "string" ? intent : (intent?.id ?? session.id);
-      if (row) await this.credit(row, "stripe", paymentId);
+    const object = event.data.object as unknown as Record<string, unknown>;
+    switch (event.type) {
+      case "checkout.session.completed":
+      case "checkout.session.async_payment_succeeded":
+        await this.stripeSessionPaid(object as unknown as StripeSessionObject);
+        break;
+      case "charge.refunded":
+        await this.stripeRefund(object as unknown as StripeChargeObject);
+        break;
+      case "charge.dispute.created":
+      case "charge.dispute.funds_reinstated":
+        await this.stripeDispute(object as unknown as StripeDisputeObject, event.type === "charge.dispute.created");
+        break;
+      default:
+        break;
     }
     return { received: true };
   }
 
+  private async stripeSessionPaid(session: StripeSessionObject): Promise<void> {
+    if (session.payment_status !== "paid") return;
+    const [row] = await queryRows<SessionRow>(
+      this.ds,
+      `SELECT ${SESSION_COLUMNS} FROM topup_sessions WHERE provider = 'stripe' AND external_session_id = $1`,
+      [session.id],
+    );
+    // A session this service did not open (another integration on the account): nothing to credit.
+    if (!row) return;
+    const cents = Number(BigInt(row.amount_micros) / MICROS_PER_CENT);
+    const problems: string[] = [];
+    if (session.amount_total !== cents)
+      problems.push(`amount_total ${String(session.amount_total)}, expected ${cents}`);
+    if (session.currency !== "usd") problems.push(`currency ${String(session.currency)}, expected usd`);
+    if (session.metadata?.switchyard_team_id !== row.team_id || session.metadata?.switchyard_topup_id !== row.id) {
+      problems.push("metadata does not name this session's team and top-up");
+    }
+    if (problems.length > 0) {
+      this.logger.error(
+        { stripeSession: session.id, topUpId: row.id, teamId: row.team_id, problems },
+        "Stripe: a paid Checkout Session does not match its top-up; not credited",
+      );
+      return;
+    }
+    const intent = session.payment_intent;
+    const paymentId = typeof intent === "string" ? intent : (intent?.id ?? session.id);
+    await this.credit(row, "stripe", paymentId);
+  }
+
+  private async stripeRefund(charge: StripeChargeObject): Promise<void> {
+    const topUp = await this.stripeTopUp(
+      charge.payment_intent,
+      charge.currency,
+      charge.metadata,
+      `charge ${charge.id}`,
+    );
+    if (!topUp) return;
+    const refunded = BigInt(Math.max(0, Math.trunc(Number(charge.amount_refunded) || 0))) * MICROS_PER_CENT;
+    const newest = charge.refunds?.data?.[0]?.id;
+    await this.reverse(topUp, {
+      kind: "refund",
+      sourceId: newest ?? `${charge.id}:refunded:${refunded / MICROS_PER_CENT}`,
+      // Cumulative: what this payment's refunds total now, less what is already debited for them.
+      total: refunded,
+      description: `Refund of Stripe payment ${topUp.paymentId}`,
+    });
+  }
+
+  private async stripeDispute(dispute: StripeDisputeObject, opened: boolean): Promise<void> {
+    const topUp = await this.stripeTopUp(dispute.payment_intent, dispute.currency, undefined, `dispute ${dispute.id}`);
+    if (!topUp) return;
+    if (opened) {
+      const amount = BigInt(Math.max(0, Math.trunc(Number(dispute.amount) || 0))) * MICROS_PER_CENT;
+      await this.reverse(topUp, {
+        kind: "dispute",
+        sourceId: dispute.id,
+        amount,
+        description: `Dispute of Stripe payment ${topUp.paymentId}`,
+      });
+    } else {
+      await this.reinstate(topUp, dispute.id);
+    }
+  }
+
   /**
-   * Builds the invoice of a period from the team's usage (see the module header).
-   * @throws AppError 400 for a bad period; 401; 403 for members; 502 when the provider fails.
+   * The credited top-up a Stripe payment (PaymentIntent id) paid for, or undefined (logged) when
+   * it is not ours, not in USD, or its metadata names another team.
+   */
+  private async stripeTopUp(
+    intent: string | { id?: string } | null | undefined,
+    currency: unknown,
+    metadata: Record<string, string> | null | undefined,
+    what: string,
+  ): Promise<PaidTopUp | undefined> {
+    const paymentId = typeof intent === "string" ? intent : intent?.id;
+    if (!paymentId) return undefined;
+    const [row] = await queryRows<{ id: string; team_id: string; amount_micros: string }>(
+      this.ds,
+      `SELECT id, team_id, amount_micros::text FROM topup_sessions
+        WHERE provider = 'stripe' AND payment_id = $1 AND completed_at IS NOT NULL`,
+      [paymentId],
+    );
+    // A payment this service did not credit (another integration on the account): nothing to do.
+    if (!row) return undefined;
+    const problems: string[] = [];
+    if (currency !== "usd") problems.push(`currency ${String(currency)}, expected usd`);
+    if (metadata?.switchyard_team_id !== undefined && metadata.switchyard_team_id !== row.team_id) {
+      problems.push("metadata names another team");
+    }
+    if (problems.length > 0) {
+      this.logger.error(
+        { stripe: what, paymentId, topUpId: row.id, teamId: row.team_id, problems },
+        "Stripe: a reversal does not match its top-up; not applied",
+      );
+      return undefined;
+    }
+    return { topUpId: row.id, teamId: row.team_id, paymentId, amountMicros: BigInt(row.amount_micros) };
+  }
+
+  /**
+   * Debits a refund or dispute once per source, under the team row lock: never more than the
+   * top-up was, never below the credit leased to requests in flight; the rest is a shortfall
+   * (kept in `payment_reversals`, logged).
+   */
+  private async reverse(
+    topUp: PaidTopUp,
+    r: { kind: "refund" | "dispute"; sourceId: string; total?: bigint; amount?: bigint; description: string },
+  ): Promise<void> {
+    const done = await this.ds.transaction(async (em) => {
+      const team = await lockedBalance(em, topUp.teamId);
+      const seen = await queryRows(em, "SELECT 1 FROM payment_reversals WHERE provider = 'stripe' AND source_id = $1", [
+        r.sourceId,
+      ]);
+      if (seen.length > 0) return undefined;
+      const [prior] = await queryRows<{ micros: string }>(
+        em,
+        `SELECT coalesce(sum(amount_micros), 0)::text AS micros FROM payment_reversals
+          WHERE provider = 'stripe' AND payment_id = $1 AND kind = $2`,
+        [topUp.paymentId, r.kind],
+      );
+      const already = BigInt(prior.micros);
+      const cap = topUp.amountMicros - already;
+      const wanted = r.total !== undefined ? minBig(r.total, topUp.amountMicros) - already : (r.amount ?? 0n);
+      const amount = minBig(wanted, cap);
+      if (amount <= 0n) return undefined;
+      const available = maxBig(0n, team.balance - team.leased);
+      const debit = minBig(amount, available);
+      const shortfall = amount - debit;
+      let entry: LedgerCreditResult | undefined;
+      if (debit > 0n) {
+        entry = await appendLedgerCredit(em, {
+          teamId: topUp.teamId,
+          type: "refund",
+          amountMicros: -debit,
+          sourceId: r.sourceId,
+          description: shortfall > 0n ? `${r.description} (${shortfall} micro-USD not covered)` : r.description,
+          externalProvider: "stripe",
+          externalPaymentId: topUp.paymentId,
+        });
+      }
+      await em.query(
+        `INSERT INTO payment_reversals (id, team_id, provider, kind, source_id, payment_id, amount_micros,
+                                        debited_micros, shortfall_micros, ledger_entry_id)
+         VALUES ($1, $2, 'stripe', $3, $4, $5, $6, $7, $8, $9)`,
+        [
+          uuidv7(),
+          topUp.teamId,
+          r.kind,
+          r.sourceId,
+          topUp.paymentId,
+          amount.toString(),
+          debit.toString(),
+          shortfall.toString(),
+          entry?.entryId ?? null,
+        ],
+      );
+      return { amount, debit, shortfall, after: entry?.balanceAfterMicros };
+    });
+    if (!done) return;
+    if (done.after !== undefined) this.bus.deliverLocally("balance", `${topUp.teamId}=${done.after}`);
+    if (done.shortfall > 0n) {
+      this.logger.warn(
+        {
+          teamId: topUp.teamId,
+          topUpId: topUp.topUpId,
+          paymentId: topUp.paymentId,
+          source: r.sourceId,
+          kind: r.kind,
+          amountMicros: done.amount.toString(),
+          debitedMicros: done.debit.toString(),
+          shortfallMicros: done.shortfall.toString(),
+        },
+        `Stripe ${r.kind}: the team's balance did not cover it; the shortfall is recorded in payment_reversals`,
+      );
+    }
+  }
+
+  /** A dispute won: credits back what its `dispute` reversal debited, once (an `adjustment`). */
+  private async reinstate(topUp: PaidTopUp, disputeId: string): Promise<void> {
+    const after = await this.ds.transaction(async (em) => {
+      await lockedBalance(em, topUp.teamId);
+      const [debited] = await queryRows<{ debited: string }>(
+        em,
+        `SELECT debited_micros::text AS debited FROM payment_reversals
+          WHERE provider = 'stripe' AND source_id = $1 AND kind = 'dispute' AND team_id = $2`,
+        [disputeId, topUp.teamId],
+      );
+      const sourceId = `${disputeId}:reinstated`;
+      const seen = await queryRows(em, "SELECT 1 FROM payment_reversals WHERE provider = 'stripe' AND source_id = $1", [
+        sourceId,
+      ]);
+      if (!debited || seen.length > 0) return undefined;
+      const amount = BigInt(debited.debited);
+      const entry =
+        amount > 0n
+          ? await appendLedgerCredit(em, {
+              teamId: topUp.teamId,
+              type: "adjustment",
+              amountMicros: amount,
+              sourceId,
+              description: `Dispute won: Stripe payment ${topUp.paymentId}`,
+              externalProvider: "stripe",
+              externalPaymentId: topUp.paymentId,
+            })
+          : undefined;
+      await em.query(
+        `INSERT INTO payment_reversals (id, team_id, provider, kind, source_id, payment_id, amount_micros,
+                                        debited_micros, shortfall_micros, ledger_entry_id)
+         VALUES ($1, $2, 'stripe', 'reinstated', $3, $4, $5, 0, 0, $6)`,
+        [uuidv7(), topUp.teamId, sourceId, topUp.paymentId, amount.toString(), entry?.entryId ?? null],
+      );
+      return entry?.balanceAfterMicros;
+    });
+    if (after !== undefined) this.bus.deliverLocally("balance", `${topUp.teamId}=${after}`);
+  }
+
+  /**
+   * Builds the invoice of a period from the team's usage (see the module header). The draft row
+   * is committed (with its lines) before the provider is called with no connection held, as for
+   * top-ups; a draft whose call failed or lapsed is issued by the next request for the period.
+   * @throws AppError 400 for a bad period (incl. one that ended less than `INVOICE_SETTLE_MS`
+   *   ago); 401; 403 for members; 409 when the period overlaps another invoice of the team, or
+   *   its invoice is still being issued elsewhere; 429 as for top-ups; 502 when the provider fails.
    */
   async createInvoice(ctx: RequestContext, body: unknown): Promise<InvoiceDto> {
     const principal = authorize(ctx, "billing.manage");
-    const b = parseInput(invoiceBody, body ?? {});
-    let start: Date;
-    let end: Date;
-    if (b.period_start == null && b.period_end == null) ({ start, end } = previousMonthUtc(new Date()));
-    else if (b.period_start == null || b.period_end == null) {
-      const missing = b.period_start == null ? "period_start" : "period_end";
-      throw AppError.invalid(`Invalid request: ${missing}`, [
-        { field: missing, message: "give both period_start and period_end, or neither" },
-      ]);
-    } else {
-      start = b.period_start;
-      end = b.period_end;
-      const issues = [];
-      if (end <= start) issues.push({ field: "period_end", message: "must be after period_start" });
-      else if (end.getTime() - start.getTime() > 366 * DAY_MS) {
-        issues.push({ field: "period_end", message: "the period is at most 366 days" });
+    const { start, end } = invoicePeriod(parseInput(invoiceBody, body ?? {}), new Date());
+    const teamId = principal.teamId;
+    const key = `invoice:${teamId}:${start.toISOString()}:${end.toISOString()}`;
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      const joined = this.gate.inFlight(key);
+      if (joined) await joined;
+      const [row] = await queryRows<InvoiceRow & { claim_over: boolean }>(
+        this.ds,
+        `SELECT ${INVOICE_COLUMNS}, (claimed_until IS NULL OR claimed_until < now()) AS claim_over
+           FROM invoices WHERE team_id = $1 AND period_start = $2 AND period_end = $3`,
+        [teamId, start, end],
+      );
+      if (row?.payment_invoice_id) return invoiceJson(row);
+      if (!row || row.claim_over) {
+        const issued = await this.gate.run(teamId, key, () => this.issueInvoice(teamId, start, end, row?.id));
+        if (issued) return issued;
       }
-      if (end.getTime() > Date.now()) issues.push({ field: "period_end", message: "must not be in the future" });
-      if (issues.length > 0) throw AppError.invalid(`Invalid request: ${issues[0].field}`, issues);
-    }
-    return this.ds.transaction(async (em) => {
-      const id = uuidv7();
-      const usage = await queryRows<{ model: string; micros: string; requests: number }>(
-        em,
-        `SELECT model, sum(cost_micros)::text AS micros, count(*)::int AS requests
-           FROM activity
-          WHERE team_id = $1 AND created_at >= $2 AND created_at < $3 AND cost_micros > 0
-          GROUP BY model ORDER BY model`,
-        [principal.teamId, start, end],
-      );
-      const totalMicros = usage.reduce((s, u) => s + BigInt(u.micros), 0n);
-      const { total, cents } = allotCents(usage.map((u) => ({ model: u.model, micros: BigInt(u.micros) })));
-      const lines: InvoiceLine[] = usage.map((u, i) => ({
-        model: u.model,
-        requests: u.requests,
-        micros: BigInt(u.micros),
-        cents: cents[i],
-      }));
-      const lineJson: InvoiceLineDto[] = lines.map((l) => ({
-        model: l.model,
-        requests: l.requests,
-        amount_micros: Number(l.micros),
-        amount_cents: l.cents,
-      }));
-      // Concurrent requests for one period: one inserts, the others wait on the unique key, then read it.
-      const inserted = await queryRows<{ id: string }>(
-        em,
-        `INSERT INTO invoices (id, team_id, provider, period_start, period_end, amount_micros, amount_cents,
-                               line_items, status)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'draft')
-         ON CONFLICT (team_id, period_start, period_end) DO NOTHING RETURNING id`,
-        [id, principal.teamId, this.provider.name, start, end, totalMicros.toString(), total, JSON.stringify(lineJson)],
-      );
-      if (inserted.length === 0) {
-        const [row] = await queryRows<InvoiceRow>(
-          em,
-          `SELECT id, period_start, period_end, amount_cents::text, line_items, payment_invoice_id,
-                  hosted_invoice_url, status
-             FROM invoices WHERE team_id = $1 AND period_start = $2 AND period_end = $3`,
-          [principal.teamId, start, end],
+      if (Date.now() >= deadline) {
+        throw AppError.conflict(
+          "This invoice is still being issued at the payment provider; send the request again shortly",
         );
-        return invoiceJson(row);
       }
-      const [team] = await queryRows<{ name: string }>(em, "SELECT name FROM teams WHERE id = $1", [principal.teamId]);
-      const issued = await this.provider.createInvoice({
-        invoiceId: id,
-        teamId: principal.teamId,
-        teamName: team?.name ?? principal.teamId,
+      await sleep(POLL_MS);
+    }
+  }
+
+  /**
+   * Claims the period's draft (inserting it with its lines under the team's invoice lock, where
+   * an overlapping period is refused, or taking over a lapsed claim), calls the provider with no
+   * connection held and stores its answer. Answers undefined when another request holds it.
+   */
+  private async issueInvoice(
+    teamId: string,
+    start: Date,
+    end: Date,
+    existingId: string | undefined,
+  ): Promise<InvoiceDto | undefined> {
+    const draft = existingId
+      ? await this.claimDraft(existingId)
+      : await this.ds.transaction(async (em) => {
+          // One writer of a team's invoices at a time, so two overlapping periods cannot both pass.
+          await em.query("SELECT pg_advisory_xact_lock(hashtextextended('invoices:' || $1, 0))", [teamId]);
+          const overlapping = await queryRows<{ id: string; period_start: Date; period_end: Date }>(
+            em,
+            `SELECT id, period_start, period_end FROM invoices
+              WHERE team_id = $1 AND period_start < $3 AND period_end > $2
+              ORDER BY period_start LIMIT 1`,
+            [teamId, start, end],
+          );
+          const other = overlapping[0];
+          if (other) {
+            if (other.period_start.getTime() === start.getTime() && other.period_end.getTime() === end.getTime()) {
+              return undefined; // the same period, written meanwhile: answer that one
+            }
+            throw AppError.conflict(
+              `The period overlaps invoice ${other.id} of your team ` +
+                `(${other.period_start.toISOString()} – ${other.period_end.toISOString()}); ` +
+                "usage is invoiced once: ask for a period that does not overlap it",
+            );
+          }
+          const usage = await queryRows<{ model: string; micros: string; requests: number }>(
+            em,
+            `SELECT model, sum(cost_micros)::text AS micros, count(*)::int AS requests
+               FROM activity
+              WHERE team_id = $1 AND created_at >= $2 AND created_at < $3 AND cost_micros > 0
+              GROUP BY model ORDER BY model`,
+            [teamId, start, end],
+          );
+          const totalMicros = usage.reduce((s, u) => s + BigInt(u.micros), 0n);
+          const { total, cents } = allotCents(usage.map((u) => ({ model: u.model, micros: BigInt(u.micros) })));
+          const lineJson: InvoiceLineDto[] = usage.map((u, i) => ({
+            model: u.model,
+            requests: u.requests,
+            amount_micros: Number(u.micros),
+            amount_cents: cents[i],
+          }));
+          const id = uuidv7();
+          await em.query(
+            `INSERT INTO invoices (id, team_id, provider, period_start, period_end, amount_micros, amount_cents,
+                                   line_items, status, claimed_until)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'draft', now() + make_interval(secs => $9))`,
+            [
+              id,
+              teamId,
+              this.provider.name,
+              start,
+              end,
+              totalMicros.toString(),
+              total,
+              JSON.stringify(lineJson),
+              CLAIM_MS / 1000,
+            ],
+          );
+          return { id, amountCents: total, lines: lineJson };
+        });
+    if (!draft) return undefined;
+    const [team] = await queryRows<{ name: string }>(this.ds, "SELECT name FROM teams WHERE id = $1", [teamId]);
+    let issued: ProviderInvoice;
+    try {
+      issued = await this.provider.createInvoice({
+        invoiceId: draft.id,
+        teamId,
+        teamName: team?.name ?? teamId,
         periodStart: start,
         periodEnd: end,
-        lines,
-        amountCents: total,
+        lines: draft.lines.map((l) => ({
+          model: l.model,
+          requests: l.requests,
+          micros: BigInt(l.amount_micros),
+          cents: l.amount_cents,
+        })),
+        amountCents: draft.amountCents,
       });
-      const [row] = await queryRows<InvoiceRow>(
-        em,
-        `UPDATE invoices SET payment_invoice_id = $2, hosted_invoice_url = $3, status = $4 WHERE id = $1
-         RETURNING id, period_start, period_end, amount_cents::text, line_items, payment_invoice_id,
-                   hosted_invoice_url, status`,
-        [id, issued.paymentInvoiceId, issued.hostedInvoiceUrl, issued.status],
-      );
-      return invoiceJson(row);
-    });
+    } catch (err) {
+      await this.release("invoices", draft.id);
+      throw err;
+    }
+    const [row] = await queryRows<InvoiceRow>(
+      this.ds,
+      `UPDATE invoices SET payment_invoice_id = $2, hosted_invoice_url = $3, status = $4, claimed_until = NULL
+        WHERE id = $1 RETURNING ${INVOICE_COLUMNS}`,
+      [draft.id, issued.paymentInvoiceId, issued.hostedInvoiceUrl, issued.status],
+    );
+    return invoiceJson(row);
+  }
+
+  /** Takes over a draft invoice whose claim lapsed; undefined when another request holds it. */
+  private async claimDraft(
+    id: string,
+  ): Promise<{ id: string; amountCents: number; lines: InvoiceLineDto[] } | undefined> {
+    const [row] = await queryRows<{ id: string; amount_cents: string; line_items: InvoiceLineDto[] }>(
+      this.ds,
+      `UPDATE invoices SET claimed_until = now() + make_interval(secs => $2), provider = $3
+        WHERE id = $1 AND payment_invoice_id IS NULL AND (claimed_until IS NULL OR claimed_until < now())
+       RETURNING id, amount_cents::text, line_items`,
+      [id, CLAIM_MS / 1000, this.provider.name],
+    );
+    return row ? { id: row.id, amountCents: Number(row.amount_cents), lines: row.line_items } : undefined;
   }
 
   /**
@@ -446,9 +935,7 @@ export class BillingService {
     const id = parseInput(z.object({ invoice_id: z.uuid() }), { invoice_id: invoiceId }).invoice_id;
     const [row] = await queryRows<InvoiceRow>(
       this.ds,
-      `SELECT id, period_start, period_end, amount_cents::text, line_items, payment_invoice_id, hosted_invoice_url,
-              status
-         FROM invoices WHERE id = $1 AND team_id = $2`,
+      `SELECT ${INVOICE_COLUMNS} FROM invoices WHERE id = $1 AND team_id = $2`,
       [id, principal.teamId],
     );
     if (!row) throw AppError.notFound("Invoice not found");
@@ -468,7 +955,10 @@ export class BillingService {
         externalPaymentId: paymentId,
       });
       if (result.applied) {
-        await em.query("UPDATE topup_sessions SET completed_at = now() WHERE id = $1", [row.id]);
+        await em.query("UPDATE topup_sessions SET completed_at = now(), payment_id = $2 WHERE id = $1", [
+          row.id,
+          paymentId,
+        ]);
       }
       return result;
     });

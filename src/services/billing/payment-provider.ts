@@ -123,3 +123,41 @@ export class LocalPaymentProvider implements PaymentProvider {
     return createHmac("sha256", this.key).update(`topup:${sessionId}:${teamId}:${amountMicros}`).digest("base64url");
   }
 }
+
+/** True when `publicUrl`'s host is a loopback name or address (`localhost`, `127.x.x.x`, `::1`). */
+export function isLoopbackUrl(publicUrl: string): boolean {
+  let host: string;
+  try {
+    host = new URL(publicUrl).hostname.toLowerCase();
+  } catch {
+    return false;
+  }
+  return (
+    host === "localhost" ||
+    host.endsWith(".localhost") ||
+    /^127(?:\.\d{1,3}){3}$/.test(host) ||
+    host === "[::1]" ||
+    host === "::1"
+  );
+}
+
+/**
+ * Warns loudly at start (review finding 5) when the local provider — whose confirm links credit
+ * without any money moving — serves a public URL that is not loopback: on a reachable deployment
+ * every owner or admin can give their team free credit. The local provider stays the default so
+ * the README quick start (on `localhost`) tops up without a payment account.
+ */
+export function warnOfLocalPayments(
+  logger: { warn(obj: object, msg: string): void },
+  providerName: string,
+  publicUrl: string,
+): boolean {
+  if (providerName !== "local" || isLoopbackUrl(publicUrl)) return false;
+  logger.warn(
+    { paymentProvider: "local", publicUrl },
+    "PAYMENTS ARE NOT REAL: the local payment provider credits top-ups without any payment, and this server's " +
+      "public URL is not loopback — any team owner or admin can add free credit. Set SWITCHYARD_PAYMENT_PROVIDER=stripe " +
+      "for a deployment others can reach.",
+  );
+  return true;
+}

@@ -6,7 +6,11 @@
  *   Stripe idempotency key (a retried create after a lost answer opens no second session).
  * - Crediting: `POST /control/v1/billing/stripe/webhook` verifies the `Stripe-Signature` header
  *   over the raw body with `webhooks.constructEvent` (config `stripeWebhookSecret`) and credits on
- *   `checkout.session.completed` with `payment_status: paid` (BillingService).
+ *   `checkout.session.completed` with `payment_status: paid` when amount, currency and metadata
+ *   match the session; refunds (`charge.refunded`) and disputes (`charge.dispute.created`) debit
+ *   the ledger (BillingService).
+ * - Calls are made with no database connection held by the caller (BillingService commits its
+ *   row first); `customer()` runs two short statements of its own around the Stripe call.
  * - Invoice: the team's Stripe customer (made once, kept in `payment_customers`), a draft invoice
  *   (`pending_invoice_items_behavior: exclude`), one invoice item per model line in cents, then
  *   finalize and `pay` with `paid_out_of_band: true` (the usage was paid from prepaid credit).
@@ -72,6 +76,8 @@ export class StripePaymentProvider implements PaymentProvider {
           mode: "payment",
           client_reference_id: req.sessionId,
           metadata: { switchyard_topup_id: req.sessionId, switchyard_team_id: req.teamId },
+          // The payment (and so its charge, refunds and disputes) names the team too.
+          payment_intent_data: { metadata: { switchyard_topup_id: req.sessionId, switchyard_team_id: req.teamId } },
           line_items: [
             {
               quantity: 1,
