@@ -133,7 +133,8 @@ export function customCatalogModel(
     prices: reference.prices,
     capabilities: base
       ? base.capabilities
-      : { tools: false, imageInput: false, pdfInput: false, thinking: false, dimensions: null },
+      : { tools: false, imageInput: false, pdfInput: false, thinking: false, dimensions: null, decisions: false },
+    decisionTemperature: base?.decisionTemperature ?? 1,
     limits: reference.limits,
     engine,
     created: Math.floor(row.createdAt.getTime() / 1000),
