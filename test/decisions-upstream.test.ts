@@ -165,9 +165,20 @@ test("when an upstream model is asked, then the answers come from the upstream's
   expect(received[0].prompt).toHaveLength(5);
   expect(received[0].prompt[0].endsWith("Answer: yes")).toBe(true);
   // Metered as the embedded engine counts: the shared prefix once, each question's and answer's own tokens.
+  // Prompts 0–1 are the first question's (yes, no), 2–4 the second's (three labels).
   const echoed = (received[0].prompt as string[]).map(words);
+  const common = (lists: string[][]) => {
+    let n = 0;
+    while (lists.every((l) => n < l.length && l[n] === lists[0][n])) n++;
+    return n;
+  };
+  const shared = common(echoed);
+  const own = [common(echoed.slice(0, 2)), common(echoed.slice(2))];
+  const expected =
+    shared + (own[0] - shared) + (own[1] - shared) + echoed.reduce((n, t, i) => n + t.length - own[i < 2 ? 0 : 1], 0);
+  expect(shared).toBeGreaterThan(3);
+  expect(res.body.usage.input_tokens).toBe(expected);
   expect(res.body.usage.input_tokens).toBeLessThan(echoed.reduce((n, t) => n + t.length, 0));
-  expect(res.body.usage.input_tokens).toBeGreaterThan(echoed[0].length);
   const [row] = await gateway.db<any>(
     "SELECT prompt_tokens, completion_tokens, endpoint FROM activity ORDER BY created_at DESC LIMIT 1",
   );

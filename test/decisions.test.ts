@@ -17,12 +17,13 @@ import {
   startTestServer,
 } from "./support/harness.js";
 import { questionMessages } from "../src/services/decisions/decisions.protocol.js";
+import { SHARED_GGUF, createCustomModel, customModelSettles, requestDeployment } from "./support/models.js";
 
 let server: TestServer;
 let caller: Awaited<ReturnType<typeof createTestCaller>>;
 
 beforeAll(async () => {
-  server = await startTestServer();
+  server = await startTestServer({ reconcileIntervalMs: 250 });
   caller = await createTestCaller(server.url);
 });
 afterAll(async () => {
@@ -265,6 +266,27 @@ describe("POST /v1/decisions: bad input", () => {
     expectEnvelope(await post(MIXED, fresh.key), 402);
     expect(await server.db("SELECT id FROM activity WHERE team_id = $1", [fresh.teamId])).toHaveLength(0);
   });
+});
+
+describe("POST /v1/decisions: a team's own model", () => {
+  test("when a team's custom model is asked, then it answers on its own runtime; another team gets 404 for it", async () => {
+    const owner = await createTestCaller(server.url);
+    await createCustomModel(server, owner.token, {
+      model_id: "acme/decider",
+      architecture: "llama",
+      base_model_id: CHAT_MODEL,
+      hf_repo: `x/${SHARED_GGUF}`,
+    });
+    await requestDeployment(server, owner.token, "acme/decider");
+    expect((await customModelSettles(server, owner.token, "acme/decider")).deploy_status).toBe("available");
+    const body = { ...MIXED, model: "acme/decider" };
+    const mine = await post(body, owner.key);
+    expect(mine.status).toBe(200);
+    expect(mine.body.model).toBe("acme/decider");
+    // The same weights as the platform model: the same probabilities.
+    expect(mine.body.answers).toEqual((await post(MIXED)).body.answers);
+    expectEnvelope(await post(body, caller.key), 404);
+  }, 60_000);
 });
 
 describe("POST /v1/decisions: records", () => {
