@@ -5,6 +5,8 @@
  * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
  * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
  * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
+ * Log-probability scoring (decisions, issue 11) runs on separate one-sequence contexts made on
+ * first use (`scoringPool`; the evaluation itself is in `llama-cpp.scoring.ts`).
  *
  * Runtimes (a context and its slots) are keyed by the model's `runtime.key` when it has one (a
  * team's custom model or dedicated deployment, issue 9: its own context with `runtime.slots`

@@ -19,8 +19,6 @@ export interface ScoringPlan {
   questions: Array<{ suffix: Token[]; candidates: Token[][] }>;
   /** Prefix once + every suffix + every answer's tokens (what the request is charged for). */
   promptTokens: number;
-  /** Most tokens the sequence holds at once: prefix + the longest suffix + answer. */
-  peakTokens: number;
 }
 
 /**
@@ -39,16 +37,13 @@ export function planScoring(prompts: Token[][], candidates: Token[][][], bos: To
   }
   const prefix = [...(bos === null ? [] : [bos]), ...first.slice(0, shared)];
   let promptTokens = prefix.length;
-  let peakTokens = 0;
   const questions = prompts.map((p, q) => {
     const suffix = p.slice(shared);
     const answers = candidates[q];
     promptTokens += suffix.length + answers.reduce((n, c) => n + c.length, 0);
-    // The last answer token is never evaluated (only predicted).
-    peakTokens = Math.max(peakTokens, prefix.length + suffix.length + Math.max(...answers.map((c) => c.length)) - 1);
     return { suffix, candidates: answers };
   });
-  return { prefix, questions, promptTokens, peakTokens };
+  return { prefix, questions, promptTokens };
 }
 
 /** Raw-logit options for the token that predicts `targets` (greedy: the selected token is the argmax). */
