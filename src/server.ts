@@ -41,6 +41,7 @@ import { ApiKeyResolver } from "./resolvers/api-key.resolver.js";
 import { CompletionEventsResolver, completionEventsPubSub } from "./resolvers/completion-events.resolver.js";
 import { AuthResolver } from "./resolvers/auth.resolver.js";
 import { BatchResolver } from "./resolvers/batch.resolver.js";
+import { DecisionResolver } from "./resolvers/decision.resolver.js";
 import { DeploymentResolver } from "./resolvers/deployment.resolver.js";
 import { ModelResolver } from "./resolvers/model.resolver.js";
 import { ResponseResolver } from "./resolvers/response.resolver.js";
@@ -76,6 +77,7 @@ import { CredentialService } from "./services/credential.service.js";
 import { AppError } from "./shared/errors.js";
 import { HealthService } from "./services/health.service.js";
 import { InferenceService } from "./services/inference.service.js";
+import { DecisionsService } from "./services/decisions/decisions.service.js";
 import { type Mailer, OutboxMailer } from "./services/mail/mailer.js";
 import { MemberService } from "./services/members.service.js";
 import { MeteringService } from "./services/metering.service.js";
@@ -403,6 +405,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // Issue 8 (helper O): OpenID Connect sign-in and linking.
     const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger), members);
     const modelQuotas = { maxDeployments: config.teamMaxDeployments, maxCustomModels: config.teamMaxCustomModels };
+    const decisions = new DecisionsService(inference, catalog);
     const resolvers: Resolvers = {
       auth: new AuthResolver(accounts, passwordResets, oauth),
       apiKeys: new ApiKeyResolver(new ApiKeyService(ds, bus), members),
@@ -432,6 +435,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       billingSummary: new BillingSummaryResolver(new BillingSummaryService(ds)),
       // Transactions, top-ups and invoices (issue 10, items 4–6).
       billing: new BillingResolver(billingService(ds, bus, logger, config)),
+      // Decisions (issue 11): the same service as POST /v1/decisions.
+      decisions: new DecisionResolver(decisions),
     };
 
     const deps = {
@@ -444,6 +449,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streams,
       health: new HealthService(ds, engines, catalog),
       batches,
+      decisions,
       batchMaxBytes: config.batchMaxBytes,
     };
 

@@ -202,6 +202,11 @@ const rows: Row[] = [
     body: () => ({ model: CHAT_MODEL, max_tokens: 2, messages: [{ role: "user", content: "Hi" }] }),
     expect: anyCaller(200),
   },
+  {
+    name: "POST /v1/decisions",
+    body: () => ({ model: CHAT_MODEL, state: "Once", questions: { q: { type: "noul" } } }),
+    expect: anyCaller(200),
+  },
   { name: "POST /v1/streams", body: () => ({ name: "matrix" }), expect: anyCaller(201) },
   { name: "GET /v1/streams", expect: anyCaller(200) },
   { name: "GET /v1/streams/{streamId}", expect: teamOnly(200) },
@@ -613,6 +618,11 @@ const rows: Row[] = [
     expect: teamOnly(200),
   },
   { name: "graphql completionEvents", query: `{ completionEvents { hasMore } }`, expect: anyCaller(200) },
+  {
+    name: "graphql createDecision",
+    query: `mutation { createDecision(model: "${CHAT_MODEL}", state: "Once", questions: { q: { type: "noul" } }) { model } }`,
+    expect: anyCaller(200),
+  },
   {
     name: "graphql response",
     query: `query($id: ID!) { response(id: $id) { id } }`,

@@ -266,9 +266,10 @@ describe("bad input", () => {
     expectInvalid(await createBatch(fresh.key, [chatItem("a", { stream: true })]), "requests[0].body.stream");
     expectInvalid(await createBatch(fresh.key, [{ custom_id: 5, body: chatItem("x").body }]), "requests[0].custom_id");
     expectInvalid(await createBatch(fresh.key, ["not an object"]), "requests[0]");
+    // A decisions item is checked as POST /v1/decisions checks its body (issue 11).
     expectInvalid(
       await createBatch(fresh.key, [{ url: "/v1/decisions", body: { model: CHAT_MODEL } }]),
-      "requests[0].url",
+      "requests[0].body.questions",
     );
     for (const raw of ['{"requests": [', '{"requests": [{"body": {}} {"body": {}}]}', "[1]", '{"requests": []} x']) {
       const res = await http(server.url, "POST", "/v1/batches", { token: fresh.key, body: raw });

@@ -75,6 +75,7 @@ function expectModelShape(m: any): void {
     c.thinking.types.enabled.supported,
     c.thinking.types.adaptive.supported,
     c.tools.supported,
+    c.decisions.supported,
   ]) {
     expect(typeof flag).toBe("boolean");
   }
@@ -126,6 +127,10 @@ describe("GET /v1/models: OpenAI shape", () => {
       expect(m.capabilities.image_input.supported).toBe(entry.capabilities.image_input);
       expect(m.capabilities.pdf_input.supported).toBe(entry.capabilities.pdf_input);
       expect(m.capabilities.thinking.supported).toBe(entry.capabilities.thinking);
+      // Decision-capable models say so (DESIGN §3 Decisions).
+      expect(m.capabilities.decisions.supported).toBe(
+        entry.capabilities.decisions === true || entry.modality === "decisions",
+      );
     }
   });
 
@@ -145,6 +150,7 @@ describe("GET /v1/models: OpenAI shape", () => {
         thinking: { supported: false, types: { enabled: { supported: false }, adaptive: { supported: false } } },
         tools: { supported: false },
         dimensions: null,
+        decisions: { supported: true },
       },
       context_tokens: 512,
       provider: "switchyard",

@@ -72,8 +72,15 @@ const catalogModelSchema = z.object({
       pdf_input: z.boolean().default(false),
       thinking: z.boolean().default(false),
       dimensions: z.number().int().positive().optional(),
+      /** Serves `POST /v1/decisions` (log-probability scoring; DESIGN §3 Decisions). */
+      decisions: z.boolean().default(false),
     })
-    .default({ tools: false, image_input: false, pdf_input: false, thinking: false }),
+    .default({ tools: false, image_input: false, pdf_input: false, thinking: false, decisions: false }),
+  /**
+   * The calibration temperature of `POST /v1/decisions` (issue 11, item 4): answer log-probabilities
+   * are divided by it before the softmax; fitted with `npm run calibrate`. Default 1.0.
+   */
+  decision_temperature: z.number().positive().max(100).default(1),
   /** Per-team limits for this model (spec: Catalog model `tpm_limit`, `rpm_limit`, `requests_per_hour`). */
   tpm_limit: limit,
   rpm_limit: limit,
@@ -109,7 +116,11 @@ export interface CatalogModel {
     pdfInput: boolean;
     thinking: boolean;
     dimensions: number | null;
+    /** Answers `POST /v1/decisions` (a `decisions` model, or a generation model that says so). */
+    decisions: boolean;
   };
+  /** Calibration temperature of decision probabilities (catalog `decision_temperature`, default 1). */
+  decisionTemperature: number;
   /**
    * Per-team throughput limits (spec: Limits, "Per-model throughput"); null = unlimited.
    * `tokensPerMinute` counts prompt + completion tokens; the other two count requests.
@@ -201,7 +212,9 @@ export function loadCatalog(file: string): Catalog {
         pdfInput: m.capabilities.pdf_input,
         thinking: m.capabilities.thinking,
         dimensions: m.capabilities.dimensions ?? null,
+        decisions: m.capabilities.decisions || m.modality === "decisions",
       },
+      decisionTemperature: m.decision_temperature,
       limits: { tokensPerMinute: m.tpm_limit, requestsPerMinute: m.rpm_limit, requestsPerHour: m.requests_per_hour },
       engine: m.engine,
       created: releasedToUnix(m.released),

@@ -1,6 +1,7 @@
 /**
  * The engine interface every inference backend implements (DESIGN §1 "Engines behind one
- * interface"): generation with token streaming and stop reasons, embeddings, token counting.
+ * interface"): generation with token streaming and stop reasons, embeddings, token counting, and
+ * log-probability scoring of answers (decisions, issue 11).
  * Implementations live in `engines/*`; `EngineRouter` picks one per catalog model.
  */
 import type { CatalogModel } from "../config/catalog.js";
@@ -105,6 +106,51 @@ export interface EmbedResult {
   queueMs: number;
 }
 
+/**
+ * One question of a scoring request (DESIGN §3 Decisions): the prompt up to where the answer
+ * begins, and the answers to score as the model would write them right after it.
+ */
+export interface ScoreQuestion {
+  /** The prompt; questions whose prompts begin alike (instructions and input) share that prefix's evaluation. */
+  messages: ChatMessage[];
+  /** Answer texts (each non-empty), scored by the log-probabilities of all their tokens. */
+  candidates: string[];
+  /** How a 400 names the question (e.g. `questions.is_spam`). */
+  field: string;
+}
+
+export interface ScoreRequest {
+  model: CatalogModel;
+  questions: ScoreQuestion[];
+  signal?: AbortSignal;
+  /**
+   * Called once every question is counted and fits the context, before a slot is taken, with the
+   * prompt tokens the request is charged for (see `ScoreResult.promptTokens`). It may refuse by
+   * throwing (402).
+   */
+  admit?: (promptTokens: number) => Promise<void>;
+  maxQueueWaitMs: number;
+  priority?: RequestPriority;
+}
+
+/** One answer's score: the sum of its tokens' natural-log probabilities after the prompt. */
+export interface CandidateScore {
+  logprob: number;
+  tokens: number;
+}
+
+export interface ScoreResult {
+  /** Per question, per candidate, in request order. */
+  scores: CandidateScore[][];
+  /**
+   * Prompt tokens the request counts: the prefix the questions share, once, plus each question's
+   * own prompt tokens and its answers' tokens (issue 11, item 5).
+   */
+  promptTokens: number;
+  engineMs: number;
+  queueMs: number;
+}
+
 /** An inference backend. Errors: `AppError` with RateLimited (no slot in time), InvalidRequest
  * (input does not fit the model), EngineUnavailable/EngineFailure (backend trouble). */
 export interface InferenceEngine {
@@ -121,6 +167,13 @@ export interface InferenceEngine {
   unload?(model: CatalogModel): Promise<void>;
   generate(request: GenerateRequest): Promise<GenerateResult>;
   embed(request: EmbedRequest): Promise<EmbedResult>;
+  /**
+   * Scores answer continuations by their token log-probabilities (issue 11). Optional: an engine
+   * without it cannot serve decisions (the caller answers 400).
+   * @throws AppError InvalidRequest when a question does not fit the context, or when the routed
+   *   backend cannot give log-probabilities; RateLimited; EngineFailure/EngineUnavailable.
+   */
+  scoreContinuations?(request: ScoreRequest): Promise<ScoreResult>;
   /** Number of tokens `text` takes for `model` (no BOS). */
   countTokens(model: CatalogModel, text: string): Promise<number>;
   /** Releases every model and context. */

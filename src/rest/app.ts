@@ -225,10 +225,16 @@ export function createApp(opts: AppOptions): Express {
   );
   const parseRaw = express.raw({ type: () => true, limit: opts.bodyLimitBytes });
   const parseJson = jsonBody(opts.bodyLimitBytes);
+  // Routes with a smaller body limit of their own (decisions: 1 MiB) get their own parser.
+  const ownLimits = new Map(
+    dataPlaneRoutes
+      .filter((r) => r.bodyLimitBytes !== undefined)
+      .map((r) => [`${r.method.toUpperCase()} ${r.path}`, jsonBody(Math.min(r.bodyLimitBytes!, opts.bodyLimitBytes))]),
+  );
   app.use(["/v1", "/control/v1"], (req, res, next) => {
     const path = req.originalUrl.split("?")[0].replace(/\/+$/, "").toLowerCase();
     if (rawBodies.has(`${req.method} ${path}`)) return next();
-    return parseJson(req, res, next);
+    return (ownLimits.get(`${req.method} ${path}`) ?? parseJson)(req, res, next);
   });
 
   for (const route of dataPlaneRoutes) {

@@ -2,9 +2,11 @@
  * The data-plane REST table: every `/v1` path this build serves and its handler. The
  * OpenAI/Anthropic bodies are REST-native; handlers call the same services GraphQL uses.
  */
+import { DECISION_BODY_LIMIT_BYTES } from "../services/decisions/decisions.protocol.js";
 import type { ModelDto } from "../services/model-catalog.service.js";
 import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
+import { createDecision } from "./handlers/decisions.handler.js";
 import { createEmbeddings } from "./handlers/embeddings.handler.js";
 import { listCompletionEvents } from "./handlers/events.handler.js";
 import { createMessage } from "./handlers/messages.handler.js";
@@ -38,6 +40,8 @@ export interface DataPlaneRoute {
   handler: DataPlaneHandler;
   /** `raw`: the handler reads the body itself (batches: 200 MB, not through the JSON parser). */
   body?: "json" | "raw";
+  /** Largest JSON body of this route, bytes (413 above); default: config `bodyLimitBytes`. */
+  bodyLimitBytes?: number;
 }
 
 export const dataPlaneRoutes: DataPlaneRoute[] = [
@@ -88,6 +92,13 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
   { method: "post", path: "/v1/chat/completions", auth: "required", handler: createChatCompletion },
   { method: "post", path: "/v1/embeddings", auth: "required", handler: createEmbeddings },
   { method: "post", path: "/v1/messages", auth: "required", handler: createMessage },
+  {
+    method: "post",
+    path: "/v1/decisions",
+    auth: "required",
+    handler: createDecision,
+    bodyLimitBytes: DECISION_BODY_LIMIT_BYTES,
+  },
   { method: "post", path: "/v1/streams", auth: "required", handler: createStream },
   { method: "get", path: "/v1/streams", auth: "required", handler: listStreams },
   { method: "get", path: "/v1/streams/:stream_id", auth: "required", handler: getStream },

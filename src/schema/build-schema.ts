@@ -11,6 +11,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DecisionResolver } from "../resolvers/decision.resolver.js";
 import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -32,6 +33,7 @@ export interface Resolvers {
   activity: ActivityResolver;
   billingSummary: BillingSummaryResolver;
   billing: BillingResolver;
+  decisions: DecisionResolver;
 }
 
 export const resolverClasses = [
@@ -48,6 +50,7 @@ export const resolverClasses = [
   ActivityResolver,
   BillingSummaryResolver,
   BillingResolver,
+  DecisionResolver,
 ] as const;
 
 /**

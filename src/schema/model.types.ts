@@ -51,6 +51,7 @@ export class ModelCapabilitiesType implements ModelCapabilitiesDto {
   @Field(() => ThinkingType) thinking!: ThinkingType;
   @Field(() => SupportedType) tools!: SupportedDto;
   @Field(() => Int, { nullable: true, description: "Embedding width (embedding models)." }) dimensions!: number | null;
+  @Field(() => SupportedType, { description: "Answers decisions (POST /v1/decisions)." }) decisions!: SupportedDto;
 }
 
 @ObjectType("ModelPricing", { description: "USD per million tokens." })

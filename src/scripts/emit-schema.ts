@@ -14,6 +14,7 @@ import { AuthResolver } from "../resolvers/auth.resolver.js";
 import { BatchResolver } from "../resolvers/batch.resolver.js";
 import { BillingSummaryResolver } from "../resolvers/billing-summary.resolver.js";
 import { CompletionEventsResolver } from "../resolvers/completion-events.resolver.js";
+import { DecisionResolver } from "../resolvers/decision.resolver.js";
 import { DeploymentResolver } from "../resolvers/deployment.resolver.js";
 import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
@@ -26,6 +27,7 @@ import type { ApiKeyService } from "../services/api-key.service.js";
 import type { BackgroundResponsesService } from "../services/background-responses.service.js";
 import type { BatchesService } from "../services/batches/batches.service.js";
 import type { CompletionEventsService } from "../services/completion-events.service.js";
+import type { DecisionsService } from "../services/decisions/decisions.service.js";
 import type { MemberService } from "../services/members.service.js";
 import type { ActivityService } from "../services/activity.service.js";
 import type { BillingSummaryService } from "../services/billing-summary.service.js";
@@ -64,6 +66,7 @@ export function placeholderResolvers(): Resolvers {
     activity: new ActivityResolver(undefined as unknown as ActivityService),
     billingSummary: new BillingSummaryResolver(undefined as unknown as BillingSummaryService),
     billing: new BillingResolver(undefined as unknown as BillingService),
+    decisions: new DecisionResolver(undefined as unknown as DecisionsService),
   };
 }
 

@@ -6,7 +6,15 @@
 import { z } from "zod";
 import type { CatalogModel } from "../config/catalog.js";
 import type { EngineRouter } from "../inference/engine-router.js";
-import type { ChatMessage, EmbedResult, GenerateResult, GenerationStart, SamplingParams } from "../inference/engine.js";
+import type {
+  ChatMessage,
+  EmbedResult,
+  GenerateResult,
+  GenerationStart,
+  SamplingParams,
+  ScoreQuestion,
+  ScoreResult,
+} from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
 import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
@@ -124,6 +132,20 @@ export interface EmbeddingOutcome<T = unknown> {
   costMicros: bigint;
   /** What `render` made, if given. */
   body?: T;
+}
+
+export interface ScoringCall<T> extends RequestInfo {
+  questions: ScoreQuestion[];
+  maxQueueWaitS?: number | null;
+  signal?: AbortSignal;
+  /** The API object answered (activity `result_json`, completion event, batch result). */
+  render: (result: ScoreResult) => T;
+}
+
+export interface ScoringOutcome<T> {
+  result: ScoreResult;
+  body: T;
+  costMicros: bigint;
 }
 
 /** Runs generations and embeddings for the create operations and meters each request once. */
@@ -307,6 +329,68 @@ export class InferenceService {
       reservation?.settle(charge.chargedMicros);
       if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
       return { result, costMicros: cost, body };
+    } finally {
+      reservation?.release();
+    }
+  }
+
+  /**
+   * Scores answers by their log-probabilities (decisions, issue 11) and meters the request: prompt
+   * tokens only (`ScoreResult.promptTokens`: the shared prefix once, plus each question's tokens)
+   * at the model's input price; credit, rate limits, activity record and completion event as `generate`.
+   * @throws as `generate`; AppError 400 when the model's engine cannot give log-probabilities.
+   */
+  async score<T>(ctx: RequestContext, call: ScoringCall<T>): Promise<ScoringOutcome<T>> {
+    const principal = requirePrincipal(ctx);
+    const engine = this.engines.engineFor(call.model);
+    if (!engine.scoreContinuations) {
+      throw AppError.invalid(`Model '${call.model.id}' is served by an engine that cannot give log-probabilities`, [
+        { field: "model", message: "log-probabilities unavailable" },
+      ]);
+    }
+    const admitCall = async (): Promise<ActivityType> => {
+      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
+      await this.metering.assertCredit(principal.teamId);
+      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
+      return type;
+    };
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
+    let reservation: CreditReservation | undefined;
+    let result: ScoreResult;
+    try {
+      if (call.batch) type = await admitCall();
+      result = await engine.scoreContinuations({
+        model: call.model,
+        questions: call.questions,
+        signal: call.signal,
+        admit: async (promptTokens) => {
+          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
+      });
+    } catch (err) {
+      reservation?.release();
+      await this.recordFailure(principal, call, type, err);
+      throw err;
+    }
+    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const cost = costMicros(usage, this.pricesOf(call));
+    try {
+      const body = call.render(result);
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call, type),
+        status: "completed",
+        usage,
+        costMicros: cost,
+        resultJson: call.body === null ? null : body,
+        engineMs: result.engineMs,
+        webhook: webhookRequest(call.metadata, () => withStatus(body, "completed")),
+      });
+      reservation?.settle(charge.chargedMicros);
+      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
+      return { result, body, costMicros: cost };
     } finally {
       reservation?.release();
     }

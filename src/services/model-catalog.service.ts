@@ -22,6 +22,8 @@ export interface ModelCapabilitiesDto {
   tools: SupportedDto;
   /** Embedding width for embedding models, else null. */
   dimensions: number | null;
+  /** Answers `POST /v1/decisions` (DESIGN §3 Decisions: "or say so in capabilities"). */
+  decisions: SupportedDto;
 }
 
 export interface ModelPricingDto {
@@ -102,14 +104,15 @@ export class ModelCatalogService {
    * caller used, whatever runtime serves it.
    * @throws AppError 404 for a model the team cannot use (unknown, not yet available, another
    *   team's custom model); 400 when it cannot serve `modality` (e.g. an embedding model on chat
-   *   completions).
+   *   completions; for `decisions`: a model whose capabilities do not list decisions).
    */
   resolve(teamId: string, id: string, modality: Modality): CatalogModel {
     const model = this.find(teamId, id);
     if (!model) {
       throw new AppError(ErrorCode.NotFound, `Model '${id}' not found`, { field: "model", code: "model_not_found" });
     }
-    if (model.modality !== modality) {
+    // Decisions are served by models that say so, whatever their modality (DESIGN §3 Decisions).
+    if (modality === "decisions" ? !model.capabilities.decisions : model.modality !== modality) {
       throw AppError.invalid(`Model '${id}' is a ${model.modality} model and cannot serve this endpoint`, [
         { field: "model", message: `expected a ${modality} model` },
       ]);
@@ -145,6 +148,7 @@ export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
     },
     tools: { supported: m.capabilities.tools },
     dimensions: m.capabilities.dimensions,
+    decisions: { supported: m.capabilities.decisions },
   };
 }
 

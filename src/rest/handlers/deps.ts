@@ -3,6 +3,7 @@ import type { Request, Response } from "express";
 import type { Resolvers } from "../../schema/build-schema.js";
 import type { BackgroundResponsesService } from "../../services/background-responses.service.js";
 import type { BatchesService } from "../../services/batches/batches.service.js";
+import type { DecisionsService } from "../../services/decisions/decisions.service.js";
 import type { CompletionEventsService } from "../../services/completion-events.service.js";
 import type { RequestContext } from "../../services/context.js";
 import type { HealthService } from "../../services/health.service.js";
@@ -21,6 +22,8 @@ export interface DataPlaneDeps {
   streams: StreamsService;
   health: HealthService;
   batches: BatchesService;
+  /** `POST /v1/decisions` (issue 11). */
+  decisions: DecisionsService;
   /** Largest `POST /v1/batches` body, bytes (config `batchMaxBytes`). */
   batchMaxBytes: number;
 }

@@ -21,9 +21,10 @@ import {
 import { chatCompletion, chatCompletionRequest, chatMessages, chatParams } from "../protocols/openai-chat.protocol.js";
 import { embeddingInputs, embeddingList, embeddingRequest, shorten } from "../protocols/openai-embeddings.protocol.js";
 import { responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
+import { prepareDecision, runDecision } from "../decisions/decisions.service.js";
 
 /** The operations an item runs as, once converted (Responses bodies run as chat). */
-export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages";
+export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/decisions";
 
 /** `url` values an item may name (DESIGN §3 Batches). */
 export const BATCH_ITEM_URLS = [
@@ -160,8 +161,21 @@ export function prepareBatchItem(
       if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: target, body } };
     }
-    case "/v1/decisions":
-      return fail([{ field: `${prefix}.url`, message: "decisions are not served by this build yet" }]);
+    case "/v1/decisions": {
+      // The synchronous endpoint's checks (issue 11, item 5): schema, 1 MiB, a decision-capable model.
+      try {
+        prepareDecision(catalog, teamId, body);
+      } catch (err) {
+        if (!(err instanceof AppError)) throw err;
+        const named = (Array.isArray(err.extra) ? err.extra : [err.extra]) as Array<Partial<FieldIssue> | undefined>;
+        const found = named.every((i) => typeof i?.field === "string")
+          ? named.map((i) => ({ field: `${bodyPrefix}.${i!.field}`, message: i!.message ?? err.detail }))
+          : [{ field: bodyPrefix, message: err.detail }];
+        return fail(found);
+      }
+      if (issues.length > 0) return fail([]);
+      return { item: { customId, url: target, body } };
+    }
   }
   return assertUnreachable(target);
 }
@@ -287,5 +301,16 @@ export async function runBatchItem(
       });
       return;
     }
+    case "/v1/decisions":
+      await runDecision(inference, catalog, ctx, item.body, {
+        requestId: common.requestId,
+        createdAt: common.createdAt,
+        signal,
+        batch: common.batch,
+        onFailure,
+        maxQueueWaitS: ITEM_QUEUE_WAIT_S,
+        metadata: itemMetadata,
+      });
+      return;
   }
 }

@@ -173,7 +173,8 @@ export function customCatalogModel(
     prices: reference.prices,
     capabilities: base
       ? base.capabilities
-      : { tools: false, imageInput: false, pdfInput: false, thinking: false, dimensions: null },
+      : { tools: false, imageInput: false, pdfInput: false, thinking: false, dimensions: null, decisions: false },
+    decisionTemperature: base?.decisionTemperature ?? 1,
     limits: reference.limits,
     limitKey: reference.id,
     engine,

@@ -5,6 +5,8 @@
  * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
  * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
  * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
+ * Log-probability scoring (decisions, issue 11) runs on separate one-sequence contexts made on
+ * first use (`scoringPool`; the evaluation itself is in `llama-cpp.scoring.ts`).
  *
  * Runtimes (a context and its slots) are keyed by the model's `runtime.key` when it has one (a
  * team's custom model or dedicated deployment, issue 9: its own context with `runtime.slots`
@@ -35,6 +37,8 @@ import type {
   GenerateRequest,
   GenerateResult,
   InferenceEngine,
+  ScoreRequest,
+  ScoreResult,
 } from "../../engine.js";
 import {
   TOKENIZE_CHUNK_CHARS,
@@ -46,6 +50,7 @@ import {
 import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
+import { planScoring, scoreOnSequence } from "./llama-cpp.scoring.js";
 
 /** The node-llama-cpp module (an ES module loaded on first use). */
 type NodeLlamaCpp = typeof NodeLlamaCppModule;
@@ -81,7 +86,17 @@ interface GenerationRuntime {
   /** Extra end-of-turn tokens from the catalog, as llama.cpp stop triggers. */
   endTriggers: Token[][];
   formatPrompt: (messages: ChatMessage[]) => Prompt;
+  /** Contexts of one sequence each for scoring (decisions), made on first use; see `scoringPool`. */
+  scoring?: Promise<ScoringContexts>;
 }
+
+interface ScoringContexts {
+  contexts: LlamaContext[];
+  pool: SlotPool<LlamaContextSequence>;
+}
+
+/** Scoring contexts per generation runtime (each one sequence; see `LlamaCppEngine.scoringPool`). */
+const SCORING_CONTEXTS = 2;
 
 interface EmbeddingRuntime {
   kind: "embedding";
@@ -146,6 +161,7 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     rt.pool.close(new AppError(ErrorCode.EngineUnavailable, `Model '${model.id}' is no longer deployed`));
     await rt.pool.whenIdle();
+    if (rt.kind === "generation") await disposeScoring(rt, true);
     if (rt.kind === "generation") await rt.context.dispose();
     else for (const c of rt.contexts) await c.dispose();
     await this.releaseFile(rt.file);
@@ -347,6 +363,87 @@ export class LlamaCppEngine implements InferenceEngine {
   }
 
   /**
+   * Scores each question's answers by their token log-probabilities (decisions, issue 11): the
+   * prompt prefix the questions share is evaluated once on one sequence and reused for every
+   * question and answer (see `llama-cpp.scoring.ts`).
+   * @throws AppError InvalidRequest (naming the question) when a prompt and its longest answer do
+   *   not fit the context, or an answer has no tokens; RateLimited; EngineFailure.
+   */
+  async scoreContinuations(req: ScoreRequest): Promise<ScoreResult> {
+    const rt = await this.runtime(req.model);
+    if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+    const tooLong = (field: string, detail: string) =>
+      AppError.invalid(`This model's context is ${rt.contextSize} tokens; ${detail}`, [
+        { field, message: "context_length_exceeded" },
+      ]);
+    const prompts: Token[][] = [];
+    const candidates: Token[][][] = [];
+    for (const q of req.questions) {
+      const chars = q.messages.reduce((n, m) => n + m.content.length + 1, 0);
+      if (chars > rt.maxPromptChars) throw tooLong(q.field, `the prompt (${chars} characters) is longer`);
+      await yieldToEventLoop();
+      prompts.push(rt.formatPrompt(q.messages).tokens);
+      candidates.push(
+        q.candidates.map((c) => {
+          const tokens = rt.model.tokenize(c);
+          if (tokens.length === 0) throw AppError.invalid("An answer has no tokens", [{ field: q.field, message: c }]);
+          return tokens;
+        }),
+      );
+      const need = rt.bosCount + prompts.at(-1)!.length + Math.max(...candidates.at(-1)!.map((t) => t.length));
+      if (prompts.at(-1)!.length === 0 || need > rt.contextSize) {
+        throw tooLong(q.field, `the question and its longest answer take ${need}`);
+      }
+    }
+    const bos = rt.bosCount > 0 ? rt.model.tokens.bos : null;
+    const plan = planScoring(prompts, candidates, bos);
+    await req.admit?.(plan.promptTokens);
+    const queued = performance.now();
+    const pool = (await this.scoringPool(req.model, rt)).pool;
+    const seq = await pool.acquire(req.maxQueueWaitMs, undefined, req.signal, req.priority === "batch");
+    const started = performance.now();
+    try {
+      const scores = await scoreOnSequence(seq, plan, req.signal, () => clientGone(req.signal!));
+      return {
+        scores,
+        promptTokens: plan.promptTokens,
+        engineMs: performance.now() - started,
+        queueMs: started - queued,
+      };
+    } catch (err) {
+      await seq.clearHistory().catch(() => undefined);
+      if (err instanceof AppError && err.code !== ErrorCode.EngineFailure) throw err;
+      if (req.signal?.aborted) throw clientGone(req.signal);
+      this.opts.logger.error({ err, model: req.model.id }, "llama.cpp scoring failed");
+      throw new AppError(ErrorCode.EngineFailure, "The engine failed to score the answers");
+    } finally {
+      pool.release(seq);
+    }
+  }
+
+  /**
+   * The scoring contexts of a generation runtime, made on first use: `SCORING_CONTEXTS` contexts
+   * of one sequence each, apart from the generation context, because llama.cpp's float results
+   * depend on how tokens are batched together, and a context batches its sequences together:
+   * scoring alone in its context, from an empty state, makes identical requests give identical
+   * probabilities whatever else runs. Decisions do not take generation slots.
+   */
+  private scoringPool(model: CatalogModel, rt: GenerationRuntime): Promise<ScoringContexts> {
+    rt.scoring ??= (async () => {
+      const contexts: LlamaContext[] = [];
+      for (let i = 0; i < SCORING_CONTEXTS; i++) {
+        contexts.push(
+          await rt.model.createContext({ contextSize: rt.contextSize, sequences: 1, threads: this.opts.threads }),
+        );
+      }
+      this.opts.logger.info({ model: model.id, contexts: contexts.length }, "scoring contexts ready");
+      return { contexts, pool: new SlotPool(contexts.map((c) => c.getSequence())) };
+    })();
+    rt.scoring.catch(() => (rt.scoring = undefined));
+    return rt.scoring;
+  }
+
+  /**
    * The slot pool of `model` (sequences for generation, contexts for embeddings) as it stands:
    * `{size, available, waiting}`; undefined until the model is loaded. Read-only; lets tests see
    * that every request gives its slot back (issue 14, item 2).
@@ -367,6 +464,7 @@ export class LlamaCppEngine implements InferenceEngine {
     for (const r of runtimes) {
       if (r.status !== "fulfilled") continue;
       r.value.pool.rejectAll(new AppError(ErrorCode.EngineUnavailable, "The engine is shutting down"));
+      if (r.value.kind === "generation") await disposeScoring(r.value, false);
       if (r.value.kind === "generation") await r.value.context.dispose();
       else for (const c of r.value.contexts) await c.dispose();
     }
@@ -546,6 +644,21 @@ export class LlamaCppEngine implements InferenceEngine {
     );
     return this.llama;
   }
+}
+
+/**
+ * Frees a generation runtime's scoring contexts (if any were made): `retire` (unload) lets the
+ * scoring in flight finish first; at shutdown the waiting requests are refused at once.
+ */
+async function disposeScoring(rt: GenerationRuntime, retire: boolean): Promise<void> {
+  const scoring = await rt.scoring?.catch(() => undefined);
+  if (!scoring) return;
+  const gone = new AppError(ErrorCode.EngineUnavailable, "The model is no longer served");
+  if (retire) {
+    scoring.pool.close(gone);
+    await scoring.pool.whenIdle();
+  } else scoring.pool.rejectAll(gone);
+  for (const c of scoring.contexts) await c.dispose();
 }
 
 /** The key of `model`'s runtime: its dedicated runtime's, else the model id (shared). */

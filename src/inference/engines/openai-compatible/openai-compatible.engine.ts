@@ -32,8 +32,11 @@ import type {
   GenerateResult,
   InferenceEngine,
   RequestPriority,
+  ScoreRequest,
+  ScoreResult,
 } from "../../engine.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
+import { meteredPromptTokens, scoredAnswers, scoringBody, scoringPrompts } from "./scoring-wire.js";
 import { UpstreamEndpoint, type UpstreamTimeouts, describeError, failedBeforeSending } from "./endpoint.js";
 import {
   SseDecoder,
@@ -271,6 +274,60 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
       const promptTokens =
         typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : this.noUsage(endpoint, bound);
       return { vectors, promptTokens, engineMs: performance.now() - started, queueMs };
+    });
+  }
+
+  /**
+   * Scores answers upstream (decisions, issue 11, item 3): one `POST <base>/completions` with every
+   * (question, answer) pair as a prompt and `echo: true, logprobs: 1` (see `scoring-wire.ts`); an
+   * answer's log-probability is the sum of its echoed tokens'. Metered as the embedded engine
+   * counts (the shared prefix once). Admission reserves every prompt's UTF-8 bytes.
+   * @throws AppError 400 naming `model` when the upstream cannot give prompt log-probabilities
+   *   (it refuses the request with 4xx, has no completions route, or answers without them);
+   *   otherwise as `generate`.
+   */
+  async scoreContinuations(req: ScoreRequest): Promise<ScoreResult> {
+    const route = this.route(req.model);
+    if (req.model.modality === "text_embedding") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+    const prompts = scoringPrompts(req.questions);
+    await req.admit?.(prompts.reduce((n, p) => n + Buffer.byteLength(p.text, "utf8") + 2, 0));
+    const body = JSON.stringify(scoringBody(route.upstreamModel, prompts));
+    const cannot = (why: string) =>
+      AppError.invalid(`Model '${req.model.id}' cannot give log-probabilities: ${why}`, [
+        { field: "model", message: "log-probabilities unavailable" },
+      ]);
+    return this.dispatch(route, req, async (endpoint, queueMs) => {
+      const started = performance.now();
+      const res = await endpoint.pool.request({
+        method: "POST",
+        path: endpoint.path("completions"),
+        headers: endpoint.headers,
+        body,
+        signal: req.signal,
+      });
+      if (res.statusCode !== 200) {
+        const err = await this.refusal(endpoint, res);
+        if ([404, 405, 501].includes(res.statusCode)) {
+          throw cannot(`its upstream has no completions API (HTTP ${res.statusCode})`);
+        }
+        if (err.code === ErrorCode.InvalidRequest) throw cannot(`its upstream refused the request (${err.detail})`);
+        throw err;
+      }
+      const answer = scoredAnswers(await readJson(res.body, MAX_ANSWER_BYTES), prompts);
+      if (!answer.ok) {
+        if (answer.reason === "no_logprobs") throw cannot("its upstream answered without prompt log-probabilities");
+        throw this.broken(endpoint, "a completions answer that does not line up with the prompts");
+      }
+      const scores = req.questions.map(() => [] as Array<{ logprob: number; tokens: number }>);
+      prompts.forEach((p, i) =>
+        scores[p.question].push({ logprob: answer.logprobs[i], tokens: answer.answerTokens[i] }),
+      );
+      return {
+        scores,
+        promptTokens: meteredPromptTokens(prompts, answer.promptTokens),
+        engineMs: performance.now() - started,
+        queueMs,
+      };
     });
   }
 

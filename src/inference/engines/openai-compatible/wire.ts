@@ -11,6 +11,8 @@ import type { ChatMessage, EngineUsage, FinishReason, GenerateRequest } from "..
 /** Paths under an endpoint's base URL (the OpenAI base URL, usually ending in `/v1`). */
 export const PATHS = {
   chat: "/chat/completions",
+  /** Legacy completions: log-probability scoring with `echo` (decisions, issue 11). */
+  completions: "/completions",
   embeddings: "/embeddings",
   models: "/models",
 } as const;

@@ -1,0 +1,121 @@
+/**
+ * Log-probability scoring on one llama.cpp sequence (decisions, issue 11, item 2). The questions'
+ * prompts are tokenised; the longest token prefix they all share (the instructions and the input)
+ * is evaluated once, then for each question only its own tokens are evaluated on top of it, and
+ * for each answer only the answer's tokens on top of that; after each answer (and each question)
+ * the sequence is cut back to where it branched (`eraseContextTokenRanges`), so the shared state
+ * is reused and nothing is evaluated twice. An answer's log-probability is the sum over its tokens
+ * of `log p(token | everything before it)`, read from the raw logits (greedy sampler: no
+ * temperature, penalties or bias) as `logit − maxLogit − log Σ exp(logit − maxLogit)`.
+ */
+import type { LlamaContextSequence, Token } from "node-llama-cpp";
+import { AppError, ErrorCode } from "../../../shared/errors.js";
+import type { CandidateScore } from "../../engine.js";
+
+/** What one request evaluates: the shared prefix, then per question its suffix and answers. */
+export interface ScoringPlan {
+  /** `[BOS?] + the tokens every question's prompt starts with` (never a whole prompt). */
+  prefix: Token[];
+  questions: Array<{ suffix: Token[]; candidates: Token[][] }>;
+  /** Prefix once + every suffix + every answer's tokens (what the request is charged for). */
+  promptTokens: number;
+}
+
+/**
+ * Splits the questions' prompts into the prefix they share and their own suffixes. Every suffix
+ * keeps at least one token: the logits of a prompt's last token give the answers' first tokens.
+ * @param prompts each question's prompt tokens, without BOS; each non-empty.
+ * @param candidates each question's answers as tokens; each non-empty.
+ */
+export function planScoring(prompts: Token[][], candidates: Token[][][], bos: Token | null): ScoringPlan {
+  let shared = Math.min(...prompts.map((p) => p.length)) - 1;
+  const first = prompts[0];
+  for (const p of prompts) {
+    let i = 0;
+    while (i < shared && p[i] === first[i]) i++;
+    shared = i;
+  }
+  const prefix = [...(bos === null ? [] : [bos]), ...first.slice(0, shared)];
+  let promptTokens = prefix.length;
+  const questions = prompts.map((p, q) => {
+    const suffix = p.slice(shared);
+    const answers = candidates[q];
+    promptTokens += suffix.length + answers.reduce((n, c) => n + c.length, 0);
+    return { suffix, candidates: answers };
+  });
+  return { prefix, questions, promptTokens };
+}
+
+/** Raw-logit options for the token that predicts `targets` (greedy: the selected token is the argmax). */
+function predicting(targets: readonly Token[]) {
+  return {
+    generateNext: {
+      options: { temperature: 0 },
+      totalLogitWeight: true,
+      logits: { filter: { tokens: targets, includeSelected: true } },
+    },
+  } as const;
+}
+
+/** `{next: {logits, totalLogitWeight}}` → log p(target) for each target. */
+function logProbs(
+  output: { next: { logits?: Map<Token, number>; totalLogitWeight?: number } } | undefined,
+  targets: readonly Token[],
+): Map<Token, number> {
+  const logits = output?.next.logits;
+  const total = output?.next.totalLogitWeight;
+  if (!logits || total === undefined || !(total > 0)) {
+    throw new AppError(ErrorCode.EngineFailure, "The engine gave no log-probabilities");
+  }
+  let max = -Infinity;
+  for (const v of logits.values()) max = Math.max(max, v);
+  const logTotal = Math.log(total);
+  const out = new Map<Token, number>();
+  for (const t of targets) {
+    const logit = logits.get(t);
+    out.set(t, logit === undefined ? -Infinity : logit - max - logTotal);
+  }
+  return out;
+}
+
+/**
+ * Evaluates `plan` on `seq` and returns each answer's summed log-probability and token count.
+ * The sequence's cached tokens are reused as far as they match the prefix; it is left holding the
+ * prefix (so a next request on the same input starts from it).
+ * @throws AppError ClientClosed-like (the signal's reason) when `signal` aborts between questions.
+ */
+export async function scoreOnSequence(
+  seq: LlamaContextSequence,
+  plan: ScoringPlan,
+  signal: AbortSignal | undefined,
+  aborted: () => Error,
+): Promise<CandidateScore[][]> {
+  // Evaluated from scratch, never on another request's cached tokens: llama.cpp's float results
+  // depend on how tokens are batched, and identical requests must give identical probabilities.
+  await seq.clearHistory();
+  if (plan.prefix.length > 0) await seq.evaluateWithoutGeneratingNewTokens(plan.prefix);
+  const prefixEnd = seq.nextTokenIndex;
+  const scores: CandidateScore[][] = [];
+  for (const question of plan.questions) {
+    if (signal?.aborted) throw aborted();
+    const firsts = [...new Set(question.candidates.map((c) => c[0]))];
+    const last = question.suffix.length - 1;
+    const out = await seq.controlledEvaluate(question.suffix.map((t, i) => (i === last ? [t, predicting(firsts)] : t)));
+    const first = logProbs(out[last], firsts);
+    const questionEnd = seq.nextTokenIndex;
+    const answers: CandidateScore[] = [];
+    for (const tokens of question.candidates) {
+      let logprob = first.get(tokens[0])!;
+      if (tokens.length > 1) {
+        const steps = tokens.slice(0, -1);
+        const res = await seq.controlledEvaluate(steps.map((t, i) => [t, predicting([tokens[i + 1]])]));
+        for (let i = 0; i < steps.length; i++) logprob += logProbs(res[i], [tokens[i + 1]]).get(tokens[i + 1])!;
+        await seq.eraseContextTokenRanges([{ start: questionEnd, end: seq.nextTokenIndex }]);
+      }
+      answers.push({ logprob, tokens: tokens.length });
+    }
+    await seq.eraseContextTokenRanges([{ start: prefixEnd, end: seq.nextTokenIndex }]);
+    scores.push(answers);
+  }
+  return scores;
+}

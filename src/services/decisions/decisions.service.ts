@@ -1,0 +1,110 @@
+/**
+ * Decisions (issue 11; DESIGN §3 Decisions): one service behind `POST /v1/decisions`, the GraphQL
+ * `createDecision` mutation and `/v1/decisions` batch items. Validation and answers are in
+ * `decisions.protocol.ts`; the engine call, credit, metering, activity record and completion event
+ * go through `InferenceService.score`, like every other create operation.
+ */
+import { v7 as uuidv7 } from "uuid";
+import type { CatalogModel } from "../../config/catalog.js";
+import { AppError, ErrorCode, parseInput } from "../../shared/errors.js";
+import { type RequestContext, requirePrincipal } from "../context.js";
+import type { FailureRecord, InferenceService } from "../inference.service.js";
+import type { ModelCatalogService } from "../model-catalog.service.js";
+import {
+  DECISION_BODY_LIMIT_BYTES,
+  type DecisionRequest,
+  type DecisionResponse,
+  answerTexts,
+  decisionRequest,
+  decisionResponse,
+  questionMessages,
+  stateText,
+} from "./decisions.protocol.js";
+
+/** How a decision request is run: the REST/GraphQL defaults, or a batch item's record. */
+export interface DecisionRun {
+  requestId?: string;
+  createdAt?: Date;
+  signal?: AbortSignal;
+  /** A batch item (activity `type: batch`); see `RequestInfo.batch`. */
+  batch?: { batchId: string; customId: string | null };
+  onFailure?: (err: unknown) => FailureRecord | null;
+  /** Overrides the body's `max_queue_wait_s` (batch items). */
+  maxQueueWaitS?: number;
+  /** The metadata the record keeps (batch items drop webhooks and streams); default: the body's. */
+  metadata?: (m: DecisionRequest["metadata"]) => Record<string, unknown> | null | undefined;
+}
+
+export interface DecisionOutcome {
+  body: DecisionResponse;
+  /** Engine time (queue + scoring), ms. */
+  engineMs: number;
+}
+
+/**
+ * Validates a decisions body and resolves its model for `teamId`.
+ * @throws AppError 413 over 1 MiB (as JSON); 400 naming the offending field (`questions.<name>…`
+ *   for a question); 404 unknown model; 400 when the model does not serve decisions.
+ */
+export function prepareDecision(
+  catalog: ModelCatalogService,
+  teamId: string,
+  raw: unknown,
+): { request: DecisionRequest; model: CatalogModel } {
+  if (Buffer.byteLength(JSON.stringify(raw) ?? "") > DECISION_BODY_LIMIT_BYTES) {
+    throw new AppError(ErrorCode.PayloadTooLarge, `A decisions request is at most ${DECISION_BODY_LIMIT_BYTES} bytes`);
+  }
+  const request = parseInput(decisionRequest, raw);
+  return { request, model: catalog.resolve(teamId, request.model, "decisions") };
+}
+
+/**
+ * Runs one decisions request: every question's answers scored in one engine call (the shared
+ * prefix evaluated once), probabilities calibrated by the model's `decisionTemperature`, the
+ * request metered as prompt tokens at the input price and recorded (activity, completion event).
+ * @throws as `prepareDecision`, and as `InferenceService.score` (401, 402, 429, 502/503; 400 when
+ *   a question does not fit the context or the engine cannot give log-probabilities).
+ */
+export async function runDecision(
+  inference: InferenceService,
+  catalog: ModelCatalogService,
+  ctx: RequestContext,
+  raw: unknown,
+  run: DecisionRun = {},
+): Promise<DecisionOutcome> {
+  const { request, model } = prepareDecision(catalog, requirePrincipal(ctx).teamId, raw);
+  const state = stateText(request.state);
+  const out = await inference.score(ctx, {
+    requestId: run.requestId ?? uuidv7(),
+    createdAt: run.createdAt ?? new Date(),
+    endpoint: "/v1/decisions",
+    model,
+    metadata: run.metadata ? run.metadata(request.metadata) : request.metadata,
+    body: raw,
+    batch: run.batch,
+    onFailure: run.onFailure,
+    maxQueueWaitS: run.maxQueueWaitS ?? request.max_queue_wait_s,
+    signal: run.signal,
+    questions: Object.entries(request.questions).map(([name, q]) => ({
+      messages: questionMessages(state, name, q),
+      candidates: answerTexts(q),
+      field: `questions.${name}`,
+    })),
+    render: (result) =>
+      decisionResponse(model.id, request, result.scores, model.decisionTemperature, result.promptTokens),
+  });
+  return { body: out.body, engineMs: out.result.engineMs + out.result.queueMs };
+}
+
+/** The decisions service the REST table and the GraphQL resolver share. */
+export class DecisionsService {
+  constructor(
+    private readonly inference: InferenceService,
+    private readonly catalog: ModelCatalogService,
+  ) {}
+
+  /** See `runDecision`. */
+  decide(ctx: RequestContext, raw: unknown, signal?: AbortSignal): Promise<DecisionOutcome> {
+    return runDecision(this.inference, this.catalog, ctx, raw, { signal });
+  }
+}

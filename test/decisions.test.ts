@@ -1,0 +1,386 @@
+/**
+ * `POST /v1/decisions` (issue 11; DESIGN §3 Decisions) on the real tinystories model over real
+ * HTTP: validation (400 naming the question, 413, 401, 402), probabilities from the model's own
+ * token log-probabilities (normalised, deterministic, preferring what the model would write),
+ * 64 questions in one call, metering / activity / completion event, GraphQL and batch items on
+ * the same service.
+ */
+import {
+  CHAT_MODEL,
+  EMBED_MODEL,
+  type TestServer,
+  createTestCaller,
+  eventually,
+  expectEnvelope,
+  expectInvalid,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+import { questionMessages } from "../src/services/decisions/decisions.protocol.js";
+import { SHARED_GGUF, createCustomModel, customModelSettles, requestDeployment } from "./support/models.js";
+
+let server: TestServer;
+let caller: Awaited<ReturnType<typeof createTestCaller>>;
+
+beforeAll(async () => {
+  server = await startTestServer({ reconcileIntervalMs: 250 });
+  caller = await createTestCaller(server.url);
+});
+afterAll(async () => {
+  await server.close();
+});
+
+function post(body: unknown, key = caller.key) {
+  return http(server.url, "POST", "/v1/decisions", { token: key, body });
+}
+
+const STATE = {
+  story: "Once upon a time, there was a little girl named Lily. She liked to play in the park with her dog.",
+};
+
+const MIXED = {
+  model: CHAT_MODEL,
+  state: STATE,
+  questions: {
+    mood: {
+      type: "choice",
+      instructions: "How does the story feel?",
+      criteria: { happy: "a happy story", sad: "a sad story", scary: "a scary story" },
+    },
+    length: { type: "score", instructions: "How long is the story?", criteria: ["short", "medium", "long"] },
+    has_dog: { type: "noul", instructions: "Is there a dog in the story?" },
+    has_cat: { type: "yes_no", criteria: { true: "a cat is in it", false: "no cat" } },
+  },
+};
+
+/** Every question's probabilities are in [0, 1] and sum to 1 (±1e-9); noul is in [0, 1]. */
+function expectNormalised(answers: Record<string, any>): void {
+  for (const answer of Object.values(answers)) {
+    if (answer.type === "noul" || answer.type === "yes_no") {
+      expect(answer.noul).toBeGreaterThanOrEqual(0);
+      expect(answer.noul).toBeLessThanOrEqual(1);
+      continue;
+    }
+    const p = Object.values(answer.probabilities) as number[];
+    for (const x of p) {
+      expect(x).toBeGreaterThanOrEqual(0);
+      expect(x).toBeLessThanOrEqual(1);
+    }
+    expect(Math.abs(p.reduce((a, b) => a + b, 0) - 1)).toBeLessThanOrEqual(1e-9);
+  }
+}
+
+describe("POST /v1/decisions: answers", () => {
+  test("when choice, score, noul and yes_no questions are asked, then each answer has its shape and normalised probabilities", async () => {
+    const res = await post(MIXED);
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body).sort()).toEqual(["answers", "model", "usage"]);
+    expect(res.body.model).toBe(CHAT_MODEL);
+    const { mood, length, has_dog, has_cat } = res.body.answers;
+    expect(Object.keys(res.body.answers).sort()).toEqual(["has_cat", "has_dog", "length", "mood"]);
+    expectNormalised(res.body.answers);
+
+    expect(Object.keys(mood).sort()).toEqual(["choice", "confidence", "probabilities", "type"]);
+    expect(mood.type).toBe("choice");
+    expect(Object.keys(mood.probabilities).sort()).toEqual(["happy", "sad", "scary"]);
+    const best = Object.entries(mood.probabilities as Record<string, number>).sort((a, b) => b[1] - a[1])[0];
+    expect(mood.choice).toBe(best[0]);
+    expect(mood.confidence).toBe(best[1]);
+
+    expect(Object.keys(length).sort()).toEqual(["confidence", "legend", "probabilities", "score", "type"]);
+    expect(length.legend).toEqual({ "0": "short", "1": "medium", "2": "long" });
+    const lp = length.probabilities as Record<string, number>;
+    expect(Object.keys(lp).sort()).toEqual(["0", "1", "2"]);
+    expect(length.score).toBeCloseTo(lp["1"] + 2 * lp["2"], 12);
+    expect(length.score).toBeGreaterThanOrEqual(0);
+    expect(length.score).toBeLessThanOrEqual(2);
+    expect(length.confidence).toBe(Math.max(...Object.values(lp)));
+
+    expect(has_dog).toEqual({ type: "noul", noul: expect.any(Number) });
+    expect(has_cat).toEqual({ type: "yes_no", noul: expect.any(Number) });
+    expect(res.body.usage).toEqual({ input_tokens: expect.any(Number), output_tokens: 0 });
+    expect(res.body.usage.input_tokens).toBeGreaterThan(0);
+  });
+
+  test("when the same request is sent again, then the probabilities are identical", async () => {
+    const first = await post(MIXED);
+    const again = await post(MIXED);
+    // Other requests on the same input in between (they leave other cached prefixes behind).
+    await post({ ...MIXED, questions: { x: { type: "noul" } } });
+    await post({ ...MIXED, state: { story: STATE.story.slice(0, 30) } });
+    // Concurrently, and beside a generation on the same model.
+    const [third, fourth] = await Promise.all([
+      post(MIXED),
+      post(MIXED),
+      http(server.url, "POST", "/v1/chat/completions", {
+        token: caller.key,
+        body: { model: CHAT_MODEL, messages: [{ role: "user", content: "Once upon" }], max_tokens: 20 },
+      }),
+    ]);
+    expect(first.status).toBe(200);
+    expect(again.body).toEqual(first.body);
+    expect(third.body).toEqual(first.body);
+    expect(fourth.body).toEqual(first.body);
+  });
+
+  test("when a label is what the model writes and the other a random string, then the model's own gets the higher probability", async () => {
+    const state = "Once upon a time, there was a little girl named Lily.";
+    const question = { type: "choice", criteria: { A: "", "zqxj vwkq": "" } } as const;
+    // The model's own greedy continuation of this very prompt, through the chat endpoint.
+    const prompt = questionMessages(state, "next", { ...question, criteria: { ...question.criteria } });
+    const chat = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, messages: prompt, temperature: 0, max_tokens: 3 },
+    });
+    expect(chat.status).toBe(200);
+    const own = (chat.body.choices[0].message.content as string).trim().split(/\s+/)[0];
+    expect(own.length).toBeGreaterThan(0);
+    // Ask again with the model's own word as a label instead of "A" (the prompt changes with the
+    // labels, so the check is that the model's word is preferred to the random string).
+    const res = await post({
+      model: CHAT_MODEL,
+      state,
+      questions: { next: { type: "choice", criteria: { [own]: "", "zqxj vwkq": "" } } },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.answers.next.choice).toBe(own);
+    expect(res.body.answers.next.probabilities[own]).toBeGreaterThan(0.9);
+  });
+
+  test("when the engine scores the model's own greedy continuation against a random string, then its own scores higher", async () => {
+    const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
+    const engine = server.app.engines.engineFor(model);
+    const messages = questionMessages("Once upon a time, there was a little girl named Lily.", "next", {
+      type: "noul",
+      instructions: "Who is in the story?",
+    });
+    const greedy = await engine.generate({ model, messages, temperature: 0, maxTokens: 4, maxQueueWaitMs: 30_000 });
+    expect(greedy.text.length).toBeGreaterThan(0);
+    const scored = await engine.scoreContinuations!({
+      model,
+      questions: [{ messages, candidates: [greedy.text, "zqxj vwkq"], field: "q" }],
+      maxQueueWaitMs: 30_000,
+    });
+    const [own, random] = scored.scores[0];
+    expect(own.logprob).toBeGreaterThan(random.logprob);
+    expect(own.logprob).toBeLessThanOrEqual(0);
+    expect(Number.isFinite(random.logprob)).toBe(true);
+  });
+
+  test("when 64 yes/no questions are asked in one call, then all 64 are answered and the input is counted once", async () => {
+    const questions = Object.fromEntries(
+      Array.from({ length: 64 }, (_, i) => [`q${i}`, { type: "noul", instructions: `Is fact ${i} true?` }]),
+    );
+    const res = await post({ model: CHAT_MODEL, state: STATE, questions });
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body.answers)).toHaveLength(64);
+    expectNormalised(res.body.answers);
+    const one = await post({ model: CHAT_MODEL, state: STATE, questions: { q0: questions.q0 } });
+    expect(one.status).toBe(200);
+    // The same question alone: its prompt is evaluated in other batches, so equal to float rounding.
+    expect(one.body.answers.q0.noul).toBeCloseTo(res.body.answers.q0.noul, 9);
+    // The shared prefix (the input) is counted once, not 64 times.
+    expect(res.body.usage.input_tokens).toBeLessThan(64 * one.body.usage.input_tokens);
+  });
+
+  test("when the model's calibration temperature is raised, then the probabilities flatten", async () => {
+    const { writePatchedCatalog } = await import("./support/test-catalog.js");
+    const hot = await startTestServer({
+      catalogPath: writePatchedCatalog({ [CHAT_MODEL]: { decision_temperature: 4 } }),
+    });
+    try {
+      const hotCaller = await createTestCaller(hot.url);
+      const body = { model: CHAT_MODEL, state: STATE, questions: { mood: MIXED.questions.mood } };
+      const cold = (await post(body)).body.answers.mood;
+      const warm = (await http(hot.url, "POST", "/v1/decisions", { token: hotCaller.key, body })).body.answers.mood;
+      expect(warm.choice).toBe(cold.choice);
+      expect(warm.confidence).toBeLessThan(cold.confidence);
+      // softmax(l / 4) from softmax(l): p_i^(1/4), renormalised.
+      const roots = Object.fromEntries(
+        Object.entries(cold.probabilities as Record<string, number>).map(([k, p]) => [k, Math.pow(p, 0.25)]),
+      );
+      const sum = Object.values(roots).reduce((a, b) => a + b, 0);
+      for (const [k, r] of Object.entries(roots)) expect(warm.probabilities[k]).toBeCloseTo(r / sum, 9);
+    } finally {
+      await hot.close();
+    }
+  });
+});
+
+describe("POST /v1/decisions: bad input", () => {
+  const noul = { type: "noul" };
+
+  test("when called without credentials, then 401", async () => {
+    const res = await http(server.url, "POST", "/v1/decisions", { body: MIXED });
+    expectEnvelope(res, 401);
+  });
+
+  test("when the questions break a rule, then 400 names the offending question and nothing is stored", async () => {
+    const fresh = await createTestCaller(server.url);
+    const [before] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [fresh.teamId]);
+    const bad = (questions: unknown, extra: Record<string, unknown> = {}) =>
+      post({ model: CHAT_MODEL, state: STATE, questions, ...extra }, fresh.key);
+    const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`q${i}`, noul]));
+
+    expectInvalid(await bad(many(65)), "questions");
+    expectInvalid(await bad({}), "questions");
+    expectInvalid(await bad({ one: { type: "choice", criteria: { only: "x" } } }), "questions.one.criteria");
+    expectInvalid(
+      await bad({
+        big: { type: "choice", criteria: Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`l${i}`, ""])) },
+      }),
+      "questions.big.criteria",
+    );
+    expectInvalid(await bad({ lvl: { type: "score", criteria: ["only"] } }), "questions.lvl.criteria");
+    expectInvalid(
+      await bad({ lvl: { type: "score", criteria: Array.from({ length: 257 }, () => "x") } }),
+      "questions.lvl.criteria",
+    );
+    const unknown = await bad({ ok: noul, weird: { type: "ranking" } });
+    expectEnvelope(unknown, 400);
+    expect(unknown.body.extra.map((i: any) => i.field).join(" ")).toMatch(/questions\.weird/);
+    expectInvalid(
+      await bad({ blank: { type: "choice", criteria: { "  ": "", b: "" } } }),
+      "questions.blank.criteria.  ",
+    );
+    expectInvalid(await post({ model: CHAT_MODEL, questions: { q: noul } }, fresh.key), "state");
+    expectInvalid(await bad({ q: noul }, { model: EMBED_MODEL }), "model");
+    expectEnvelope(await bad({ q: noul }, { model: "no-such-model" }), 404);
+    // A question whose prompt does not fit the model's context is named.
+    const long = await post({ model: CHAT_MODEL, state: "word ".repeat(3000), questions: { q: noul } }, fresh.key);
+    expectInvalid(long, "questions.q");
+
+    expect(await server.db("SELECT id FROM activity WHERE team_id = $1", [fresh.teamId])).toHaveLength(0);
+    const [after] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [fresh.teamId]);
+    expect(after.credit_balance_micros).toBe(before.credit_balance_micros);
+  });
+
+  test("when the body is over 1 MiB, then 413", async () => {
+    const res = await post({ model: CHAT_MODEL, state: "x".repeat(1024 * 1024 + 10), questions: { q: noul } });
+    expectEnvelope(res, 413);
+  });
+
+  test("when the team has no credit, then 402 before any engine work", async () => {
+    const fresh = await createTestCaller(server.url);
+    await server.db("UPDATE teams SET credit_balance_micros = 0 WHERE id = $1", [fresh.teamId]);
+    expectEnvelope(await post(MIXED, fresh.key), 402);
+    expect(await server.db("SELECT id FROM activity WHERE team_id = $1", [fresh.teamId])).toHaveLength(0);
+  });
+});
+
+describe("POST /v1/decisions: a team's own model", () => {
+  test("when a team's custom model is asked, then it answers on its own runtime; another team gets 404 for it", async () => {
+    const owner = await createTestCaller(server.url);
+    await createCustomModel(server, owner.token, {
+      model_id: "acme/decider",
+      architecture: "llama",
+      base_model_id: CHAT_MODEL,
+      hf_repo: `x/${SHARED_GGUF}`,
+    });
+    await requestDeployment(server, owner.token, "acme/decider");
+    expect((await customModelSettles(server, owner.token, "acme/decider")).deploy_status).toBe("available");
+    const body = { ...MIXED, model: "acme/decider" };
+    const mine = await post(body, owner.key);
+    expect(mine.status).toBe(200);
+    expect(mine.body.model).toBe("acme/decider");
+    // The same weights as the platform model: the same probabilities.
+    expect(mine.body.answers).toEqual((await post(MIXED)).body.answers);
+    expectEnvelope(await post(body, caller.key), 404);
+  }, 60_000);
+});
+
+describe("POST /v1/decisions: records", () => {
+  test("when a decision is made, then one activity row, one charge at the input price and one completion event record it", async () => {
+    const fresh = await createTestCaller(server.url);
+    const res = await post({ ...MIXED, metadata: { custom_id: "dec-1" } }, fresh.key);
+    expect(res.status).toBe(200);
+    const rows = await server.db<any>("SELECT * FROM activity WHERE team_id = $1", [fresh.teamId]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toEqual(
+      expect.objectContaining({
+        endpoint: "/v1/decisions",
+        status: "completed",
+        type: "standalone",
+        model: CHAT_MODEL,
+        custom_id: "dec-1",
+        api_key_id: fresh.keyId,
+        prompt_tokens: res.body.usage.input_tokens,
+        completion_tokens: 0,
+        cached_prompt_tokens: 0,
+      }),
+    );
+    expect(rows[0].result_json).toEqual(res.body);
+    // 0.02 USD per million input tokens, rounded half up once.
+    const cost = (BigInt(res.body.usage.input_tokens) * 20_000n + 500_000n) / 1_000_000n;
+    expect(BigInt(rows[0].cost_micros)).toBe(cost);
+    if (cost > 0n) {
+      const ledger = await server.db<any>("SELECT * FROM credit_ledger WHERE team_id = $1 AND type = 'usage'", [
+        fresh.teamId,
+      ]);
+      expect(ledger.map((l) => l.source_id)).toEqual([rows[0].id]);
+    }
+    expect(
+      await eventually(
+        async () =>
+          (await server.db("SELECT 1 FROM completion_events WHERE response_id = $1", [rows[0].id])).length === 1,
+        5_000,
+      ),
+    ).toBe(true);
+  });
+
+  test("when the GraphQL mutation asks the same, then it answers what REST answers", async () => {
+    const rest = await post(MIXED);
+    const res = await http(server.url, "POST", "/graphql", {
+      token: caller.key,
+      body: {
+        query: `mutation($state: JSONObject!, $questions: JSONObject!) {
+          createDecision(model: "${CHAT_MODEL}", state: $state, questions: $questions) {
+            model answers usage { inputTokens outputTokens }
+          }
+        }`,
+        variables: { state: MIXED.state, questions: MIXED.questions },
+      },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.errors).toBeUndefined();
+    const d = res.body.data.createDecision;
+    expect(d.model).toBe(CHAT_MODEL);
+    expect(d.answers).toEqual(rest.body.answers);
+    expect(d.usage).toEqual({ inputTokens: rest.body.usage.input_tokens, outputTokens: 0 });
+
+    const bad = await http(server.url, "POST", "/graphql", {
+      token: caller.key,
+      body: { query: `mutation { createDecision(model: "${CHAT_MODEL}", state: "x", questions: {}) { model } }` },
+    });
+    expect(bad.body.errors[0].extensions.code).toBe("INVALID_REQUEST");
+    expect(bad.body.errors[0].extensions.extra.map((i: any) => i.field)).toEqual(["questions"]);
+  });
+
+  test("when a batch item names /v1/decisions, then it runs on the same path and its result is the REST answer", async () => {
+    const body = { model: CHAT_MODEL, state: STATE, questions: { has_dog: MIXED.questions.has_dog } };
+    const rest = await post(body);
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ custom_id: "d1", url: "/v1/decisions", body }] },
+    });
+    expect(created.status).toBe(201);
+    let batch: any;
+    expect(
+      await eventually(async () => {
+        batch = (await http(server.url, "GET", `/v1/batches/${created.body.id}`, { token: caller.key })).body;
+        return batch.status === "completed" || batch.status === "failed";
+      }, 30_000),
+    ).toBe(true);
+    expect(batch.status).toBe("completed");
+    const results = await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key });
+    const row = results.body.results[0];
+    expect(row.status).toBe("completed");
+    expect(row.result_json).toEqual(rest.body);
+
+    const invalid = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ url: "/v1/decisions", body: { ...body, questions: {} } }] },
+    });
+    expectInvalid(invalid, "requests[0].body.questions");
+  });
+});

@@ -1,0 +1,97 @@
+/**
+ * Reading echoed prompt log-probabilities (issue 11, item 3; `scoring-wire.ts`): which echoed
+ * tokens are the answer's (by `text_offset`, in code points), the generated token left out, and
+ * the refusals (no log-probabilities, answers that do not line up).
+ */
+import { scoredAnswers, scoringPrompts } from "../../src/inference/engines/openai-compatible/scoring-wire.js";
+
+const prompts = scoringPrompts([
+  { messages: [{ role: "user", content: "Is it é?\nAnswer:" }], candidates: ["yes", "no"], field: "q" },
+]);
+
+/** An echo answer for `texts` split into `tokens` (each choice), with the given log-probabilities. */
+function echo(tokens: string[][], logprobs: Array<Array<number | null>>) {
+  return {
+    choices: tokens.map((t, index) => {
+      const offsets: number[] = [];
+      let at = 0;
+      for (const token of t) {
+        offsets.push(at);
+        at += [...token].length;
+      }
+      return { index, logprobs: { tokens: t, token_logprobs: logprobs[index], text_offset: offsets } };
+    }),
+  };
+}
+
+test("when the answer's tokens follow the prompt, then only they are summed and the generated token is left out", () => {
+  expect(prompts.map((p) => p.text)).toEqual(["Is it é?\nAnswer: yes", "Is it é?\nAnswer: no"]);
+  const answer = scoredAnswers(
+    echo(
+      [
+        ["Is", " it", " é?", "\nAnswer:", " y", "es", " the"],
+        ["Is", " it", " é?", "\nAnswer:", " no", " the"],
+      ],
+      [
+        [null, -1, -1, -1, -0.5, -0.25, -9],
+        [null, -1, -1, -1, -2, -9],
+      ],
+    ),
+    prompts,
+  );
+  expect(answer).toEqual({
+    ok: true,
+    logprobs: [-0.75, -2],
+    answerTokens: [2, 1],
+    promptTokens: [
+      ["Is", " it", " é?", "\nAnswer:", " y", "es"],
+      ["Is", " it", " é?", "\nAnswer:", " no"],
+    ],
+  });
+});
+
+test("when a token straddles the end of the prompt, then it counts as the answer's", () => {
+  const answer = scoredAnswers(
+    echo(
+      [
+        ["Is", " it", " é?", "\nAnswer", ": yes"],
+        ["Is", " it", " é?", "\nAnswer", ": no"],
+      ],
+      [
+        [null, -1, -1, -1, -0.5],
+        [null, -1, -1, -1, -2],
+      ],
+    ),
+    prompts,
+  );
+  expect(answer).toMatchObject({ ok: true, logprobs: [-0.5, -2], answerTokens: [1, 1] });
+});
+
+test("when the upstream sends no log-probabilities or choices that do not line up, then it says which", () => {
+  expect(
+    scoredAnswers(
+      {
+        choices: [
+          { index: 0, logprobs: null },
+          { index: 1, logprobs: null },
+        ],
+      },
+      prompts,
+    ),
+  ).toEqual({
+    ok: false,
+    reason: "no_logprobs",
+  });
+  expect(scoredAnswers({ choices: [{ index: 0 }] }, prompts)).toEqual({ ok: false, reason: "malformed" });
+  const nulls = echo(
+    [
+      ["Is", " it", " é?", "\nAnswer:", " yes"],
+      ["Is", " it", " é?", "\nAnswer:", " no"],
+    ],
+    [
+      [null, -1, -1, -1, null],
+      [null, -1, -1, -1, -2],
+    ],
+  );
+  expect(scoredAnswers(nulls, prompts)).toEqual({ ok: false, reason: "no_logprobs" });
+});
