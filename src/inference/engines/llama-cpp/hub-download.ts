@@ -133,13 +133,14 @@ export async function downloadModelFile(opts: DownloadOptions): Promise<Download
     await writeFile(part + ".json", JSON.stringify(meta));
 
     let have = await fileSize(part);
-    const resumedFrom = have;
     if (opts.sizeBytes !== undefined && have > opts.sizeBytes) {
       await rm(part, { force: true });
       have = 0;
     }
-    const total =
-      opts.sizeBytes !== undefined && have === opts.sizeBytes ? have : await transfer(url, part, have, opts);
+    const { total, resumedFrom } =
+      opts.sizeBytes !== undefined && have === opts.sizeBytes
+        ? { total: have, resumedFrom: have }
+        : await transfer(url, part, have, opts);
     const actualSize = await fileSize(part);
     if (actualSize !== total || (opts.sizeBytes !== undefined && actualSize !== opts.sizeBytes)) {
       await discard(part);
@@ -167,7 +168,7 @@ export async function downloadModelFile(opts: DownloadOptions): Promise<Download
       sizeBytes: actualSize,
       sha256,
       checksumVerified: meta.sha256 !== null,
-      resumedFrom: Math.min(resumedFrom, actualSize),
+      resumedFrom,
     };
   } finally {
     await release();
@@ -175,10 +176,16 @@ export async function downloadModelFile(opts: DownloadOptions): Promise<Download
 }
 
 /**
- * Fetches `url` into `part` from byte `have` on. @returns the file's total size.
+ * Fetches `url` into `part` from byte `have` on. @returns the file's total size, and the bytes
+ * kept from before (0 when the server sent the whole file again).
  * @throws DownloadError (`http`, `stalled`, `network`, `size`).
  */
-async function transfer(url: string, part: string, have: number, opts: DownloadOptions): Promise<number> {
+async function transfer(
+  url: string,
+  part: string,
+  have: number,
+  opts: DownloadOptions,
+): Promise<{ total: number; resumedFrom: number }> {
   const stallMs = opts.stallMs ?? 30_000;
   const controller = new AbortController();
   let stalled = false;
@@ -204,7 +211,7 @@ async function transfer(url: string, part: string, have: number, opts: DownloadO
       // Nothing left past `have`: the part is whole when the server's size says so.
       await res.body?.cancel();
       const total = Number(/\/(\d+)$/.exec(res.headers.get("content-range") ?? "")?.[1] ?? NaN);
-      if (total === have) return have;
+      if (total === have) return { total, resumedFrom: have };
       await rm(part, { force: true });
       return await transfer(url, part, 0, opts);
     }
@@ -250,7 +257,7 @@ async function transfer(url: string, part: string, have: number, opts: DownloadO
         opts.onProgress?.({ received, total: expected, resumedFrom: offset });
       }
     }
-    return expected || received;
+    return { total: expected || received, resumedFrom: offset };
   } catch (err) {
     if (err instanceof DownloadError) throw err;
     if (stalled) {
