@@ -35,8 +35,30 @@ writeGgufWithString(
   "tokenizer.chat_template",
   TEMPLATE,
 );
+/** A template whose assistant turns end with a full stop (which TinyStories writes within a sentence). */
+const EOT_TEMPLATE =
+  "{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}\n" +
+  "{% else %}{{ message['content'] }}.{% endif %}{% endfor %}";
+writeGgufWithString(
+  path.join(MODELS_DIR, "stories260K.gguf"),
+  path.join(modelsDir, "stories260K-eot.gguf"),
+  "tokenizer.chat_template",
+  EOT_TEMPLATE,
+);
 const catalogPath = writeEditedCatalog((c) => {
   const base = c.models.find((m) => m.id === CHAT_MODEL)!;
+  // Without the catalog's extra end-of-turn token: only the template says where a turn ends.
+  for (const [id, chatTemplate] of [
+    ["tiny-eot", "auto"],
+    ["tiny-eot-plain", "none"],
+  ]) {
+    c.models.push({
+      ...base,
+      id,
+      display_name: id,
+      engine: { type: "llama_cpp", file: "stories260K-eot.gguf", context_size: 512, chat_template: chatTemplate },
+    });
+  }
   c.models.push({
     ...base,
     id: TEMPLATED,
@@ -143,4 +165,22 @@ test("when the catalog says chat_template none, then the GGUF's template is not 
   } finally {
     await other.close();
   }
+});
+
+test("when the template ends a turn with a marker, then generation stops there; without the template it runs on", async () => {
+  const ask = (model: string) =>
+    http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 60, temperature: 0 },
+    });
+  const templated = await ask("tiny-eot");
+  expect(templated.status).toBe(200);
+  expect(templated.body.choices[0].finish_reason).toBe("stop");
+  const text: string = templated.body.choices[0].message.content;
+  expect(text.length).toBeGreaterThan(0);
+  expect(text).not.toContain(".");
+  const plain = await ask("tiny-eot-plain");
+  expect(plain.status).toBe(200);
+  expect(plain.body.choices[0].message.content).toContain(".");
+  expect(plain.body.usage.completion_tokens).toBeGreaterThan(templated.body.usage.completion_tokens);
 });
