@@ -214,7 +214,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
     // An upstream that is down at start does not stop the service: its models answer 503 until
-    // a health check finds an endpoint serving them. A missing model file still does.
+    // a health check finds an endpoint serving them. Models whose file is not here are not loaded
+    // (issue 17: listed as not downloaded, 404 with the pull command).
     const offered = platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon");
     const served = offered.filter((m) => platform.unavailable(m) === undefined);
     await engines.loadAll(served, (model, err) =>

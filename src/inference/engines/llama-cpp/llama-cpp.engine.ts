@@ -1,8 +1,8 @@
 /**
- * The embedded engine: node-llama-cpp on CPU, or a GPU when `SWITCHYARD_GPU=auto` finds one (DESIGN §1, §2; issue 17). One `LlamaModel` per GGUF file;
- * per generation model one context with N parallel sequences (node-llama-cpp decodes concurrent
- * sequences in one batch), handed out through a `SlotPool`, so concurrent requests neither share
- * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
+ * The embedded engine: node-llama-cpp on CPU, or a GPU when `SWITCHYARD_GPU=auto` finds one
+ * (DESIGN §1, §2; issue 17). One `LlamaModel` per GGUF file; per generation model one context
+ * with N parallel sequences (node-llama-cpp decodes concurrent sequences in one batch), handed out
+ * through a `SlotPool`, so concurrent requests neither share state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
  * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
  * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
  *
@@ -59,7 +59,8 @@ export interface LlamaCppEngineOptions extends ModelFileSettings {
   embeddingContexts: number;
   /**
    * GPU use (issue 17, `SWITCHYARD_GPU`): `auto` takes node-llama-cpp's GPU build when a usable
-   * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (default) the CPU.
+   * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (the default
+   * here; the config's default is `auto`) the CPU.
    */
   gpu?: "auto" | "off";
   logger: Logger;
