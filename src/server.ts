@@ -32,6 +32,7 @@ import { Metrics } from "./shared/metrics.js";
 import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
+import { LocalModelFiles } from "./inference/engines/llama-cpp/model-store.js";
 import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
@@ -86,6 +87,7 @@ import { CustomModelsService } from "./services/models/custom-models.service.js"
 import { DeploymentReconciler } from "./services/models/deployment-reconciler.js";
 import { DeploymentsService } from "./services/models/deployments.service.js";
 import { PlatformModels } from "./services/models/model-sources.js";
+import { logModelBanner, pullAtStart } from "./services/models/start-models.js";
 import { SecretBox } from "./services/models/secret-box.js";
 import { TeamModelDirectory } from "./services/models/team-models.js";
 import { RateLimitService } from "./services/rate-limit.service.js";
@@ -185,7 +187,12 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     credit.start();
     cleanup.push(["credit leases", () => credit.close()]);
 
-    const platform = new PlatformModels(loadCatalog(config.catalogPath));
+    // Issue 17: files of the catalog's models. The start pulls only what it is told to (and a
+    // missing default model); a model whose file is not here is listed as not downloaded.
+    const platformCatalog = loadCatalog(config.catalogPath);
+    const modelDirs = { modelsDir: config.modelsDir, dataDir: config.dataDir };
+    await pullAtStart(platformCatalog, { ...config, ...modelDirs }, logger);
+    const platform = new PlatformModels(platformCatalog, new LocalModelFiles(modelDirs));
     // Pricing history (issue 10, item 3): the catalog's prices become the latest stored versions.
     const prices = new PriceBook(ds, bus, logger);
     await prices.start(platform.catalog.models);
@@ -199,22 +206,20 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger,
     });
     upstream.checkCatalog(platform.catalog.models);
+    const embedded = new LlamaCppEngine({
+      threads: config.engineThreads,
+      sequences: config.engineSequences,
+      embeddingContexts: config.engineEmbeddingContexts,
+      modelsDir: config.modelsDir,
+      dataDir: config.dataDir,
+      gpu: config.gpu,
+      logger,
+    });
     // Prometheus metrics (issue 13, item 4): one registry per server; engines observed by model.
     const metrics = new Metrics();
     const engines = new EngineRouter({
       openai_compatible: measuredEngine(upstream, metrics),
-      llama_cpp: measuredEngine(
-        new LlamaCppEngine({
-          threads: config.engineThreads,
-          sequences: config.engineSequences,
-          embeddingContexts: config.engineEmbeddingContexts,
-          modelsDir: config.modelsDir,
-          dataDir: config.dataDir,
-          allowModelDownload: config.allowModelDownload,
-          logger,
-        }),
-        metrics,
-      ),
+      llama_cpp: measuredEngine(embedded, metrics),
     });
     // Failures recorded while the engines shut down are written by a second drain, after them.
     let drainAfterEngines = async () => {};
@@ -222,16 +227,23 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     cleanup.push(["engines", () => engines.close()]);
     const loadStarted = Date.now();
     // An upstream that is down at start does not stop the service: its models answer 503 until
-    // a health check finds an endpoint serving them. A missing model file still does.
-    await engines.loadAll(
-      platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"),
-      (model, err) =>
-        logger.warn(
-          { model: model.id, reason: err.detail },
-          "model unavailable at start; it answers 503 until its engine is back",
-        ),
+    // a health check finds an endpoint serving them. Models whose file is not here are not loaded
+    // (issue 17: listed as not downloaded, 404 with the pull command).
+    const offered = platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon");
+    const served = offered.filter((m) => platform.unavailable(m) === undefined);
+    await engines.loadAll(served, (model, err) =>
+      logger.warn(
+        { model: model.id, reason: err.detail },
+        "model unavailable at start; it answers 503 until its engine is back",
+      ),
     );
-    logger.info({ ms: Date.now() - loadStarted, models: platform.catalog.models.length }, "models loaded");
+    logger.info({ ms: Date.now() - loadStarted, models: served.length }, "models loaded");
+    logModelBanner(
+      logger,
+      served,
+      offered.filter((m) => !served.includes(m)),
+      await embedded.backend(),
+    );
 
     // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so
     // the catalog resolves a team's models without a database round trip per request.

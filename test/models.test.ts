@@ -39,6 +39,9 @@ const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catal
   }>;
 };
 
+/** Ids `/v1/models` lists, in catalog order: the shipped catalog but its `coming_soon` models. */
+const OFFERED = catalog.models.filter((m) => m.platform_status !== "coming_soon").map((m) => m.id);
+
 beforeAll(async () => {
   server = await startTestServer();
   caller = await createTestCaller(server.url);
@@ -49,6 +52,7 @@ const MODEL_KEYS = [
   "capabilities",
   "context_tokens",
   "created",
+  "deploy_status",
   "display_name",
   "id",
   "modality",
@@ -57,6 +61,7 @@ const MODEL_KEYS = [
   "pricing",
   "provider",
   "released",
+  "status_reason",
 ];
 
 /** Asserts one item has every field of the spec's Model with the right type. */
@@ -156,6 +161,8 @@ describe("GET /v1/models: OpenAI shape", () => {
       provider: "switchyard",
       pricing: { input_per_million_usd: 0.02, output_per_million_usd: 0.05, cached_input_per_million_usd: 0.01 },
       released: "2023-08-01",
+      deploy_status: "available",
+      status_reason: null,
     });
   });
 
@@ -181,13 +188,13 @@ describe("GET /v1/models: OpenAI shape", () => {
       expectModelShape(model);
       ids.push(model.id);
     }
-    expect(ids).toEqual([CHAT_MODEL, EMBED_MODEL]);
+    expect(ids).toEqual(OFFERED);
   });
 
   test("when the caller signs in with an access token instead of a key, then the list is served too", async () => {
     const res = await http(server.url, "GET", "/v1/models", { token: caller.token });
     expect(res.status).toBe(200);
-    expect(res.body.data.map((m: any) => m.id)).toEqual([CHAT_MODEL, EMBED_MODEL]);
+    expect(res.body.data.map((m: any) => m.id)).toEqual(OFFERED);
   });
 });
 
@@ -200,7 +207,7 @@ describe("GET /v1/models: Anthropic shape", () => {
     expect(Object.keys(res.body).sort()).toEqual(["data", "first_id", "has_more", "last_id"]);
     expect(res.body.has_more).toBe(false);
     const ids = res.body.data.map((m: any) => m.id);
-    expect(ids).toEqual([CHAT_MODEL, EMBED_MODEL]);
+    expect(ids).toEqual(OFFERED);
     expect(res.body.first_id).toBe(ids[0]);
     expect(res.body.last_id).toBe(ids.at(-1));
     for (const m of res.body.data) {
@@ -216,10 +223,10 @@ describe("GET /v1/models: Anthropic shape", () => {
   test("when listed with the anthropic client, then models.list() yields ModelInfo items", async () => {
     const client = anthropicClient(server.url, caller.key);
     const page = await client.models.list();
-    expect(page.data.map((m) => m.id)).toEqual([CHAT_MODEL, EMBED_MODEL]);
+    expect(page.data.map((m) => m.id)).toEqual(OFFERED);
     expect(page.has_more).toBe(false);
-    expect(page.first_id).toBe(CHAT_MODEL);
-    expect(page.last_id).toBe(EMBED_MODEL);
+    expect(page.first_id).toBe(OFFERED[0]);
+    expect(page.last_id).toBe(OFFERED.at(-1));
     const seen: string[] = [];
     for await (const model of client.models.list()) {
       expect(model.type).toBe("model");
@@ -227,7 +234,7 @@ describe("GET /v1/models: Anthropic shape", () => {
       expect(Number.isNaN(Date.parse(model.created_at))).toBe(false);
       seen.push(model.id);
     }
-    expect(seen).toEqual([CHAT_MODEL, EMBED_MODEL]);
+    expect(seen).toEqual(OFFERED);
     const chat = page.data.find((m) => m.id === CHAT_MODEL)!;
     expect(chat.display_name).toBe("TinyStories 260K");
     expect(chat.created_at).toBe("2023-08-01T00:00:00.000Z");
@@ -255,7 +262,7 @@ describe("GET /v1/models: catalog status", () => {
       const user = await createTestCaller(other.url);
       const res = await http(other.url, "GET", "/v1/models", { token: user.key });
       expect(res.status).toBe(200);
-      expect(res.body.data.map((m: any) => m.id)).toEqual([CHAT_MODEL, EMBED_MODEL, "tinystories-old"]);
+      expect(res.body.data.map((m: any) => m.id)).toEqual([...OFFERED, "tinystories-old"]);
       for (const m of res.body.data) expectModelShape(m);
     } finally {
       await other.close();

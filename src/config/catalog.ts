@@ -31,6 +31,14 @@ const llamaCppEngineSchema = z.object({
   /** Token ids that also end a turn, beside the model's own end-of-generation tokens (e.g. the
    * TinyStories models start each new story with BOS instead of emitting EOS). */
   eog_token_ids: z.array(z.number().int().min(0)).default([]),
+  /** Size of the file in bytes (issue 17): `npm run models -- pull` checks it before installing. */
+  size_bytes: z.number().int().positive().optional(),
+  /** SHA-256 of the file, hex (issue 17): a pull whose bytes differ installs nothing. */
+  sha256: z
+    .string()
+    .regex(/^[0-9a-fA-F]{64}$/, "expected 64 hex digits")
+    .transform((v) => v.toLowerCase())
+    .optional(),
 });
 
 /**
@@ -86,6 +94,8 @@ const catalogModelSchema = z.object({
   rpm_limit: limit,
   requests_per_hour: limit,
   engine: engineSchema,
+  /** The model's licence (SPDX id or the publisher's name for it), shown by `npm run models -- list`. */
+  license: z.string().default(""),
 });
 
 const catalogSchema = z.object({
@@ -142,6 +152,8 @@ export interface CatalogModel {
    * shared runtime, keyed by `id`.
    */
   runtime?: ModelRuntime;
+  /** The catalog entry's licence (issue 17); absent for custom models. */
+  license?: string;
 }
 
 /** A dedicated runtime of a model (see `CatalogModel.runtime`). */
@@ -218,6 +230,7 @@ export function loadCatalog(file: string): Catalog {
       limits: { tokensPerMinute: m.tpm_limit, requestsPerMinute: m.rpm_limit, requestsPerHour: m.requests_per_hour },
       engine: m.engine,
       created: releasedToUnix(m.released),
+      license: m.license,
     };
   });
   const ids = new Set<string>();

@@ -193,7 +193,10 @@ export const configSchema = z.object({
   role: z.enum(["api", "worker", "all"]).default("all"),
   /** Background responses one worker process generates at once (issue 6, item 2). */
   workerConcurrency: intFromEnv(1, 256).default(4),
-  /** Allow downloading missing model files from their `hf:` source. */
+  /**
+   * Let the start pull the default model's file from its `hf:` source when it is missing (issue
+   * 17: the start downloads nothing else; `npm run models -- pull <id>` does).
+   */
   allowModelDownload: z
     .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
     .transform((v) => v === true || v === "true" || v === "1")
@@ -354,6 +357,27 @@ export const configSchema = z.object({
    * the job queue; this is the fallback.
    */
   reconcileIntervalMs: intFromEnv(100, 3_600_000).default(10_000),
+  /**
+   * Catalog models the start pulls before serving (issue 17; for containers): a comma list of
+   * model ids. A pull that fails stops the start (one line naming the model and why).
+   */
+  pullOnStart: z
+    .union([z.array(z.string()), z.string()])
+    .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((id) => id.trim()).filter((id) => id !== ""))
+    .default([]),
+  /**
+   * The embedded engine's GPU use (issue 17): `auto` uses node-llama-cpp's GPU build (CUDA,
+   * Vulkan, Metal) when a usable GPU is present, else the CPU; `off` always the CPU.
+   */
+  gpu: z.enum(["auto", "off"]).default("auto"),
+  /** Model hub base URL for pulls (the Hugging Face convention `HF_ENDPOINT`: a mirror); default https://huggingface.co. */
+  hfEndpoint: z
+    .string()
+    .url()
+    .refine((v) => /^https?:$/.test(new URL(v).protocol), "expected an http or https URL")
+    .optional(),
+  /** Model hub token for pulls (`HF_TOKEN`): private or gated repositories. */
+  hfToken: z.string().min(1).optional(),
 });
 
 export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
@@ -419,6 +443,10 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",
   teamMaxCustomModels: "SWITCHYARD_TEAM_MAX_CUSTOM_MODELS",
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
+  pullOnStart: "SWITCHYARD_PULL_ON_START",
+  gpu: "SWITCHYARD_GPU",
+  hfEndpoint: "HF_ENDPOINT",
+  hfToken: "HF_TOKEN",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

@@ -74,6 +74,17 @@ export class ModelType implements ModelDto {
   @Field() provider!: string;
   @Field(() => ModelPricingType) pricing!: ModelPricingDto;
   @Field() released!: string;
+  @Field(() => String, {
+    name: "deployStatus",
+    description: "available, or pending_deploy when the model's file is not downloaded on this server.",
+  })
+  deploy_status!: "available" | "pending_deploy";
+  @Field(() => String, {
+    name: "statusReason",
+    nullable: true,
+    description: "Why the model is not served here, e.g. 'not downloaded: run npm run models -- pull <id>'.",
+  })
+  status_reason!: string | null;
 }
 
 @ObjectType("CatalogModel", {

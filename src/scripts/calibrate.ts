@@ -80,7 +80,7 @@ async function main(): Promise<void> {
       embeddingContexts: 1,
       modelsDir: config.modelsDir,
       dataDir: config.dataDir,
-      allowModelDownload: config.allowModelDownload,
+      gpu: config.gpu,
       logger,
     }),
   });

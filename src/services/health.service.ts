@@ -39,7 +39,10 @@ export class HealthService {
       checks.database = "unreachable";
       checks.migrations = "unknown";
     }
-    if (!this.engines.isLoaded(this.catalog.defaultModel())) checks.engine = "loading";
+    const defaultModel = this.catalog.defaultModel();
+    // Issue 17: a default model whose file is not here will not load by waiting.
+    if (this.catalog.unavailable(defaultModel)) checks.engine = "not_downloaded";
+    else if (!this.engines.isLoaded(defaultModel)) checks.engine = "loading";
     const failed = Object.entries(checks).filter(([, v]) => v !== "ok");
     if (failed.length > 0) throw new AppError(ErrorCode.EngineUnavailable, "Service not ready", checks, 5);
     return { status: "ready", ...checks };

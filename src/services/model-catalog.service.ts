@@ -45,6 +45,12 @@ export interface ModelDto {
   provider: string;
   pricing: ModelPricingDto;
   released: string;
+  /**
+   * Issue 17: `available` when this server serves the model, `pending_deploy` when its file is not
+   * downloaded here (`status_reason` then says `not downloaded: run npm run models -- pull <id>`).
+   */
+  deploy_status: "available" | "pending_deploy";
+  status_reason: string | null;
 }
 
 export const OWNED_BY = "switchyard";
@@ -66,6 +72,11 @@ export class ModelCatalogService {
     return this.platform.defaultModel();
   }
 
+  /** Why platform model `m` is not served on this server (issue 17: not downloaded), or undefined. */
+  unavailable(m: CatalogModel): string | undefined {
+    return this.platform.unavailable(m);
+  }
+
   /**
    * Models offered to `teamId` on the data plane: the platform's (not `coming_soon`), in catalog
    * order, then the team's custom models that resolve (available, or with an available deployment).
@@ -75,7 +86,7 @@ export class ModelCatalogService {
     return [
       ...this.platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon"),
       ...view.customIds.map((id) => view.models.get(id)!),
-    ].map(toModelDto);
+    ].map((m) => toModelDto(m, view.models.has(m.id) ? undefined : this.platform.unavailable(m)));
   }
 
   /**
@@ -85,7 +96,8 @@ export class ModelCatalogService {
   get(teamId: string, id: string): ModelDto {
     const model = this.find(teamId, id);
     if (!model) throw AppError.notFound(`Model '${id}' not found`);
-    return toModelDto(model);
+    const own = this.teams.view(teamId).models.has(id);
+    return toModelDto(model, own ? undefined : this.platform.unavailable(model));
   }
 
   /**
@@ -103,13 +115,22 @@ export class ModelCatalogService {
    * The model a create operation of `teamId` names (see `find`). Its `id` stays the name the
    * caller used, whatever runtime serves it.
    * @throws AppError 404 for a model the team cannot use (unknown, not yet available, another
-   *   team's custom model); 400 when it cannot serve `modality` (e.g. an embedding model on chat
-   *   completions; for `decisions`: a model whose capabilities do not list decisions).
+   *   team's custom model, or a platform model whose file is not downloaded on this server: the
+   *   message then says `not downloaded: run npm run models -- pull <id>`, issue 17); 400 when it
+   *   cannot serve `modality` (e.g. an embedding model on chat completions; for `decisions`: a
+   *   model whose capabilities do not list decisions).
    */
   resolve(teamId: string, id: string, modality: Modality): CatalogModel {
     const model = this.find(teamId, id);
     if (!model) {
       throw new AppError(ErrorCode.NotFound, `Model '${id}' not found`, { field: "model", code: "model_not_found" });
+    }
+    const missing = this.teams.view(teamId).models.has(id) ? undefined : this.platform.unavailable(model);
+    if (missing) {
+      throw new AppError(ErrorCode.NotFound, `Model '${id}' is ${missing}`, {
+        field: "model",
+        code: "model_not_downloaded",
+      });
     }
     // Decisions are served by models that say so, whatever their modality (DESIGN §3 Decisions).
     if (modality === "decisions" ? !model.capabilities.decisions : model.modality !== modality) {
@@ -121,7 +142,7 @@ export class ModelCatalogService {
   }
 }
 
-function toModelDto(m: CatalogModel): ModelDto {
+function toModelDto(m: CatalogModel, unavailable?: string): ModelDto {
   return {
     id: m.id,
     object: "model",
@@ -134,6 +155,8 @@ function toModelDto(m: CatalogModel): ModelDto {
     provider: m.provider,
     pricing: pricingDto(m),
     released: m.released,
+    deploy_status: unavailable === undefined ? "available" : "pending_deploy",
+    status_reason: unavailable ?? null,
   };
 }
 

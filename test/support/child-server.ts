@@ -73,6 +73,7 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
     LOG_LEVEL: "info",
     SWITCHYARD_MODELS_DIR: MODELS_DIR,
     SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
+    SWITCHYARD_GPU: "off",
     SWITCHYARD_JWT_SECRET: "child-server-test-secret-child-server-test",
   };
   delete env.DATABASE_URL;

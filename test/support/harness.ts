@@ -104,6 +104,8 @@ export async function startTestServer(
       jwtSecret: "test-secret-test-secret-test-secret-0123",
       logLevel: (process.env.LOG_LEVEL as ConfigInput["logLevel"]) ?? "silent",
       allowModelDownload: false,
+      // No GPU probe (about a second per server); tests that want SWITCHYARD_GPU=auto say so.
+      gpu: "off",
       engineSequences: 8,
       ...overrides,
     },

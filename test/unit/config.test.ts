@@ -83,32 +83,15 @@ describe("model files", () => {
   const catalog = loadCatalog(loadConfig({ SWITCHYARD_DATA_DIR: tmp() }).catalogPath);
   const model = catalog.models[0];
   const spec = model.engine as LlamaCppEngineSpec;
-  const lib = {
-    resolveModelFile: async () => {
-      throw new Error("getaddrinfo ENOTFOUND huggingface.co");
-    },
-  };
 
-  test("when the models directory has the file, then it is used", async () => {
-    const file = await resolveModelPath(
-      model,
-      spec,
-      { modelsDir: MODELS_DIR, dataDir: tmp(), allowModelDownload: false },
-      lib,
-    );
+  test("when the models directory has the file, then it is used", () => {
+    const file = resolveModelPath(model, spec, { modelsDir: MODELS_DIR, dataDir: tmp() });
     expect(file).toBe(path.join(MODELS_DIR, "stories260K.gguf"));
   });
 
-  test("when the file is missing and downloads are off, then the error names SWITCHYARD_MODELS_DIR", async () => {
-    const err = resolveModelPath(model, spec, { dataDir: tmp(), allowModelDownload: false }, lib);
-    await expect(err).rejects.toThrow(ConfigError);
-    await expect(err).rejects.toThrow(/SWITCHYARD_MODELS_DIR/);
-  });
-
-  test("when the file is missing and the download fails offline, then the error says so and names the setting", async () => {
-    const err = resolveModelPath(model, spec, { dataDir: tmp(), allowModelDownload: true }, lib);
-    await expect(err).rejects.toThrow(
-      /downloading hf:ggml-org\/models\/tinyllamas\/stories260K\.gguf failed.*SWITCHYARD_MODELS_DIR/,
-    );
+  test("when the file is missing, then the engine downloads nothing and the error names the pull command and SWITCHYARD_MODELS_DIR", () => {
+    const load = () => resolveModelPath(model, spec, { dataDir: tmp() });
+    expect(load).toThrow(ConfigError);
+    expect(load).toThrow(/npm run models -- pull tinystories-260k.*SWITCHYARD_MODELS_DIR/);
   });
 });

@@ -118,9 +118,12 @@ function modelFields(m: CatalogModel) {
   };
 }
 
-/** A platform catalog entry as a catalog model. */
-export function platformCatalogItem(m: CatalogModel): CatalogModelDto {
-  const served = m.platformStatus !== "coming_soon";
+/**
+ * A platform catalog entry as a catalog model. `unavailable` (issue 17): why this machine does not
+ * serve it (its file is not downloaded): `deploy_status` `pending_deploy` with that `status_reason`.
+ */
+export function platformCatalogItem(m: CatalogModel, unavailable?: string): CatalogModelDto {
+  const served = m.platformStatus !== "coming_soon" && unavailable === undefined;
   return {
     ...modelFields(m),
     platform_status: m.platformStatus,
@@ -129,7 +132,7 @@ export function platformCatalogItem(m: CatalogModel): CatalogModelDto {
     deploy_status: served ? "available" : "pending_deploy",
     architecture: m.architecture,
     has_model_hub_token: false,
-    status_reason: null,
+    status_reason: unavailable ?? null,
     artifact_type: null,
     base_model_id: null,
     hf_repo: null,
@@ -167,8 +170,8 @@ export function customCatalogItem(row: CustomModelEntity, platform: PlatformMode
   };
 }
 
-/** A platform catalog entry as a search item. */
-export function searchItem(m: CatalogModel): ModelSearchItemDto {
+/** A platform catalog entry as a search item (`unavailable`: as `platformCatalogItem`). */
+export function searchItem(m: CatalogModel, unavailable?: string): ModelSearchItemDto {
   return {
     id: m.id,
     display_name: m.displayName,
@@ -179,7 +182,7 @@ export function searchItem(m: CatalogModel): ModelSearchItemDto {
     ...prices(m),
     ...limitStrings(m.limits),
     catalog_status: m.platformStatus,
-    deployed_on_platform: m.platformStatus !== "coming_soon",
+    deployed_on_platform: m.platformStatus !== "coming_soon" && unavailable === undefined,
     source: "catalog",
   };
 }

@@ -101,7 +101,7 @@ export class CustomModelsService {
     });
     return {
       models: [
-        ...this.platform.catalog.models.map(platformCatalogItem),
+        ...this.platform.catalog.models.map((m) => platformCatalogItem(m, this.platform.unavailable(m))),
         ...custom.map((row) => customCatalogItem(row, this.platform)),
       ],
     };
@@ -123,7 +123,7 @@ export class CustomModelsService {
         (m) =>
           needle === undefined || [m.id, m.displayName, m.provider].some((text) => text.toLowerCase().includes(needle)),
       )
-      .map(searchItem);
+      .map((m) => searchItem(m, this.platform.unavailable(m)));
     return { items };
   }
 

@@ -51,12 +51,31 @@ export type CustomModelFields = Pick<
   | "createdAt"
 >;
 
+/**
+ * Whether a platform model can be served on this machine (issue 17): `missing` says why not
+ * (`not downloaded: run npm run models -- pull <id>`), undefined when it can.
+ */
+export interface ModelAvailability {
+  missing(model: CatalogModel): string | undefined;
+}
+
 /** The platform catalog as the rules read it. */
 export class PlatformModels {
   private readonly byId: Map<string, CatalogModel>;
 
-  constructor(readonly catalog: Catalog) {
+  constructor(
+    readonly catalog: Catalog,
+    private readonly availability?: ModelAvailability,
+  ) {
     this.byId = new Map(catalog.models.map((m) => [m.id, m]));
+  }
+
+  /**
+   * Why platform model `m` is not served on this machine (issue 17: its file is not downloaded),
+   * or undefined when it is (or is `coming_soon`, which says so itself).
+   */
+  unavailable(m: CatalogModel): string | undefined {
+    return m.platformStatus === "coming_soon" ? undefined : this.availability?.missing(m);
   }
 
   /** The platform model `id`, any status; undefined when the catalog has none. */

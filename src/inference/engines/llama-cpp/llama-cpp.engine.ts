@@ -1,8 +1,8 @@
 /**
- * The embedded engine: node-llama-cpp on CPU (DESIGN §1, §2). One `LlamaModel` per GGUF file;
- * per generation model one context with N parallel sequences (node-llama-cpp decodes concurrent
- * sequences in one batch), handed out through a `SlotPool`, so concurrent requests neither share
- * state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
+ * The embedded engine: node-llama-cpp on CPU, or a GPU when `SWITCHYARD_GPU=auto` finds one
+ * (DESIGN §1, §2; issue 17). One `LlamaModel` per GGUF file; per generation model one context
+ * with N parallel sequences (node-llama-cpp decodes concurrent sequences in one batch), handed out
+ * through a `SlotPool`, so concurrent requests neither share state nor queue behind a global lock. Embedding models get a small pool of embedding contexts.
  * A freed sequence keeps its tokens; the next request picks the free sequence sharing the longest
  * prefix with its prompt and reuses that KV cache (reported as cached prompt tokens).
  * Log-probability scoring (decisions, issue 11) runs on separate one-sequence contexts made on
@@ -62,6 +62,12 @@ export interface LlamaCppEngineOptions extends ModelFileSettings {
   sequences: number;
   /** Embedding contexts per embedding model. */
   embeddingContexts: number;
+  /**
+   * GPU use (issue 17, `SWITCHYARD_GPU`): `auto` takes node-llama-cpp's GPU build when a usable
+   * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (the default
+   * here; the config's default is `auto`) the CPU.
+   */
+  gpu?: "auto" | "off";
   logger: Logger;
 }
 
@@ -616,8 +622,7 @@ export class LlamaCppEngine implements InferenceEngine {
     let file = this.files.get(key);
     if (!file) {
       file = (async () => {
-        const lib = await this.library();
-        const modelPath = await resolveModelPath(model, spec, this.opts, lib);
+        const modelPath = resolveModelPath(model, spec, this.opts);
         const llama = await this.llamaInstance();
         this.opts.logger.info({ model: model.id, path: modelPath }, "loading model file");
         return llama.loadModel({ modelPath });
@@ -633,10 +638,19 @@ export class LlamaCppEngine implements InferenceEngine {
     return this.lib;
   }
 
+  /**
+   * What the engine computes on (issue 17, start banner): `cpu`, or the GPU backend node-llama-cpp
+   * chose (`cuda`, `vulkan`, `metal`). Starts llama.cpp when no model has yet.
+   */
+  async backend(): Promise<string> {
+    const llama = await this.llamaInstance();
+    return llama.gpu === false ? "cpu" : llama.gpu;
+  }
+
   private llamaInstance(): Promise<Llama> {
     this.llama ??= this.library().then((lib) =>
       lib.getLlama({
-        gpu: false,
+        gpu: this.opts.gpu === "auto" ? "auto" : false,
         build: "never",
         logLevel: lib.LlamaLogLevel.error,
         logger: (level, message) => this.opts.logger.debug({ level }, message.trim()),
