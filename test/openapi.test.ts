@@ -109,6 +109,19 @@ test("the served document is OpenAPI 3.1.0 and validates as such; the YAML is th
   // Bearer (API key or access token) and x-api-key; the error envelope on every 4xx and 5xx.
   expect(document.components.securitySchemes.bearerAuth).toMatchObject({ type: "http", scheme: "bearer" });
   expect(document.components.schemas.ErrorEnvelope.required).toEqual(["status_code", "detail"]);
+  // The account group's request schemas carry the spec's names; components hold no `$id`s.
+  const names = Object.keys(document.components.schemas);
+  expect(names).toEqual(
+    expect.arrayContaining([
+      "SignupRequest",
+      "LoginRequest",
+      "ApiKeyCreateRequest",
+      "OAuthCompleteRequest",
+      "ForgotPasswordRequest",
+      "ResetPasswordRequest",
+    ]),
+  );
+  expect(JSON.stringify(document.components.schemas)).not.toContain('"$id"');
   for (const { path, method, op } of operations()) {
     for (const [status, answer] of Object.entries(op.responses as Json)) {
       if (!/^[45]/.test(status) || path === "/graphql") continue;

@@ -146,7 +146,10 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     path: "/v1/responses/:response_id",
     auth: "required",
     handler: deleteResponse,
-    doc: { summary: "Delete a stored response (answers it)", response: shape.responseShape },
+    doc: {
+      summary: "Delete a stored response (one still in progress is cancelled first); answers it",
+      response: shape.responseShape,
+    },
   },
   {
     method: "post",

@@ -15,12 +15,53 @@ import path from "node:path";
 import express, { type Express } from "express";
 import { stringify } from "yaml";
 import { z } from "zod";
+import { loginInput, signupInput } from "../services/account.service.js";
+import { createApiKeyInput } from "../services/api-key.service.js";
+import { invoiceBody, topUpBody } from "../services/billing/billing.service.js";
+import { inviteMemberInput, updateMemberInput } from "../services/members.service.js";
+import { createCustomModelInput, requestDeploymentInput } from "../services/models/custom-models.service.js";
+import { createDeploymentInput } from "../services/models/deployments.service.js";
+import { oauthCompleteInput } from "../services/oauth/oauth.service.js";
+import { forgotPasswordInput, resetPasswordInput } from "../services/password-reset.service.js";
+import { messagesRequest } from "../services/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest } from "../services/protocols/openai-chat.protocol.js";
+import { embeddingRequest } from "../services/protocols/openai-embeddings.protocol.js";
+import { responseRequest } from "../services/protocols/openai-responses.protocol.js";
+import { createStreamInput, updateStreamInput } from "../services/streams.service.js";
+import { updateTeamInput } from "../services/team.service.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { responseShapes } from "./openapi-shapes.js";
 import type { RouteDoc } from "./route-doc.js";
 
 type Json = Record<string, unknown>;
+
+/**
+ * Names of request schemas in `components.schemas` (the spec's names for the account group);
+ * a body schema not named here is named after its operation (`PostV1BatchesBody`).
+ */
+const REQUEST_NAMES: ReadonlyArray<[z.ZodType, string]> = [
+  [chatCompletionRequest, "ChatCompletionRequest"],
+  [responseRequest, "ResponseRequest"],
+  [embeddingRequest, "EmbeddingRequest"],
+  [messagesRequest, "MessagesRequest"],
+  [createStreamInput, "StreamCreateRequest"],
+  [updateStreamInput, "StreamUpdateRequest"],
+  [signupInput, "SignupRequest"],
+  [loginInput, "LoginRequest"],
+  [createApiKeyInput, "ApiKeyCreateRequest"],
+  [oauthCompleteInput, "OAuthCompleteRequest"],
+  [forgotPasswordInput, "ForgotPasswordRequest"],
+  [resetPasswordInput, "ResetPasswordRequest"],
+  [updateTeamInput, "TeamUpdateRequest"],
+  [inviteMemberInput, "MemberInviteRequest"],
+  [updateMemberInput, "MemberUpdateRequest"],
+  [createCustomModelInput, "CustomModelCreateRequest"],
+  [requestDeploymentInput, "DeploymentRequestRequest"],
+  [createDeploymentInput, "DeploymentCreateRequest"],
+  [topUpBody, "TopUpRequest"],
+  [invoiceBody, "InvoiceCreateRequest"],
+];
 
 /** A row of either table, as the document needs it. */
 interface DocumentedRow {
@@ -101,8 +142,15 @@ export function buildOpenApiDocument(): Json {
     registry.add(schema, { id: wanted });
     return wanted;
   };
-  for (const [n, schema] of Object.entries(responseShapes)) name(schema, n);
-  const ref = (schema: z.ZodType, wanted: string) => ({ $ref: `#/components/schemas/${name(schema, wanted)}` });
+  // Named when first used, so the components are exactly what the operations refer to.
+  const preferred = new Map<z.ZodType, string>([
+    ...REQUEST_NAMES,
+    ...Object.entries(responseShapes).map(([n, schema]): [z.ZodType, string] => [schema, n]),
+  ]);
+  name(responseShapes.ErrorEnvelope, "ErrorEnvelope");
+  const ref = (schema: z.ZodType, fallback: string) => ({
+    $ref: `#/components/schemas/${name(schema, preferred.get(schema) ?? fallback)}`,
+  });
 
   const paths: Record<string, Record<string, Json>> = {};
   for (const row of documentedRows()) {
@@ -196,8 +244,11 @@ export function buildOpenApiDocument(): Json {
       schemas: Record<string, Json>;
     }
   ).schemas;
+  // zod names each schema by its `$id` (a fragment URI, not a valid 2020-12 `$id`): the
+  // component's key names it, and `$ref`s between them resolve against the document.
   for (const s of Object.values(schemas)) {
     delete s.$schema;
+    delete s.$id;
     delete s.id;
   }
 
@@ -370,15 +421,23 @@ const DOCS_CSP =
 
 /**
  * Mounts `GET /schema/openapi.json`, `/schema/openapi.yaml` and the reference page `/docs` (no
- * credentials: the document describes the API, it holds nothing of anyone's). The document is
- * built once, here.
+ * credentials: the document describes the API, it holds nothing of anyone's). Each form of the
+ * document is built on its first request and kept (YAML takes most of a second: not at start).
  */
 export function mountOpenApi(app: Express): void {
-  const document = buildOpenApiDocument();
-  const json = JSON.stringify(document);
-  const yaml = stringify(document, { aliasDuplicateObjects: false });
-  app.get("/schema/openapi.json", (_req, res) => void res.type("application/json").send(json));
-  app.get("/schema/openapi.yaml", (_req, res) => void res.type("application/yaml").send(yaml));
+  let document: Json | undefined;
+  let json: string | undefined;
+  let yaml: string | undefined;
+  const built = () => (document ??= buildOpenApiDocument());
+  app.get(
+    "/schema/openapi.json",
+    (_req, res) => void res.type("application/json").send((json ??= JSON.stringify(built()))),
+  );
+  app.get(
+    "/schema/openapi.yaml",
+    (_req, res) =>
+      void res.type("application/yaml").send((yaml ??= stringify(built(), { aliasDuplicateObjects: false }))),
+  );
   app.get(["/docs", "/docs/"], (_req, res) => {
     res.setHeader("Content-Security-Policy", DOCS_CSP);
     res.type("html").send(DOCS_HTML);
