@@ -15,6 +15,7 @@ import type { Metrics } from "../shared/metrics.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { jsonBody } from "./json-body.js";
+import { mountOpenApi } from "./openapi.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
 
@@ -200,7 +201,8 @@ const timing: RequestHandler = (req, res, next) => {
 };
 
 /**
- * Builds the Express app with both REST tables mounted (and `/metrics` when `metrics` is given);
+ * Builds the Express app with both REST tables mounted, the OpenAPI document at `/schema/openapi.json`
+ * (`.yaml`) and its reference page at `/docs` (and `/metrics` when `metrics` is given);
  * the server adds `/graphql`, the 404 and the error middleware after it.
  */
 export function createApp(opts: AppOptions): Express {
@@ -216,6 +218,8 @@ export function createApp(opts: AppOptions): Express {
     app.use(httpMetrics(opts.metrics));
     app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
   }
+  // The OpenAPI document and the reference page (issue 13, items 1 and 2): no credentials.
+  mountOpenApi(app);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

@@ -15,6 +15,29 @@ import type { UpdateTeamInput } from "../services/team.service.js";
 import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
 import type { CreateCustomModelInput, RequestDeploymentInput } from "../services/models/custom-models.service.js";
 import type { CreateDeploymentInput } from "../services/models/deployments.service.js";
+import { activityListQuery, usageQuery, userFilterQuery } from "../services/activity.service.js";
+import { createApiKeyInput } from "../services/api-key.service.js";
+import { loginInput, signupInput } from "../services/account.service.js";
+import { billingSummaryQuery } from "../services/billing-summary.service.js";
+import {
+  confirmQuery,
+  invoiceBody,
+  topUpBody,
+  topUpQuery,
+  transactionsQuery,
+} from "../services/billing/billing.service.js";
+import { inviteMemberInput, updateMemberInput } from "../services/members.service.js";
+import {
+  createCustomModelInput,
+  deleteCustomModelQuery,
+  requestDeploymentInput,
+  searchModelsQuery,
+} from "../services/models/custom-models.service.js";
+import { createDeploymentInput } from "../services/models/deployments.service.js";
+import { oauthCompleteInput } from "../services/oauth/oauth.service.js";
+import { forgotPasswordInput, resetPasswordInput } from "../services/password-reset.service.js";
+import { updateTeamInput } from "../services/team.service.js";
+import type { RouteDoc } from "./route-doc.js";
 import {
   activityDetailJson,
   activityListJson,
@@ -49,6 +72,8 @@ export interface RouteSpec {
   /** `raw`: the body is handed over as the bytes that came (a Buffer), unparsed (webhook signatures). */
   body?: "raw";
   call: (r: Resolvers, input: RouteInput, ctx: RequestContext) => unknown;
+  /** What the OpenAPI document says of this route (`openapi.ts`); without it, a generic object. */
+  doc?: RouteDoc;
 }
 
 export const controlRoutes: RouteSpec[] = [
@@ -58,6 +83,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 201,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.signup(body as SignupInput, ctx)),
+    doc: { summary: "Sign up (a new team, or the inviting team with `invite_token`)", body: signupInput },
   },
   {
     method: "post",
@@ -65,6 +91,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.login(body as LoginInput, ctx)),
+    doc: { summary: "Log in: an access token", body: loginInput },
   },
   {
     method: "get",
@@ -72,6 +99,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => userJson(await r.auth.me(ctx)),
+    doc: { summary: "The signed-in user" },
   },
   {
     method: "get",
@@ -79,6 +107,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => apiKeyListJson(await r.apiKeys.apiKeys(ctx)),
+    doc: { summary: "The caller's API keys" },
   },
   {
     method: "post",
@@ -86,6 +115,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInput, ctx),
+    doc: { summary: "Create an API key (the key is shown this once)", body: createApiKeyInput },
   },
   {
     method: "delete",
@@ -93,6 +123,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.apiKeys.revokeApiKey(params.key_id, ctx),
+    doc: { summary: "Revoke an API key" },
   },
   // OpenID Connect (issue 8, item 2): the authorize helper binds its state to a signed-in caller.
   {
@@ -101,6 +132,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "optional",
     status: 200,
     call: (r, { params }, ctx) => r.auth.oauthAuthorize(params.provider, ctx),
+    doc: { summary: "Start an OpenID Connect sign-in: the provider URL and state" },
   },
   {
     method: "post",
@@ -108,6 +140,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.oauthComplete(body as OAuthCompleteInput, ctx)),
+    doc: { summary: "Finish an OpenID Connect sign-in", body: oauthCompleteInput },
   },
   {
     method: "post",
@@ -115,6 +148,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { body }, ctx) => r.auth.linkOAuth(body as OAuthCompleteInput, ctx),
+    doc: { summary: "Link an OpenID Connect account to the caller", body: oauthCompleteInput },
   },
   {
     method: "get",
@@ -122,6 +156,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, _i, ctx) => r.auth.linkedAccounts(ctx),
+    doc: { summary: "The caller's linked OpenID Connect accounts" },
   },
   {
     method: "get",
@@ -129,6 +164,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => teamJson(r, ctx, await r.teams.team(ctx)),
+    doc: { summary: "The caller's team and its members" },
   },
   {
     method: "patch",
@@ -136,6 +172,10 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { body }, ctx) => teamJson(r, ctx, await r.teams.updateTeam(body as UpdateTeamInput, ctx)),
+    doc: {
+      summary: "Update the team (name, email domain, zero data retention, webhook signing secret)",
+      body: updateTeamInput,
+    },
   },
   {
     method: "post",
@@ -143,6 +183,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: async (r, { body }, ctx) => invitedMemberJson(await r.teams.inviteMember(body as InviteMemberInput, ctx)),
+    doc: { summary: "Invite a member (the invitation token is shown this once)", body: inviteMemberInput },
   },
   {
     method: "patch",
@@ -151,6 +192,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     call: async (r, { params, body }, ctx) =>
       memberJson(await r.teams.updateMember(params.user_id, body as UpdateMemberInput, ctx)),
+    doc: { summary: "Change a member's role", body: updateMemberInput },
   },
   {
     method: "delete",
@@ -158,6 +200,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.teams.removeMember(params.user_id, ctx),
+    doc: { summary: "Remove a member" },
   },
   {
     method: "post",
@@ -165,6 +208,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { params }, ctx) => withUserJson(await r.teams.acceptInvitation(params.token, ctx)),
+    doc: { summary: "Accept an invitation: the caller joins the team" },
   },
   {
     method: "post",
@@ -172,6 +216,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: (r, { body }, ctx) => r.auth.forgotPassword((body as ForgotPasswordInput | null | undefined)?.email, ctx),
+    doc: { summary: "Mail a password reset link", body: forgotPasswordInput },
   },
   {
     method: "post",
@@ -182,6 +227,7 @@ export const controlRoutes: RouteSpec[] = [
       const input = body as ResetPasswordInput | null | undefined;
       return r.auth.resetPassword(input?.token, input?.password, ctx);
     },
+    doc: { summary: "Set a new password with a mailed token", body: resetPasswordInput },
   },
   // Models and deployments (issue 9). Query values go to the services as given (a repeated
   // parameter arrives as an array and is refused there with a 400 naming it).
@@ -191,6 +237,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, _i, ctx) => r.models.modelCatalog(ctx),
+    doc: { summary: "The platform model catalog" },
   },
   {
     method: "get",
@@ -204,6 +251,7 @@ export const controlRoutes: RouteSpec[] = [
         query.status as string | null,
         ctx,
       ),
+    doc: { summary: "Search the catalog", query: searchModelsQuery },
   },
   {
     method: "post",
@@ -211,6 +259,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.models.createCustomModel(body as CreateCustomModelInput, ctx),
+    doc: { summary: "Register a custom model", body: createCustomModelInput },
   },
   {
     method: "delete",
@@ -218,6 +267,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { query }, ctx) => r.models.deleteCustomModel(query.model_id as string, ctx),
+    doc: { summary: "Delete a custom model", query: deleteCustomModelQuery },
   },
   {
     method: "post",
@@ -225,6 +275,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { body }, ctx) => r.models.requestDeployment(body as RequestDeploymentInput, ctx),
+    doc: { summary: "Ask for a model to be deployed", body: requestDeploymentInput },
   },
   {
     method: "get",
@@ -232,6 +283,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => ({ items: (await r.deployments.deployments(ctx)).items.map(deploymentJson) }),
+    doc: { summary: "The team's deployments" },
   },
   {
     method: "post",
@@ -240,6 +292,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 201,
     call: async (r, { body }, ctx) =>
       deploymentJson(await r.deployments.createDeployment(body as CreateDeploymentInput, ctx)),
+    doc: { summary: "Create a deployment", body: createDeploymentInput },
   },
   {
     method: "delete",
@@ -247,6 +300,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 204,
     call: (r, { params }, ctx) => r.deployments.deleteDeployment(params.deployment_id, ctx),
+    doc: { summary: "Delete a deployment" },
   },
   // Activity and usage (issue 10, items 1 and 2). `/activity/models` comes before `/activity/:request_id`.
   {
@@ -255,6 +309,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { query }, ctx) => activityListJson(await r.activity.list(query, ctx)),
+    doc: { summary: "Activity records, a page at a time", query: activityListQuery },
   },
   {
     method: "get",
@@ -262,6 +317,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.models(query, ctx),
+    doc: { summary: "Models in the caller's activity", query: userFilterQuery },
   },
   {
     method: "get",
@@ -269,6 +325,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { params }, ctx) => activityDetailJson(await r.activity.activityRecord(params.request_id, ctx)),
+    doc: { summary: "One activity record with its bodies" },
   },
   {
     method: "get",
@@ -276,6 +333,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.daily(query, ctx),
+    doc: { summary: "Usage by day and model", query: usageQuery },
   },
   {
     method: "get",
@@ -283,6 +341,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.summary(query, ctx),
+    doc: { summary: "Usage totals and by model", query: usageQuery },
   },
   // Billing summary with the pricing used (issue 10, item 3).
   {
@@ -291,6 +350,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.billingSummary.summary(query, ctx),
+    doc: { summary: "Billing summary with the prices used", query: billingSummaryQuery },
   },
   // Billing (issue 10, items 4–6). The confirm link and the Stripe webhook carry their own proof
   // (an HMAC signature, Stripe's signature over the raw body) instead of credentials.
@@ -300,6 +360,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.billing.transactions(query, ctx),
+    doc: { summary: "Credit ledger transactions, newest first", query: transactionsQuery },
   },
   {
     method: "post",
@@ -307,6 +368,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { query, body }, ctx) => r.billing.topUp(query, body, ctx),
+    doc: { summary: "Start a credit top-up (idempotent by `nonce`)", query: topUpQuery, body: topUpBody },
   },
   {
     method: "get",
@@ -314,6 +376,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: (r, { query }) => r.billing.confirmLocalTopUp(query),
+    doc: { summary: "Confirm a local (no payment provider) top-up: the signed link", query: confirmQuery },
   },
   {
     method: "post",
@@ -322,6 +385,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     body: "raw",
     call: (r, { body, header }) => r.billing.stripeWebhook(body, header("stripe-signature")),
+    doc: { summary: "Stripe webhook (signed by Stripe over the raw body)" },
   },
   {
     method: "post",
@@ -329,6 +393,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.billing.invoices(body, ctx),
+    doc: { summary: "Create an invoice for a period", body: invoiceBody },
   },
   {
     method: "get",
@@ -336,5 +401,6 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { params }, ctx) => r.billing.invoice(params.invoice_id, ctx),
+    doc: { summary: "One invoice" },
   },
 ];

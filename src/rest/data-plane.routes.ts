@@ -26,6 +26,16 @@ import {
   getBatchResultsJsonl,
   listBatches,
 } from "./handlers/batches.handler.js";
+import { listQuery as listBatchesQuery } from "../services/batches/batches.service.js";
+import { eventsQuery } from "../services/completion-events.service.js";
+import { messagesQuery, messagesRequest } from "../services/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest } from "../services/protocols/openai-chat.protocol.js";
+import { embeddingRequest } from "../services/protocols/openai-embeddings.protocol.js";
+import { responseRequest } from "../services/protocols/openai-responses.protocol.js";
+import { listResponsesQuery } from "../services/responses.service.js";
+import { createStreamInput, updateStreamInput } from "../services/streams.service.js";
+import type { RouteDoc } from "./route-doc.js";
+import * as shape from "./openapi-shapes.js";
 
 /** A model as Anthropic's API lists it: the spec's fields plus `type` and an RFC 3339 `created_at`. */
 function anthropicModel(m: ModelDto) {
@@ -42,21 +52,31 @@ export interface DataPlaneRoute {
   body?: "json" | "raw";
   /** Largest JSON body of this route, bytes (413 above); default: config `bodyLimitBytes`. */
   bodyLimitBytes?: number;
+  /** What the OpenAPI document says of this route (`openapi.ts`); without it, a generic object. */
+  doc?: RouteDoc;
 }
 
 export const dataPlaneRoutes: DataPlaneRoute[] = [
-  { method: "get", path: "/v1/health", auth: "none", handler: (d, _q, res) => void res.json(d.health.live()) },
+  {
+    method: "get",
+    path: "/v1/health",
+    auth: "none",
+    handler: (d, _q, res) => void res.json(d.health.live()),
+    doc: { summary: "Liveness", response: shape.healthShape },
+  },
   {
     method: "get",
     path: "/v1/health/ready",
     auth: "none",
     handler: async (d, _q, res) => void res.json(await d.health.ready()),
+    doc: { summary: "Readiness: the database and the default model are up", response: shape.healthShape },
   },
   {
     method: "get",
     path: "/v1/auth/me",
     auth: "required",
     handler: (d, _q, res, ctx) => void res.json(d.resolvers.auth.currentUser(ctx)),
+    doc: { summary: "The caller (data plane)", response: shape.currentUserShape },
   },
   {
     method: "get",
@@ -72,6 +92,10 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
         res.json({ object: "list", data });
       }
     },
+    doc: {
+      summary: "Models the caller can use (Anthropic's list shape with an `anthropic-version` header)",
+      response: shape.modelListShape,
+    },
   },
   {
     method: "get",
@@ -81,32 +105,180 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
       const model = d.resolvers.models.model(String(req.params.model_id), ctx);
       res.json(req.get("anthropic-version") ? anthropicModel(model) : model);
     },
+    doc: { summary: "One model", response: shape.modelShape },
   },
-  { method: "post", path: "/v1/responses", auth: "required", handler: createResponse },
-  { method: "get", path: "/v1/responses", auth: "required", handler: listResponses },
+  {
+    method: "post",
+    path: "/v1/responses",
+    auth: "required",
+    handler: createResponse,
+    doc: {
+      summary: "Create a response (OpenAI Responses; `background: true` answers at once, `in_progress`)",
+      body: responseRequest,
+      response: shape.responseShape,
+      sse: true,
+    },
+  },
+  {
+    method: "get",
+    path: "/v1/responses",
+    auth: "required",
+    handler: listResponses,
+    doc: {
+      summary: "List stored responses, newest first",
+      query: listResponsesQuery,
+      response: shape.responseListShape,
+    },
+  },
   // The feed's path wins over a response id (issue 6, item 2): it is listed first.
-  { method: "get", path: "/v1/responses/events", auth: "required", handler: listCompletionEvents },
-  { method: "get", path: "/v1/responses/:response_id", auth: "required", handler: getResponse },
-  { method: "delete", path: "/v1/responses/:response_id", auth: "required", handler: deleteResponse },
-  { method: "post", path: "/v1/responses/:response_id/cancel", auth: "required", handler: cancelResponse },
-  { method: "post", path: "/v1/chat/completions", auth: "required", handler: createChatCompletion },
-  { method: "post", path: "/v1/embeddings", auth: "required", handler: createEmbeddings },
-  { method: "post", path: "/v1/messages", auth: "required", handler: createMessage },
+  {
+    method: "get",
+    path: "/v1/responses/events",
+    auth: "required",
+    handler: listCompletionEvents,
+    doc: { summary: "Completion events feed (cursor pages, optional long-poll with `wait_ms`)", query: eventsQuery },
+  },
+  {
+    method: "get",
+    path: "/v1/responses/:response_id",
+    auth: "required",
+    handler: getResponse,
+    doc: { summary: "A stored response", response: shape.responseShape },
+  },
+  {
+    method: "delete",
+    path: "/v1/responses/:response_id",
+    auth: "required",
+    handler: deleteResponse,
+    doc: {
+      summary: "Delete a stored response (one still in progress is cancelled first); answers it",
+      response: shape.responseShape,
+    },
+  },
+  {
+    method: "post",
+    path: "/v1/responses/:response_id/cancel",
+    auth: "required",
+    handler: cancelResponse,
+    doc: { summary: "Cancel a background response", response: shape.responseShape },
+  },
+  {
+    method: "post",
+    path: "/v1/chat/completions",
+    auth: "required",
+    handler: createChatCompletion,
+    doc: {
+      summary: "Create a chat completion (OpenAI Chat Completions)",
+      body: chatCompletionRequest,
+      response: shape.chatCompletionShape,
+      sse: true,
+    },
+  },
+  {
+    method: "post",
+    path: "/v1/embeddings",
+    auth: "required",
+    handler: createEmbeddings,
+    doc: {
+      summary: "Create embeddings (OpenAI Embeddings)",
+      body: embeddingRequest,
+      response: shape.embeddingListShape,
+    },
+  },
+  {
+    method: "post",
+    path: "/v1/messages",
+    auth: "required",
+    handler: createMessage,
+    doc: {
+      summary: "Create a message (Anthropic Messages)",
+      query: messagesQuery,
+      body: messagesRequest,
+      response: shape.anthropicMessageShape,
+      sse: true,
+    },
+  },
   {
     method: "post",
     path: "/v1/decisions",
     auth: "required",
     handler: createDecision,
     bodyLimitBytes: DECISION_BODY_LIMIT_BYTES,
+    doc: { summary: "Calibrated probabilities for up to 64 choice, score or yes/no questions about one input" },
   },
-  { method: "post", path: "/v1/streams", auth: "required", handler: createStream },
-  { method: "get", path: "/v1/streams", auth: "required", handler: listStreams },
-  { method: "get", path: "/v1/streams/:stream_id", auth: "required", handler: getStream },
-  { method: "patch", path: "/v1/streams/:stream_id", auth: "required", handler: updateStream },
-  { method: "post", path: "/v1/batches", auth: "required", handler: createBatch, body: "raw" },
-  { method: "get", path: "/v1/batches", auth: "required", handler: listBatches },
-  { method: "get", path: "/v1/batches/:batch_id", auth: "required", handler: getBatch },
-  { method: "post", path: "/v1/batches/:batch_id/cancel", auth: "required", handler: cancelBatch },
-  { method: "get", path: "/v1/batches/:batch_id/results", auth: "required", handler: getBatchResults },
-  { method: "get", path: "/v1/batches/:batch_id/results.jsonl", auth: "required", handler: getBatchResultsJsonl },
+  {
+    method: "post",
+    path: "/v1/streams",
+    auth: "required",
+    handler: createStream,
+    doc: { summary: "Create a stream (a named group of completions)", body: createStreamInput, status: 201 },
+  },
+  {
+    method: "get",
+    path: "/v1/streams",
+    auth: "required",
+    handler: listStreams,
+    doc: { summary: "List streams, newest first" },
+  },
+  {
+    method: "get",
+    path: "/v1/streams/:stream_id",
+    auth: "required",
+    handler: getStream,
+    doc: { summary: "A stream with its counters" },
+  },
+  {
+    method: "patch",
+    path: "/v1/streams/:stream_id",
+    auth: "required",
+    handler: updateStream,
+    doc: { summary: "Rename, archive or cancel a stream", body: updateStreamInput },
+  },
+  {
+    method: "post",
+    path: "/v1/batches",
+    auth: "required",
+    handler: createBatch,
+    body: "raw",
+    doc: {
+      summary: "Create a batch: `{requests: [{custom_id?, body}], window?, metadata?}`",
+      bodyMediaTypes: ["application/json"],
+      status: 201,
+    },
+  },
+  {
+    method: "get",
+    path: "/v1/batches",
+    auth: "required",
+    handler: listBatches,
+    doc: { summary: "List batches, newest first", query: listBatchesQuery },
+  },
+  {
+    method: "get",
+    path: "/v1/batches/:batch_id",
+    auth: "required",
+    handler: getBatch,
+    doc: { summary: "A batch with progress and totals" },
+  },
+  {
+    method: "post",
+    path: "/v1/batches/:batch_id/cancel",
+    auth: "required",
+    handler: cancelBatch,
+    doc: { summary: "Cancel a batch" },
+  },
+  {
+    method: "get",
+    path: "/v1/batches/:batch_id/results",
+    auth: "required",
+    handler: getBatchResults,
+    doc: { summary: "A batch's results (`results` null until it ends)" },
+  },
+  {
+    method: "get",
+    path: "/v1/batches/:batch_id/results.jsonl",
+    auth: "required",
+    handler: getBatchResultsJsonl,
+    doc: { summary: "A batch's results as JSON lines, in input order", responseMediaType: "application/x-ndjson" },
+  },
 ];

@@ -120,7 +120,8 @@ const batchMembers = z.object({
     .nullish(),
 });
 
-const listQuery = z.object({
+/** `GET /v1/batches` query. */
+export const listQuery = z.object({
   limit: optionalQuery(queryInt(1, 100)),
   after: optionalQuery(z.uuid()),
 });

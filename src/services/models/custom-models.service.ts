@@ -62,7 +62,7 @@ export const requestDeploymentInput = z.object({ model_id: modelId });
 export type RequestDeploymentInput = z.input<typeof requestDeploymentInput>;
 
 /** `DELETE /control/v1/models/custom?model_id=…`. */
-const deleteCustomModelQuery = z.object({ model_id: modelId });
+export const deleteCustomModelQuery = z.object({ model_id: modelId });
 
 /** `GET /control/v1/models/search` query (spec: defaults `text_generation` and `all`). */
 export const searchModelsQuery = z.object({

@@ -1,0 +1,193 @@
+/**
+ * Zod shapes of the main data-plane answers and of the error envelope, for the OpenAPI document
+ * (issue 13, item 1). The request schemas are the services' own; the answers are built by plain
+ * functions, so their shapes are written here, and each is held to the function that builds the
+ * answer at compile time (`Fits` below: a field renamed or retyped there fails `tsc` here).
+ * Objects are documented open (extra fields allowed), as clients should read them.
+ */
+import { z } from "zod";
+import type { ModelDto } from "../services/model-catalog.service.js";
+import type { anthropicMessage } from "../services/protocols/anthropic-messages.protocol.js";
+import type { chatCompletion } from "../services/protocols/openai-chat.protocol.js";
+import type { embeddingList } from "../services/protocols/openai-embeddings.protocol.js";
+import type { ResponseObject } from "../services/protocols/openai-responses.protocol.js";
+import type { ResponseList } from "../services/responses.service.js";
+import type { ErrorEnvelope } from "./error-envelope.js";
+
+/** Compiles only when `Actual` (what the code answers) is assignable to `Documented`. */
+type Fits<Actual extends Documented, Documented> = [Actual, Documented];
+
+const int = () => z.number().int();
+
+/** spec: Errors — `{status_code, detail, extra?}` on every 4xx and 5xx. */
+export const errorEnvelopeShape = z
+  .object({
+    status_code: int().min(400).max(599),
+    detail: z.string(),
+    extra: z.union([z.record(z.string(), z.unknown()), z.array(z.unknown()), z.null()]).optional(),
+  })
+  .meta({ description: "The error envelope: every 4xx and 5xx answer (spec: Errors)." });
+export type ErrorEnvelopeFits = Fits<
+  ErrorEnvelope & { extra?: Record<string, unknown> },
+  z.output<typeof errorEnvelopeShape>
+>;
+
+/** `GET /v1/health`, `/v1/health/ready`: an object of string to string. */
+export const healthShape = z.record(z.string(), z.string());
+
+/** `GET /v1/auth/me` (spec: Current user). */
+export const currentUserShape = z.object({ username: z.string(), role: z.string() });
+
+const supported = z.object({ supported: z.boolean() });
+
+/** spec: Model (data plane list item). */
+export const modelShape = z.object({
+  id: z.string(),
+  object: z.literal("model"),
+  created: int().meta({ description: "Unix seconds" }),
+  owned_by: z.string(),
+  display_name: z.string(),
+  modality: z.string(),
+  capabilities: z.object({
+    image_input: supported,
+    pdf_input: supported,
+    thinking: z.object({ supported: z.boolean(), types: z.object({ enabled: supported, adaptive: supported }) }),
+    tools: supported,
+    dimensions: int().nullable(),
+  }),
+  context_tokens: int(),
+  provider: z.string(),
+  pricing: z.object({
+    input_per_million_usd: z.number(),
+    output_per_million_usd: z.number(),
+    cached_input_per_million_usd: z.number(),
+  }),
+  released: z.string(),
+});
+export type ModelFits = Fits<ModelDto, z.output<typeof modelShape>>;
+
+/** `GET /v1/models` (without `anthropic-version`; with it, Anthropic's `{data, first_id, last_id, has_more}`). */
+export const modelListShape = z.object({ object: z.literal("list"), data: z.array(modelShape) });
+
+/** OpenAI `chat.completion`. */
+export const chatCompletionShape = z.object({
+  id: z.string(),
+  object: z.literal("chat.completion"),
+  created: int().meta({ description: "Unix seconds" }),
+  model: z.string(),
+  choices: z.array(
+    z.object({
+      index: int(),
+      message: z.object({
+        role: z.literal("assistant"),
+        content: z.string().nullable(),
+        refusal: z.string().nullable(),
+        annotations: z.array(z.unknown()),
+      }),
+      logprobs: z.unknown().nullable(),
+      finish_reason: z.enum(["stop", "length"]),
+    }),
+  ),
+  usage: z.object({
+    prompt_tokens: int(),
+    completion_tokens: int(),
+    total_tokens: int(),
+    prompt_tokens_details: z.object({ cached_tokens: int(), audio_tokens: int() }),
+    completion_tokens_details: z.record(z.string(), int()),
+  }),
+  service_tier: z.string(),
+  system_fingerprint: z.string().nullable(),
+});
+export type ChatCompletionFits = Fits<ReturnType<typeof chatCompletion>, z.output<typeof chatCompletionShape>>;
+
+/** spec: Response (the Responses API object). */
+export const responseShape = z.object({
+  id: z.string(),
+  object: z.literal("response"),
+  created_at: int().meta({ description: "Unix seconds" }),
+  model: z.string(),
+  status: z.enum(["in_progress", "completed", "incomplete", "failed", "cancelled"]),
+  incomplete_details: z.object({ reason: z.literal("max_output_tokens") }).nullable(),
+  output: z.array(
+    z.object({
+      type: z.literal("message"),
+      id: z.string(),
+      role: z.literal("assistant"),
+      status: z.enum(["completed", "incomplete"]),
+      content: z.array(
+        z.object({ type: z.literal("output_text"), text: z.string(), annotations: z.array(z.unknown()) }),
+      ),
+    }),
+  ),
+  error: z.object({ code: z.string(), message: z.string() }).nullable(),
+  usage: z
+    .object({
+      input_tokens: int(),
+      output_tokens: int(),
+      total_tokens: int(),
+      input_tokens_details: z.object({ cached_tokens: int() }),
+      output_tokens_details: z.object({ reasoning_tokens: int() }),
+    })
+    .nullable(),
+  service_tier: z.enum(["default", "flex"]),
+});
+export type ResponseFits = Fits<ResponseObject, z.output<typeof responseShape>>;
+
+/** `GET /v1/responses`: `{object: list, data: [response list item], has_more}`. */
+export const responseListShape = z.object({
+  object: z.literal("list"),
+  data: z.array(
+    z.object({
+      id: z.string(),
+      object: z.literal("response"),
+      created_at: int(),
+      model: z.string(),
+      status: z.string(),
+    }),
+  ),
+  has_more: z.boolean(),
+});
+export type ResponseListFits = Fits<ResponseList, z.output<typeof responseListShape>>;
+
+/** OpenAI embeddings `list` (`embedding` is base64 little-endian float32 with `encoding_format: base64`). */
+export const embeddingListShape = z.object({
+  object: z.literal("list"),
+  data: z.array(
+    z.object({ object: z.literal("embedding"), index: int(), embedding: z.union([z.array(z.number()), z.string()]) }),
+  ),
+  model: z.string(),
+  usage: z.object({ prompt_tokens: int(), total_tokens: int() }),
+});
+export type EmbeddingListFits = Fits<ReturnType<typeof embeddingList>, z.output<typeof embeddingListShape>>;
+
+/** Anthropic `message`. */
+export const anthropicMessageShape = z.object({
+  id: z.string(),
+  type: z.literal("message"),
+  role: z.literal("assistant"),
+  model: z.string(),
+  content: z.array(z.object({ type: z.literal("text"), text: z.string() })),
+  stop_reason: z.enum(["end_turn", "max_tokens", "stop_sequence"]),
+  stop_sequence: z.string().nullable(),
+  usage: z.object({
+    input_tokens: int(),
+    output_tokens: int(),
+    cache_creation_input_tokens: int(),
+    cache_read_input_tokens: int(),
+  }),
+});
+export type AnthropicMessageFits = Fits<ReturnType<typeof anthropicMessage>, z.output<typeof anthropicMessageShape>>;
+
+/** The named shapes, as `components.schemas` lists them. */
+export const responseShapes = {
+  ErrorEnvelope: errorEnvelopeShape,
+  Health: healthShape,
+  CurrentUser: currentUserShape,
+  Model: modelShape,
+  ModelList: modelListShape,
+  ChatCompletion: chatCompletionShape,
+  Response: responseShape,
+  ResponseList: responseListShape,
+  EmbeddingList: embeddingListShape,
+  AnthropicMessage: anthropicMessageShape,
+} as const;
