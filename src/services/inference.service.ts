@@ -181,6 +181,19 @@ export class InferenceService {
     return this.rateLimits?.admit(teamId, model) ?? Promise.resolve();
   }
 
+  /**
+   * What every create operation checks before engine work, in order: its activity type (the
+   * stream named in `metadata`; `batch` for batch items), credit above zero, and the rate limits
+   * when they apply. @returns the activity type.
+   * @throws AppError 404/400 for `metadata.stream_id` (see `activityType`); 402 without credit; 429.
+   */
+  private async admitCall(teamId: string, call: RequestInfo): Promise<ActivityType> {
+    const type = call.batch ? "batch" : await this.activityType(teamId, call.metadata, !call.admitted);
+    await this.metering.assertCredit(teamId);
+    if (this.rateLimited(call)) await this.admitRate(teamId, call.model);
+    return type;
+  }
+
   /** Whether `call` counts against the rate limits now: not batch items, not a background run admitted earlier. */
   private rateLimited(call: RequestInfo): boolean {
     return !call.batch && !call.admitted;
@@ -216,12 +229,9 @@ export class InferenceService {
   async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
     const principal = requirePrincipal(ctx);
     // Refusals before any engine work; a batch item's are recorded as its failure (in the try).
-    const admitCall = async (): Promise<ActivityType> => {
+    const admitCall = () => {
       assertGenerationLimits(call);
-      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
-      await this.metering.assertCredit(principal.teamId);
-      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
-      return type;
+      return this.admitCall(principal.teamId, call);
     };
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
@@ -284,12 +294,7 @@ export class InferenceService {
    */
   async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
     const principal = requirePrincipal(ctx);
-    const admitCall = async (): Promise<ActivityType> => {
-      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
-      await this.metering.assertCredit(principal.teamId);
-      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
-      return type;
-    };
+    const admitCall = () => this.admitCall(principal.teamId, call);
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
     let result: EmbedResult;
@@ -348,12 +353,7 @@ export class InferenceService {
         { field: "model", message: "log-probabilities unavailable" },
       ]);
     }
-    const admitCall = async (): Promise<ActivityType> => {
-      const type = call.batch ? "batch" : await this.activityType(principal.teamId, call.metadata, !call.admitted);
-      await this.metering.assertCredit(principal.teamId);
-      if (this.rateLimited(call)) await this.admitRate(principal.teamId, call.model);
-      return type;
-    };
+    const admitCall = () => this.admitCall(principal.teamId, call);
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
     let result: ScoreResult;
