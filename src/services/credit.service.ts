@@ -34,8 +34,8 @@
  * from the balance and from the charging process's lease in the same statement, so the invariant
  * holds after every commit. Locally a settled request gives back its whole worst case to
  * `promised` and takes its real charge off `leased`. `leased` only ever under-counts the row
- * (an acquire overwrites it with the row's value; a charge that committed before that acquire but
- * settles after it is taken off twice), which errs on the side of refusing, never of overspending.
+ * (an acquire overwrites it with the row's value less every charge settled during its round
+ * trip; such a charge that had committed before the acquire is taken off twice), which errs on the side of refusing, never of overspending.
  *
  * Releasing. A team idle in this process (nothing promised) for `idleReleaseMs` gives its lease
  * back (row deleted), so other processes can use that credit; a shrink request gives back at once
@@ -90,6 +90,13 @@ interface TeamLease {
   busy?: Promise<void>;
   /** When `promised` last dropped to zero (ms); null while requests are in flight. */
   idleSince: number | null;
+  /**
+   * Σ micro-USD charged by this process's settled requests of the team since it started (only
+   * grows). An acquire reads it before and after its round trip: a charge whose flush committed
+   * after the acquire's snapshot may settle before the acquire's answer is handled, and must
+   * still come off the lease the acquire read.
+   */
+  charged: bigint;
 }
 
 /** What an acquire saw: this holder's lease, the credit not leased to others, and what others hold (µUSD). */
@@ -199,7 +206,7 @@ export class CreditService {
   private team(teamId: string): TeamLease {
     let t = this.teams.get(teamId);
     if (!t) {
-      t = { leased: 0n, promised: 0n, idleSince: Date.now() };
+      t = { leased: 0n, promised: 0n, idleSince: Date.now(), charged: 0n };
       this.teams.set(teamId, t);
     }
     return t;
@@ -214,6 +221,7 @@ export class CreditService {
       done = true;
       t.promised -= micros;
       t.leased = t.leased > charged ? t.leased - charged : 0n;
+      t.charged += charged;
       if (t.promised === 0n) t.idleSince = Date.now();
     };
     return { micros, settle: (charged) => finish(charged), release: () => finish(0n) };
@@ -238,6 +246,7 @@ export class CreditService {
     this.stats.acquires++;
     const need = t.promised + worstMicros;
     const headroom = worstMicros * BigInt(this.opts.headroomRequests);
+    const chargedBefore = t.charged;
     const view = await this.ds.transaction(async (em) => {
       await em.query("SELECT 1 FROM teams WHERE id = $1 FOR NO KEY UPDATE", [teamId]);
       // A new statement, so a fresh snapshot: every lease committed before the lock is seen.
@@ -272,7 +281,14 @@ export class CreditService {
         ? { lease: BigInt(row.micros), free: BigInt(row.free), heldByOthers: BigInt(row.held) }
         : { lease: 0n, free: 0n, heldByOthers: 0n };
     });
-    t.leased = view.lease;
+    // Charges settled during the round trip may have committed after the acquire's snapshot (the
+    // flush waits on the team lock, then its answer can be handled before this one): take them
+    // off again. When they had committed before, they are taken off twice — an under-count, which
+    // refuses rather than overspends (module header). Assigning `view.lease` alone let the
+    // lease count credit already charged, and the flush then capped another process's charge
+    // at the balance (CI, session 7; test/credit.test.ts reproduces it with a delay).
+    const chargedDuring = t.charged - chargedBefore;
+    t.leased = view.lease > chargedDuring ? view.lease - chargedDuring : 0n;
     return view;
   }
 
