@@ -28,6 +28,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from "./db/embedded.js";
 import { EngineRouter } from "./inference/engine-router.js";
 import { measuredEngine } from "./inference/measured-engine.js";
 import { RetentionService } from "./services/retention.service.js";
+import { InFlightActivity } from "./services/in-flight-activity.js";
 import { Metrics } from "./shared/metrics.js";
 import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
@@ -119,6 +120,8 @@ export interface Switchyard {
   catalog: ModelCatalogService;
   metering: MeteringService;
   credit: CreditService;
+  /** Early activity rows of requests in flight (issue 10). */
+  inFlight: InFlightActivity;
   /** Model price versions (issue 10, item 3). */
   prices: PriceBook;
   /** The completion events feed (issue 6, item 6). */
@@ -303,6 +306,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // Streams (issue 6, item 4, helper S): the cached stream owner lookup the create operations use.
     const streamDirectory = new StreamDirectory(ds, bus);
     const rateLimits = new RateLimitService(ds, logger);
+    // Early `pending`/`running` activity rows of requests in flight past SWITCHYARD_ACTIVITY_IN_FLIGHT_AFTER_MS.
+    const inFlight = new InFlightActivity(ds, logger, { afterMs: config.activityInFlightAfterMs });
+    cleanup.push(["in-flight activity", () => inFlight.close()]);
     const inference = new InferenceService(
       engines,
       metering,
@@ -311,6 +317,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       streamDirectory,
       rateLimits,
       prices,
+      inFlight,
     );
     const responses = new ResponsesService(ds);
 
@@ -375,6 +382,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
     // Request bodies past SWITCHYARD_BODY_RETENTION_DAYS are cleared hourly by worker processes.
     const retention = new RetentionService(ds, logger, { bodyRetentionDays: config.bodyRetentionDays });
+    if (runsWorkers) inFlight.start(); // ends rows in flight that a stopped process left behind
     if (runsWorkers) {
       retention.start();
       cleanup.push(["body retention", () => retention.stop()]);
@@ -391,6 +399,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       catalog,
       metering,
       credit,
+      inFlight,
       prices,
       events,
       mailer,

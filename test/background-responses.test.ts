@@ -112,10 +112,13 @@ async function untilTerminal(base: string, key: string, id: string, timeoutMs = 
   return body;
 }
 
-/** The activity rows and usage charges of a response id. */
+/**
+ * The activity record of a response id's end (its row once no longer `pending`/`running`: a
+ * background response has one from its create) and its usage charges.
+ */
 async function recorded(s: TestServer, id: string) {
   const activity = await s.db<{ status: string; cost_micros: string; completion_tokens: number; error_json: any }>(
-    "SELECT status, cost_micros::text, completion_tokens, error_json FROM activity WHERE id = $1",
+    "SELECT status, cost_micros::text, completion_tokens, error_json FROM activity WHERE id = $1 AND status NOT IN ('pending', 'running')",
     [id],
   );
   const charges = await s.db<{ amount_micros: string }>(

@@ -340,6 +340,11 @@ export const configSchema = z.object({
    * (`body_json`, `result_json`); cleared hourly by worker processes after that. Unset: kept.
    */
   bodyRetentionDays: intFromEnv(1, 36_500).optional(),
+  /**
+   * Activity states (issue 10): a request still in flight this many ms after admission gets its
+   * activity row early, `pending` or `running` (0: every request, at once — one more write each).
+   */
+  activityInFlightAfterMs: intFromEnv(0, 3_600_000).default(1000),
   /** Most of `dedicatedSlots` one team's runtimes take; one more fails saying so. */
   teamDedicatedSlots: intFromEnv(0, 65_536).default(16),
   /**
@@ -438,6 +443,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   deploymentMaxSlots: "SWITCHYARD_DEPLOYMENT_MAX_SLOTS",
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
   bodyRetentionDays: "SWITCHYARD_BODY_RETENTION_DAYS",
+  activityInFlightAfterMs: "SWITCHYARD_ACTIVITY_IN_FLIGHT_AFTER_MS",
   teamDedicatedSlots: "SWITCHYARD_TEAM_DEDICATED_SLOTS",
   metricsToken: "SWITCHYARD_METRICS_TOKEN",
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",

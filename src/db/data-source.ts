@@ -24,6 +24,7 @@ import { BillingPayments1764760000000 } from "./migrations/1764760000000-billing
 import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.js";
 import { BodyRetention1764820000000 } from "./migrations/1764820000000-body-retention.js";
 import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-billing-provider-calls.js";
+import { ActivityInFlight1764840000000 } from "./migrations/1764840000000-activity-in-flight.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -48,6 +49,7 @@ export const migrations = [
   UsageDaily1764770000000,
   BodyRetention1764820000000,
   BillingProviderCalls1764830000000,
+  ActivityInFlight1764840000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

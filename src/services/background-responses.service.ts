@@ -26,6 +26,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
+import { inFlightInsert } from "./in-flight-activity.js";
 import type { DataSource, EntityManager } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../config/catalog.js";
@@ -167,7 +168,7 @@ export class BackgroundResponsesService {
     const principal = requirePrincipal(ctx);
     // 404 for another team's stream, 400 for a closed one of the team (issue 6, item 4), before
     // anything is stored.
-    await this.inference.activityType(principal.teamId, req.metadata, true);
+    const type = await this.inference.activityType(principal.teamId, req.metadata, true);
     await this.metering.assertCredit(principal.teamId);
     await this.inference.admitRate(principal.teamId, model);
     const streamId = typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null;
@@ -208,6 +209,29 @@ export class BackgroundResponsesService {
           webhookToken(req.metadata),
         ],
       );
+      // Its activity row says `pending` from now (DESIGN §3 activity states); the record of its end
+      // updates it (services/in-flight-activity.ts).
+      await inFlightInsert(m, [
+        {
+          id,
+          principal,
+          type,
+          status: "pending",
+          endpoint: "/v1/responses",
+          model: model.id,
+          customId: typeof req.metadata?.custom_id === "string" ? req.metadata.custom_id : null,
+          streamId,
+          serviceTier: answeredTier(req),
+          usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+          costMicros: 0n,
+          bodyJson: raw,
+          resultJson: null,
+          errorJson: null,
+          engineMs: null,
+          createdAt,
+          completedAt: null,
+        },
+      ]);
       const db = executor(m);
       // pg-boss expires a handler after at most 24 h; the deadline job ends the response anyway.
       await this.jobs.send(

@@ -26,6 +26,7 @@ import { webhookTarget, type WebhookRequest } from "./webhooks/webhook-target.js
 import type { StreamDirectory } from "./stream-directory.js";
 import type { RateLimitService } from "./rate-limit.service.js";
 import type { PriceLookup } from "./price-book.service.js";
+import type { InFlightActivity, InFlightMark, InFlightStatus } from "./in-flight-activity.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
 export const requestMetadata = z
@@ -162,6 +163,8 @@ export class InferenceService {
     private readonly rateLimits?: RateLimitService,
     /** Pricing history (issue 10, item 3); without it every request pays the catalog price. */
     private readonly prices?: PriceLookup,
+    /** Early `pending`/`running` activity rows of long requests; without it rows appear when requests end. */
+    private readonly inFlight?: InFlightActivity,
   ) {}
 
   /**
@@ -235,15 +238,21 @@ export class InferenceService {
     };
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
     let result: GenerateResult;
     try {
       if (call.batch) type = await admitCall();
+      mark = this.track(principal, call, type, "pending");
       result = await this.engines.engineFor(call.model).generate({
         model: call.model,
         messages: call.messages,
         ...call.params,
         signal: call.signal,
-        onStart: call.onStart,
+        onStart: (start) => {
+          mark?.running();
+          call.onStart?.(start);
+        },
         onText: call.onText,
         admit: async (promptTokens, maxCompletionTokens) => {
           const worst = costMicros(
@@ -257,7 +266,11 @@ export class InferenceService {
       });
     } catch (err) {
       reservation?.release();
-      await this.recordFailure(principal, call, type, err);
+      try {
+        recorded = await this.recordFailure(principal, call, type, err);
+      } finally {
+        mark?.end(recorded);
+      }
       throw err;
     }
     const cost = costMicros(result.usage, this.pricesOf(call));
@@ -274,6 +287,7 @@ export class InferenceService {
         response: rendered.response,
         webhook: webhookRequest(call.metadata, () => withStatus(rendered.body, status)),
       });
+      recorded = true;
       reservation?.settle(charge.chargedMicros);
       if (!call.batch) {
         this.rateLimits?.recordTokens(
@@ -285,6 +299,7 @@ export class InferenceService {
       return { result, body: rendered.body, costMicros: cost };
     } finally {
       reservation?.release(); // no-op once settled
+      mark?.end(recorded);
     }
   }
 
@@ -297,9 +312,12 @@ export class InferenceService {
     const admitCall = () => this.admitCall(principal.teamId, call);
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
     let result: EmbedResult;
     try {
       if (call.batch) type = await admitCall();
+      mark = this.track(principal, call, type, "running");
       result = await this.engines.engineFor(call.model).embed({
         model: call.model,
         inputs: call.inputs,
@@ -313,7 +331,11 @@ export class InferenceService {
       });
     } catch (err) {
       reservation?.release();
-      await this.recordFailure(principal, call, type, err);
+      try {
+        recorded = await this.recordFailure(principal, call, type, err);
+      } finally {
+        mark?.end(recorded);
+      }
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
@@ -331,11 +353,13 @@ export class InferenceService {
         engineMs: result.engineMs,
         webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
       });
+      recorded = true;
       reservation?.settle(charge.chargedMicros);
       if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
       return { result, costMicros: cost, body };
     } finally {
       reservation?.release();
+      mark?.end(recorded);
     }
   }
 
@@ -356,9 +380,12 @@ export class InferenceService {
     const admitCall = () => this.admitCall(principal.teamId, call);
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
     let result: ScoreResult;
     try {
       if (call.batch) type = await admitCall();
+      mark = this.track(principal, call, type, "running");
       result = await engine.scoreContinuations({
         model: call.model,
         questions: call.questions,
@@ -372,7 +399,11 @@ export class InferenceService {
       });
     } catch (err) {
       reservation?.release();
-      await this.recordFailure(principal, call, type, err);
+      try {
+        recorded = await this.recordFailure(principal, call, type, err);
+      } finally {
+        mark?.end(recorded);
+      }
       throw err;
     }
     const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
@@ -388,11 +419,13 @@ export class InferenceService {
         engineMs: result.engineMs,
         webhook: webhookRequest(call.metadata, () => withStatus(body, "completed")),
       });
+      recorded = true;
       reservation?.settle(charge.chargedMicros);
       if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
       return { result, body, costMicros: cost };
     } finally {
       reservation?.release();
+      mark?.end(recorded);
     }
   }
 
@@ -406,19 +439,20 @@ export class InferenceService {
     call: RequestInfo,
     type: ActivityType,
     err: unknown,
-  ): Promise<void> {
+  ): Promise<boolean> {
     if (call.onFailure) {
       const failure = call.onFailure(err);
-      if (failure) await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
-      return;
+      if (!failure) return false;
+      await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
+      return true;
     }
     const code = err instanceof AppError ? err.code : ErrorCode.Internal;
     if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited || code === ErrorCode.InsufficientCredit) {
-      return;
+      return false;
     }
     const status = code === ErrorCode.ClientClosed ? "cancelled" : "failed";
     const error = { code, message: err instanceof AppError ? err.detail : "Internal error" };
-    await this.metering
+    return this.metering
       .record({
         ...usageRecord(principal, call, type),
         status,
@@ -434,7 +468,20 @@ export class InferenceService {
           }),
         ),
       })
-      .catch(() => undefined);
+      .then(
+        () => true,
+        () => false,
+      );
+  }
+
+  /** Starts the early activity row of a request admitted now (see `InFlightActivity`). */
+  private track(
+    principal: Principal,
+    call: RequestInfo,
+    type: ActivityType,
+    status: InFlightStatus,
+  ): InFlightMark | undefined {
+    return this.inFlight?.track({ ...usageRecord(principal, call, type), status, completedAt: null }, status);
   }
 }
 

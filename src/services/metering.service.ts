@@ -283,7 +283,7 @@ export class MeteringService {
    * which hold FOR KEY SHARE on the same team rows, and deadlock),
    * a row charges `min(cost, max(0, before − (running − cost)))` and leaves
    * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
-   * it is capped. Only requests whose activity row is new are charged (exactly once per id).
+   * it is capped. Only requests whose activity row is new, or was in flight (`pending`/`running`), are charged (exactly once per id).
    * What is charged also comes off this process's credit lease (`credit.service.ts`), so the
    * balance keeps covering every unexpired lease.
    */
@@ -363,7 +363,18 @@ export class MeteringService {
                 CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
                 engine_ms, created_at, completed_at, service_tier
            FROM input i LEFT JOIN ended e ON e.id = i.id
-         ON CONFLICT (id) DO NOTHING
+         -- A row in flight (\`pending\`/\`running\`, services/in-flight-activity.ts) takes its terminal
+         -- record; an ended row never changes, so a request is recorded and charged once per id.
+         ON CONFLICT (id) DO UPDATE SET
+           user_id = EXCLUDED.user_id, api_key_id = EXCLUDED.api_key_id, api_key_name = EXCLUDED.api_key_name,
+           api_key_prefix = EXCLUDED.api_key_prefix, type = EXCLUDED.type, status = EXCLUDED.status,
+           endpoint = EXCLUDED.endpoint, model = EXCLUDED.model, custom_id = EXCLUDED.custom_id,
+           stream_id = EXCLUDED.stream_id, batch_id = EXCLUDED.batch_id, prompt_tokens = EXCLUDED.prompt_tokens,
+           completion_tokens = EXCLUDED.completion_tokens, total_tokens = EXCLUDED.total_tokens,
+           cached_prompt_tokens = EXCLUDED.cached_prompt_tokens, cost_micros = EXCLUDED.cost_micros,
+           body_json = EXCLUDED.body_json, result_json = EXCLUDED.result_json, error_json = EXCLUDED.error_json,
+           engine_ms = EXCLUDED.engine_ms, completed_at = EXCLUDED.completed_at, service_tier = EXCLUDED.service_tier
+         WHERE activity.status IN ('pending', 'running') AND activity.team_id = EXCLUDED.team_id
          RETURNING id, team_id, cost_micros, model, endpoint
        ),
        stored AS (
@@ -476,7 +487,8 @@ export class MeteringService {
 }
 
 /** The activity row of a record, as `jsonb_to_recordset` reads it (bigints as strings). */
-function activityRow(r: UsageRecord) {
+/** The activity row of a record, as the group commit's `jsonb_to_recordset` reads it (ids, ISO dates, µUSD as text). */
+export function activityRow(r: UsageRecord) {
   return {
     id: r.id,
     ledger_id: uuidv7(),

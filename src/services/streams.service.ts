@@ -167,14 +167,18 @@ export class StreamsService {
          SELECT count(*) FILTER (WHERE status = 'completed')::int AS completed,
                 count(*) FILTER (WHERE status = 'failed')::int AS failed,
                 count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
-                count(*) FILTER (WHERE status = 'pending')::int AS pending_a,
-                count(*) FILTER (WHERE status = 'running')::int AS running_a,
+                -- In flight (services/in-flight-activity.ts); an open background response is counted
+                -- from \`responses\` below, whose runner says whether it runs.
+                count(*) FILTER (WHERE status = 'pending' AND NOT open_background)::int AS pending_a,
+                count(*) FILTER (WHERE status = 'running' AND NOT open_background)::int AS running_a,
                 coalesce(sum(prompt_tokens), 0)::text AS prompt_tokens,
                 coalesce(sum(completion_tokens), 0)::text AS completion_tokens,
                 coalesce(sum(total_tokens), 0)::text AS total_tokens,
                 coalesce(sum(cost_micros), 0)::text AS cost_micros,
                 max(completed_at) AS last_completion_at
-           FROM activity WHERE team_id = $1 AND stream_id = $2),
+           FROM (SELECT a.*, EXISTS (SELECT FROM responses r
+                                       WHERE r.id = a.id AND r.background AND r.status = 'in_progress') AS open_background
+                   FROM activity a WHERE a.team_id = $1 AND a.stream_id = $2) activity),
        open AS (
          SELECT count(*) FILTER (WHERE runner IS NULL)::int AS pending,
                 count(*) FILTER (WHERE runner IS NOT NULL)::int AS running
