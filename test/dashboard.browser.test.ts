@@ -249,12 +249,35 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   await batchRow.getByText(/2 of 2 finished/).waitFor({ timeout: 20_000 });
   await shot("batches");
 
-  // The team: an invitation appears as pending.
+  // The team: an invitation appears as pending; the invited person signs up with its link in
+  // another browser context, joins as a member, and sees that credit is for owners and admins.
   await open("Team", /^Team /);
-  await page.getByLabel("Email").fill("invitee@example.com");
-  await page.getByRole("button", { name: "Invite" }).click();
-  await page.getByLabel("Invitation token").waitFor();
-  await page.getByRole("region", { name: "Pending invitations" }).getByText("invitee@example.com").waitFor();
+  const invitee = `invitee-${Date.now()}@example.com`;
+  await page.getByLabel("Email").fill(invitee);
+  await page.getByRole("button", { name: "Invite", exact: true }).click();
+  const inviteLink = await page.locator("code.wrap").textContent();
+  expect(inviteLink).toContain("/dashboard/signup?invite=");
+  await page.getByRole("region", { name: "Pending invitations" }).getByText(invitee).waitFor();
+  await shot("team-invited");
+  const other = await browser.newContext({ viewport: DESKTOP });
+  try {
+    const guest = await other.newPage();
+    await guest.goto(inviteLink!);
+    await guest.getByLabel("Email").fill(invitee);
+    await guest.getByLabel("Password").fill(password);
+    expect(await guest.getByLabel("Invitation token (optional)").inputValue()).not.toBe("");
+    await guest.getByRole("button", { name: "Sign up" }).click();
+    await guest.getByText(`${invitee} · member`).waitFor();
+    await guest.getByRole("link", { name: "Credit", exact: true }).click();
+    await guest.getByText("Only owners and admins of the team see its credit and ledger.").waitFor();
+    await guest.screenshot({ path: path.join(shots, `${String(++shotCount).padStart(2, "0")}-member-credit.png`) });
+  } finally {
+    await other.close();
+  }
+  await page.reload();
+  await page.getByRole("heading", { level: 1, name: /^Team / }).waitFor();
+  await page.getByRole("region", { name: "Members" }).getByText(invitee).waitFor();
+  expect(await page.getByRole("region", { name: "Pending invitations" }).getByText(invitee).count()).toBe(0);
   await shot("team");
 
   // On a phone: the pages fit the width (tables scroll inside their own region).

@@ -121,8 +121,9 @@ export async function activityPage(ctx: PageContext): Promise<void> {
         const tr = row(
           h(
             "a",
-            { href: `/dashboard/activity/${encodeURIComponent(r.id)}`, "aria-label": `Details of ${r.id}` },
+            { href: `/dashboard/activity/${encodeURIComponent(r.id)}` },
             when(r.createdAt),
+            h("span", { class: "visually-hidden" }, ` details of ${r.id}`),
           ),
           r.model,
           r.type,

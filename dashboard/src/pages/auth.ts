@@ -1,5 +1,6 @@
 /**
- * Sign up (`signup` mutation: an account, its team and the signup credit) and sign in (`login`).
+ * Sign up (`signup` mutation: an account, its team and the signup credit — or, with an invitation
+ * token, a place in the inviting team) and sign in (`login`).
  * Both answer an access token, kept for the tab (api.ts).
  */
 import { GraphqlError, gql } from "../api.js";
@@ -13,7 +14,7 @@ function authForm(
   ctx: PageContext,
   title: string,
   withName: boolean,
-  submit: (values: { email: string; password: string; name: string }) => Promise<string>,
+  submit: (values: { email: string; password: string; name: string; invite: string }) => Promise<string>,
 ): void {
   const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true });
   const password = h("input", {
@@ -25,6 +26,14 @@ function authForm(
     maxlength: 128,
   });
   const name = h("input", { type: "text", name: "name", autocomplete: "name", maxlength: 200 });
+  // An invitation link carries its token (`/dashboard/signup?invite=…`); it can be pasted too.
+  const invite = h("input", {
+    type: "text",
+    name: "invite",
+    autocomplete: "off",
+    maxlength: 512,
+    value: new URLSearchParams(location.search).get("invite") ?? "",
+  });
   const status = h("div", { class: "status-slot" });
   const button = h("button", { type: "submit" }, title);
   const form = h(
@@ -33,6 +42,9 @@ function authForm(
     withName ? field("Name (optional)", name) : null,
     field("Email", email),
     field("Password", password, withName ? "8 to 128 characters" : undefined),
+    withName
+      ? field("Invitation token (optional)", invite, "Joins the team that invited this email instead of creating one.")
+      : null,
     status,
     button,
   );
@@ -40,7 +52,12 @@ function authForm(
     event.preventDefault();
     button.disabled = true;
     status.replaceChildren();
-    submit({ email: email.value.trim(), password: password.value, name: name.value.trim() })
+    submit({
+      email: email.value.trim(),
+      password: password.value,
+      name: name.value.trim(),
+      invite: invite.value.trim(),
+    })
       .then((accessToken) => ctx.signedIn(accessToken))
       .catch((err: unknown) => {
         status.append(notice("error", err instanceof GraphqlError ? err.message : "Something went wrong"));
@@ -54,9 +71,10 @@ function authForm(
 }
 
 export function signUpPage(ctx: PageContext): void {
-  authForm(ctx, "Sign up", true, async ({ email, password, name }) => {
+  authForm(ctx, "Sign up", true, async ({ email, password, name, invite }) => {
     const input: Record<string, string> = { email, password };
     if (name) input.name = name;
+    if (invite) input.inviteToken = invite;
     return (await gql<{ signup: { accessToken: string } }>(SIGNUP, { input })).signup.accessToken;
   });
 }

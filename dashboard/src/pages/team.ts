@@ -21,6 +21,7 @@ const TEAM = `{ team { id name role members { userId email role isActive created
 const INVITE = `mutation ($input: InviteMemberInput!) { inviteMember(input: $input) { inviteToken member { email role } } }`;
 const UPDATE = `mutation ($userId: ID!, $input: UpdateMemberInput!) { updateMember(userId: $userId, input: $input) { userId role } }`;
 const REMOVE = `mutation ($userId: ID!) { removeMember(userId: $userId) }`;
+const ACCEPT = `mutation ($token: String!) { acceptInvitation(token: $token) { accessToken } }`;
 const ROLES: Array<[string, string]> = [
   ["member", "member"],
   ["admin", "admin"],
@@ -139,6 +140,10 @@ export async function teamPage(ctx: PageContext): Promise<void> {
         .then(async ({ inviteMember }) => {
           email.value = "";
           const token = h("input", { type: "text", readonly: true, value: inviteMember.inviteToken, class: "secret" });
+          const link = new URL(
+            `/dashboard/signup?invite=${encodeURIComponent(inviteMember.inviteToken)}`,
+            location.href,
+          );
           fill(
             shown,
             h(
@@ -146,6 +151,7 @@ export async function teamPage(ctx: PageContext): Promise<void> {
               { class: "card shown-once", role: "status" },
               h("p", {}, `Invitation mailed to ${inviteMember.member.email}. Its token, shown this once:`),
               field("Invitation token", token),
+              h("p", {}, "A new user signs up with it here: ", h("code", { class: "wrap" }, link.toString())),
             ),
           );
           await load();
@@ -160,5 +166,33 @@ export async function teamPage(ctx: PageContext): Promise<void> {
     return h("div", {}, form, shown);
   }
 
+  ctx.main.append(joinForm(ctx));
   await load();
+}
+
+/** Joins the team of an invitation made for the signed-in user's email (`acceptInvitation`). */
+function joinForm(ctx: PageContext): HTMLElement {
+  const token = h("input", { type: "text", name: "token", required: true, autocomplete: "off", maxlength: 512 });
+  const button = h("button", { type: "submit" }, "Join team");
+  const status = h("div", { class: "status-slot" });
+  const form = h(
+    "form",
+    { class: "card inline-form spaced", "aria-labelledby": "join-title" },
+    h("h2", { id: "join-title" }, "Join another team"),
+    field("Your invitation token", token, "From an invitation sent to your email; you leave this team."),
+    button,
+    status,
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!confirm("Join the inviting team? You leave this one.")) return;
+    button.disabled = true;
+    gql<{ acceptInvitation: { accessToken: string } }>(ACCEPT, { token: token.value.trim() })
+      .then(({ acceptInvitation }) => ctx.signedIn(acceptInvitation.accessToken))
+      .catch((err: unknown) => {
+        fill(status, notice("error", err instanceof GraphqlError ? err.message : "Could not join"));
+        button.disabled = false;
+      });
+  });
+  return form;
 }
