@@ -103,10 +103,24 @@ async function shot(name: string): Promise<void> {
   });
 }
 
-/** Clicks the navigation link `name` and waits for the page's heading. */
+/** Form controls of the page without a label (`<label for>` or `aria-label`), as HTML. */
+async function unlabelled(): Promise<string[]> {
+  return (await page.evaluate(
+    `[...document.querySelectorAll("input, select, textarea, button")]
+       .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute("aria-label") && !(e.tagName === "BUTTON" && e.textContent.trim()))
+       .map((e) => e.outerHTML)`,
+  )) as string[];
+}
+
+/**
+ * Clicks the navigation link `name`, waits for the page's heading, which has the focus (keyboard
+ * and screen-reader users land on the new content), and checks every control has a label.
+ */
 async function open(name: string, heading: string | RegExp = name): Promise<void> {
   await page.getByRole("navigation", { name: "Dashboard" }).getByRole("link", { name, exact: true }).click();
   await page.getByRole("heading", { level: 1, name: heading }).waitFor();
+  await page.waitForFunction("document.activeElement && document.activeElement.tagName === 'H1'");
+  expect(await unlabelled()).toEqual([]);
 }
 
 /** Clicks the page's Refresh button until `selector` is there (group commits land a moment later). */

@@ -136,13 +136,15 @@ async function render(): Promise<void> {
   renderHeader(rest);
   document.title = `${found.route.title} · Switchyard`;
   fill(main);
-  const result = await found.route.page({ main, param: found.param, me, navigate, signedIn });
+  // Pages put their heading in first and then load their data: the focus moves there at once.
+  const pending = found.route.page({ main, param: found.param, me, navigate, signedIn });
+  main.querySelector("h1")?.focus();
+  const result = await pending;
   if (mine !== rendering) {
     if (typeof result === "function") result();
     return;
   }
   cleanup = result;
-  main.querySelector("h1")?.focus();
 }
 
 function signedIn(accessToken: string): void {
