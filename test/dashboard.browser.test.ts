@@ -71,7 +71,8 @@ beforeAll(async () => {
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
+    // Containers: /dev/shm is small, and as root Chromium starts only without its sandbox.
+    args: ["--disable-dev-shm-usage", ...(process.getuid?.() === 0 ? ["--no-sandbox"] : [])],
   });
   page = await browser.newPage({ viewport: DESKTOP });
   page.setDefaultTimeout(10_000);
