@@ -13,6 +13,7 @@ import type { RequestContext } from "../services/context.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
 import { controlRoutes } from "./control.routes.js";
+import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { jsonBody } from "./json-body.js";
 import { mountOpenApi } from "./openapi.js";
@@ -202,7 +203,8 @@ const timing: RequestHandler = (req, res, next) => {
 
 /**
  * Builds the Express app with both REST tables mounted, the OpenAPI document at `/schema/openapi.json`
- * (`.yaml`) and its reference page at `/docs` (and `/metrics` when `metrics` is given);
+ * (`.yaml`), its reference page at `/docs`, the dashboard at `/dashboard` (and `/metrics` when
+ * `metrics` is given);
  * the server adds `/graphql`, the 404 and the error middleware after it.
  */
 export function createApp(opts: AppOptions): Express {
@@ -220,6 +222,8 @@ export function createApp(opts: AppOptions): Express {
   }
   // The OpenAPI document and the reference page (issue 13, items 1 and 2): no credentials.
   mountOpenApi(app);
+  // The dashboard (issue 13, item 3): the Vite build, served from this process.
+  mountDashboard(app);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

@@ -1,0 +1,357 @@
+/**
+ * The dashboard (issue 13, item 3) in a real browser: Debian's headless Chromium driven by
+ * playwright-core against a real test server. A person signs up with the keyboard, creates a key
+ * (shown once), the test runs a chat completion with it through the official OpenAI client, and the
+ * page shows it live (graphql-ws subscription), in the activity table and its detail view, and as a
+ * lower balance; a batch shows its progress, an invitation its pending row; the key is revoked and
+ * the API refuses it. Every page is screenshotted (1280 px, and the phone width) into a folder the
+ * test prints. The page may load nothing but its own files and talk to nothing but `/graphql`.
+ *
+ * Chromium: `SWITCHYARD_CHROMIUM`, else `/usr/bin/chromium` (`.ci/run` installs it when missing);
+ * without it the test fails and says how to install it. The dashboard is built (Vite) when
+ * `dist/dashboard` is missing or older than its sources, so `npm test` needs no `npm run build`.
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, statSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { type Browser, type Page, chromium } from "playwright-core";
+import { packageRoot } from "../src/config/config.js";
+import { DASHBOARD_DIR } from "../src/rest/dashboard.js";
+import { CHAT_MODEL, type TestServer, eventually, http, openaiClient, startTestServer } from "./support/harness.js";
+import { writeTestCatalog } from "./support/test-catalog.js";
+
+const CHROMIUM = process.env.SWITCHYARD_CHROMIUM ?? "/usr/bin/chromium";
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 390, height: 844 };
+
+/** Newest modification time under `dir`, ms. */
+function newest(dir: string): number {
+  let latest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    latest = Math.max(latest, entry.isDirectory() ? newest(full) : statSync(full).mtimeMs);
+  }
+  return latest;
+}
+
+/** Builds the dashboard with Vite unless `dist/dashboard/index.html` is newer than every source. */
+function ensureDashboardBuilt(): void {
+  const index = path.join(DASHBOARD_DIR, "index.html");
+  const sources = path.join(packageRoot, "dashboard");
+  if (existsSync(index) && statSync(index).mtimeMs >= newest(sources)) return;
+  execFileSync(
+    process.execPath,
+    [path.join(packageRoot, "node_modules/vite/bin/vite.js"), "build", "--config", "dashboard/vite.config.ts"],
+    { cwd: packageRoot, stdio: "pipe", timeout: 60_000 },
+  );
+}
+
+let server: TestServer;
+let browser: Browser;
+let page: Page;
+let shots: string;
+let shotCount = 0;
+const pageErrors: string[] = [];
+const foreignRequests: string[] = [];
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(
+      `Chromium not found at ${CHROMIUM}: install Debian's chromium (sudo apt-get install -y chromium; ` +
+        `.ci/run does it) or point SWITCHYARD_CHROMIUM at a Chromium binary`,
+    );
+  }
+  ensureDashboardBuilt();
+  server = await startTestServer({
+    // Prices that make one short completion cost a visible amount (the shipped ones round to 0–1 micro-USD).
+    catalogPath: writeTestCatalog(CHAT_MODEL, { input: "1000", cachedInput: "500", output: "2000" }),
+    batchConcurrency: 1,
+  });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    // Containers: /dev/shm is small, and as root Chromium starts only without its sandbox.
+    args: ["--disable-dev-shm-usage", ...(process.getuid?.() === 0 ? ["--no-sandbox"] : [])],
+  });
+  page = await browser.newPage({ viewport: DESKTOP });
+  page.setDefaultTimeout(10_000);
+  page.on("pageerror", (err) => pageErrors.push(`pageerror: ${err.message}`));
+  page.on("console", (msg) => {
+    // A refused request the page handles (e.g. a failed sign-in) logs the 4xx; CSP violations and script errors do not pass.
+    if (msg.type() === "error" && !/status of 4\d\d/.test(msg.text())) pageErrors.push(`console: ${msg.text()}`);
+  });
+  page.on("request", (req) => {
+    const url = new URL(req.url());
+    const own = url.host === new URL(server.url).host;
+    if (!own || !(url.pathname === "/graphql" || url.pathname.startsWith("/dashboard")))
+      foreignRequests.push(req.url());
+  });
+  shots = mkdtempSync(path.join(os.tmpdir(), "switchyard-dashboard-shots-"));
+  console.log(`dashboard screenshots: ${shots}`);
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await server?.close();
+  if (shots) console.log(`dashboard screenshots (${shotCount}): ${shots}\n  ${readdirSync(shots).sort().join("\n  ")}`);
+});
+
+async function shot(name: string): Promise<void> {
+  await page.screenshot({
+    path: path.join(shots, `${String(++shotCount).padStart(2, "0")}-${name}.png`),
+    fullPage: true,
+  });
+}
+
+/** Form controls of the page without a label (`<label for>` or `aria-label`), as HTML. */
+async function unlabelled(): Promise<string[]> {
+  return (await page.evaluate(
+    `[...document.querySelectorAll("input, select, textarea, button")]
+       .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute("aria-label") && !(e.tagName === "BUTTON" && e.textContent.trim()))
+       .map((e) => e.outerHTML)`,
+  )) as string[];
+}
+
+/**
+ * Clicks the navigation link `name`, waits for the page's heading, which has the focus (keyboard
+ * and screen-reader users land on the new content), and checks every control has a label.
+ */
+async function open(name: string, heading: string | RegExp = name): Promise<void> {
+  await page.getByRole("navigation", { name: "Dashboard" }).getByRole("link", { name, exact: true }).click();
+  await page.getByRole("heading", { level: 1, name: heading }).waitFor();
+  await page.waitForFunction("document.activeElement && document.activeElement.tagName === 'H1'");
+  expect(await unlabelled()).toEqual([]);
+}
+
+/** Clicks the page's Refresh button until `selector` is there (group commits land a moment later). */
+async function refreshUntil(selector: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while ((await page.locator(selector).count()) === 0) {
+    if (Date.now() > deadline) throw new Error(`${selector} did not appear within ${timeoutMs} ms`);
+    await page.getByRole("button", { name: "Refresh" }).click();
+    await page.waitForTimeout(250);
+  }
+}
+
+/** `$4.999990` → 4999990 micro-USD. */
+function micros(text: string | null): number {
+  const m = /^\$([\d,]+)\.(\d{6})$/.exec((text ?? "").trim());
+  if (!m) throw new Error(`not a balance: ${text}`);
+  return Number(m[1].replace(/,/g, "")) * 1e6 + Number(m[2]);
+}
+
+/** True when nothing on the page is wider than the viewport (no sideways scrolling of the page). */
+async function fitsWidth(): Promise<boolean> {
+  // Evaluated in the page (strings: this file is type-checked without the DOM library).
+  return (await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")) as boolean;
+}
+
+test("when a person signs up, creates a key and it is used, then the dashboard shows the request live, in the activity and on the balance, and the key can be revoked", async () => {
+  const email = `dash-${Date.now()}@example.com`;
+  const password = "correct horse battery";
+
+  // Sign up with the keyboard only: the heading has the focus, then Tab through labelled fields.
+  await page.goto(`${server.url}/dashboard/`);
+  await page.getByRole("heading", { level: 1, name: "Sign in" }).waitFor();
+  await shot("signin");
+  await page.getByRole("link", { name: "Create an account" }).click();
+  await page.getByRole("heading", { level: 1, name: "Sign up" }).waitFor();
+  await page.keyboard.press("Tab");
+  expect(await page.evaluate('document.activeElement?.getAttribute("name")')).toBe("name");
+  await page.keyboard.type("Dana Dashboard");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type(email);
+  await page.keyboard.press("Tab");
+  await page.keyboard.type(password);
+  // The focused field is outlined (focus visible).
+  expect(await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")).not.toBe("none");
+  await shot("signup");
+  await page.keyboard.press("Enter");
+  await page.getByRole("heading", { level: 1, name: "Usage" }).waitFor();
+  await page.getByText(`${email} · owner`).waitFor();
+  await shot("usage-empty");
+
+  // The signup credit, before any request.
+  await open("Credit");
+  const before = micros(await page.getByTestId("balance").textContent());
+  expect(before).toBeGreaterThan(0);
+  await page.getByRole("cell", { name: "grant" }).first().waitFor();
+
+  // A key: shown once, listed by its prefix.
+  await open("API keys");
+  await page.getByLabel("Name", { exact: true }).fill("browser test");
+  await page.getByRole("button", { name: "Create key" }).click();
+  const secret = page.getByLabel("Your new API key");
+  await secret.waitFor();
+  const key = await secret.inputValue();
+  expect(key.length).toBeGreaterThan(20);
+  const keyRow = page.locator("tr", { hasText: "browser test" });
+  await keyRow.getByText("active").waitFor();
+  expect(await keyRow.locator("code").textContent()).toBe(`${key.slice(0, 12)}…`);
+  await shot("keys-created");
+
+  // Live events: subscribed before the request is made, the event arrives without a reload.
+  await open("Live events");
+  await page.getByText("Live: connected").waitFor();
+  expect(await eventually(async () => server.app.events.subscribers > 0, 5_000)).toBe(true);
+  const openai = openaiClient(server.url, key);
+  const completion = await openai.chat.completions.create({
+    model: CHAT_MODEL,
+    messages: [{ role: "user", content: "Once upon a time there was a little dog" }],
+    max_tokens: 16,
+  });
+  const activityId = completion.id.replace(/^chatcmpl-/, "");
+  const liveRow = page.locator(`tr[data-response-id="${activityId}"]`);
+  await liveRow.waitFor();
+  expect(await liveRow.getByText("live").count()).toBe(1);
+  expect(await liveRow.textContent()).toContain(CHAT_MODEL);
+  await shot("events-live");
+
+  // The activity table, filtered by model, and the detail view with the request and the answer.
+  await open("Activity");
+  await refreshUntil(`tr[data-activity-id="${activityId}"]`);
+  await page.getByLabel("Model").selectOption(CHAT_MODEL);
+  await page.getByLabel("Status").selectOption("completed");
+  await page.getByRole("button", { name: "Apply" }).click();
+  await page.waitForURL(/status=completed/);
+  expect(new URL(page.url()).searchParams.get("model")).toBe(CHAT_MODEL);
+  await page.locator(`tr[data-activity-id="${activityId}"]`).waitFor();
+  await shot("activity");
+  await page.getByRole("link", { name: `Details of ${activityId}` }).click();
+  await page.getByRole("heading", { level: 1, name: "Activity record" }).waitFor();
+  await page.locator("dl.facts code", { hasText: activityId }).waitFor();
+  expect(await page.locator("pre.json").first().textContent()).toContain("Once upon a time there was a little dog");
+  await shot("activity-detail");
+
+  // The balance dropped by the request's cost.
+  await open("Credit");
+  let after = before;
+  const deadline = Date.now() + 10_000;
+  while (after === before && Date.now() < deadline) {
+    await page.getByRole("button", { name: "Refresh" }).click();
+    await page.waitForTimeout(250);
+    after = micros(await page.getByTestId("balance").textContent());
+  }
+  const [charged] = await server.db<{ cost_micros: string }>("SELECT cost_micros FROM activity WHERE id = $1", [
+    activityId,
+  ]);
+  expect(Number(charged.cost_micros)).toBeGreaterThan(0);
+  expect(after).toBe(before - Number(charged.cost_micros));
+  await page.getByRole("cell", { name: "usage" }).first().waitFor();
+  await shot("credit");
+
+  // The usage chart (uPlot draws a canvas) by day and model.
+  await open("Usage");
+  await page.locator(".chart canvas").first().waitFor();
+  await page.getByRole("cell", { name: CHAT_MODEL }).first().waitFor();
+  await shot("usage");
+
+  // A batch of two items, with its progress.
+  const batch = await http(server.url, "POST", "/v1/batches", {
+    token: key,
+    body: {
+      requests: [1, 2].map((i) => ({
+        custom_id: `b${i}`,
+        body: { model: CHAT_MODEL, messages: [{ role: "user", content: "Once" }], max_tokens: 4 },
+      })),
+    },
+  });
+  expect(batch.status).toBe(201);
+  await open("Batches");
+  const batchRow = page.locator("tr", { hasText: batch.body.id });
+  await batchRow.waitFor();
+  await batchRow.getByText(/2 of 2 finished/).waitFor({ timeout: 20_000 });
+  await shot("batches");
+
+  // The team: an invitation appears as pending; the invited person signs up with its link in
+  // another browser context, joins as a member, and sees that credit is for owners and admins.
+  await open("Team", /^Team /);
+  const invitee = `invitee-${Date.now()}@example.com`;
+  await page.getByLabel("Email").fill(invitee);
+  await page.getByRole("button", { name: "Invite", exact: true }).click();
+  const inviteLink = await page.locator("code.wrap").textContent();
+  expect(inviteLink).toContain("/dashboard/signup?invite=");
+  await page.getByRole("region", { name: "Pending invitations" }).getByText(invitee).waitFor();
+  await shot("team-invited");
+  const other = await browser.newContext({ viewport: DESKTOP });
+  try {
+    const guest = await other.newPage();
+    await guest.goto(inviteLink!);
+    await guest.getByLabel("Email").fill(invitee);
+    await guest.getByLabel("Password").fill(password);
+    expect(await guest.getByLabel("Invitation token (optional)").inputValue()).not.toBe("");
+    await guest.getByRole("button", { name: "Sign up" }).click();
+    await guest.getByText(`${invitee} · member`).waitFor();
+    await guest.getByRole("link", { name: "Credit", exact: true }).click();
+    await guest.getByText("Only owners and admins of the team see its credit and ledger.").waitFor();
+    await guest.screenshot({ path: path.join(shots, `${String(++shotCount).padStart(2, "0")}-member-credit.png`) });
+  } finally {
+    await other.close();
+  }
+  await page.reload();
+  await page.getByRole("heading", { level: 1, name: /^Team / }).waitFor();
+  await page.getByRole("region", { name: "Members" }).getByText(invitee).waitFor();
+  expect(await page.getByRole("region", { name: "Pending invitations" }).getByText(invitee).count()).toBe(0);
+  await shot("team");
+
+  // On a phone: the pages fit the width (tables scroll inside their own region).
+  await page.setViewportSize(PHONE);
+  for (const [name, heading] of [
+    ["Usage", "Usage"],
+    ["API keys", "API keys"],
+    ["Activity", "Activity"],
+    ["Live events", "Live events"],
+  ] as const) {
+    await open(name, heading);
+    await page.waitForTimeout(200);
+    expect(await fitsWidth()).toBe(true);
+    await shot(`phone-${name.toLowerCase().replace(/\s+/g, "-")}`);
+  }
+  await page.setViewportSize(DESKTOP);
+
+  // Revoke the key: listed as revoked, and the API refuses it.
+  await open("API keys");
+  page.once("dialog", (dialog) => void dialog.accept());
+  await page.getByRole("button", { name: /^Revoke key browser test/ }).click();
+  await keyRow.getByText("revoked").waitFor();
+  await shot("keys-revoked");
+  await expect(
+    openai.chat.completions.create({ model: CHAT_MODEL, messages: [{ role: "user", content: "x" }], max_tokens: 2 }),
+  ).rejects.toMatchObject({ status: 401 });
+
+  // Sign out, and back in with the password.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByRole("heading", { level: 1, name: "Sign in" }).waitFor();
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill("wrong password");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").waitFor();
+  await shot("signin-refused");
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { level: 1, name: "Usage" }).waitFor();
+
+  expect(pageErrors).toEqual([]);
+  expect(foreignRequests).toEqual([]);
+}, 90_000);
+
+test("the dashboard's files come from this origin: the page with a same-origin CSP, hashed assets cached, a missing asset 404", async () => {
+  const res = await fetch(`${server.url}/dashboard/activity?status=completed`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/html/);
+  expect(res.headers.get("cache-control")).toBe("no-store");
+  expect(res.headers.get("content-security-policy")).toContain("default-src 'self'");
+  const html = await res.text();
+  const assets = [...html.matchAll(/(?:src|href)="([^"#][^"]*)"/g)].map((m) => m[1]);
+  expect(assets.length).toBeGreaterThan(0);
+  for (const asset of assets) {
+    expect(asset).toMatch(/^\/dashboard\/assets\//);
+    const a = await fetch(server.url + asset);
+    expect(a.status).toBe(200);
+    expect(a.headers.get("cache-control")).toMatch(/immutable/);
+  }
+  const missing = await http(server.url, "GET", "/dashboard/assets/nope.js");
+  expect(missing.status).toBe(404);
+  expect(missing.body).toEqual(expect.objectContaining({ status_code: 404 }));
+});
