@@ -174,11 +174,16 @@ export class PriceBook implements PriceLookup {
   }
 
   /**
-   * The prices of `model` in force at `at`: the latest version with `effective_from <= at`; the
-   * model's catalog prices when it has no stored version (or `at` precedes them all).
+   * The prices of `model` in force at `at`: the latest version with `effective_from <= at` of the
+   * model whose prices it takes — its reference model (`limitKey`: a team's custom model is priced
+   * as the platform model whose weights it runs, else as the default model; issue 9 review,
+   * finding 3), else itself — and the model's catalog prices when that has no stored version (or
+   * `at` precedes them all). Never by a custom model's own id: versions stored under a platform
+   * model dropped from the catalog would price a custom model that took its name (issue 10 review,
+   * finding 8).
    */
   pricesAt(model: CatalogModel, at: Date): TokenPrices {
-    const list = this.versions.get(model.id);
+    const list = this.versions.get(model.limitKey ?? model.id);
     if (!list) return model.prices;
     const t = at.getTime();
     for (let i = list.length - 1; i >= 0; i--) {
