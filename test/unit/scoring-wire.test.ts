@@ -43,10 +43,8 @@ test("when the answer's tokens follow the prompt, then only they are summed and 
     ok: true,
     logprobs: [-0.75, -2],
     answerTokens: [2, 1],
-    promptTokens: [
-      ["Is", " it", " é?", "\nAnswer:", " y", "es"],
-      ["Is", " it", " é?", "\nAnswer:", " no"],
-    ],
+    promptTokens: [6, 5],
+    usagePromptTokens: null,
   });
 });
 
