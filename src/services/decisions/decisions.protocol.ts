@@ -16,7 +16,7 @@
  */
 import { z } from "zod";
 import type { ChatMessage } from "../../inference/engine.js";
-import type { CandidateScore } from "../../inference/engine.js";
+import type { CandidateScore, ScoreQuestion } from "../../inference/engine.js";
 import { maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 /** Most questions in one request (spec: Limits, "questions per call: up to 64"). */
@@ -206,6 +206,21 @@ export function questionMessages(state: string, name: string, q: Question): Chat
       lines.push("Answer yes or no.");
   }
   return [{ role: "user", content: `Input:\n${state}\n\n${lines.join("\n")}\nAnswer:` }];
+}
+
+/**
+ * One question as the engine scores it (serving and `npm run calibrate` alike): its prompt, its
+ * answers, the field a 400 names, and an end marker when one answer is a prefix of another.
+ * @param state the input as the prompt shows it (`stateText`).
+ */
+export function scoredQuestion(state: string, name: string, q: Question): ScoreQuestion {
+  const candidates = answerTexts(q);
+  return {
+    messages: questionMessages(state, name, q),
+    candidates,
+    field: `questions.${name}`,
+    endMarker: hasPrefixAnswers(candidates),
+  };
 }
 
 /**

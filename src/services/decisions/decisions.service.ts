@@ -14,11 +14,9 @@ import {
   DECISION_BODY_LIMIT_BYTES,
   type DecisionRequest,
   type DecisionResponse,
-  answerTexts,
   decisionRequest,
   decisionResponse,
-  hasPrefixAnswers,
-  questionMessages,
+  scoredQuestion,
   stateText,
 } from "./decisions.protocol.js";
 
@@ -90,15 +88,7 @@ export async function runDecision(
     onFailure: run.onFailure,
     maxQueueWaitS: run.maxQueueWaitS ?? request.max_queue_wait_s,
     signal: run.signal,
-    questions: Object.entries(request.questions).map(([name, q]) => {
-      const candidates = answerTexts(q);
-      return {
-        messages: questionMessages(state, name, q),
-        candidates,
-        field: `questions.${name}`,
-        endMarker: hasPrefixAnswers(candidates),
-      };
-    }),
+    questions: Object.entries(request.questions).map(([name, q]) => scoredQuestion(state, name, q)),
     render: (result) =>
       decisionResponse(model.id, request, result.scores, model.decisionTemperature, result.promptTokens),
   });
