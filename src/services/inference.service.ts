@@ -404,8 +404,8 @@ export class InferenceService {
    * A scoring run the engine stopped part way (issue 11 review, findings 3–4): recorded as
    * `cancelled` (the client went away) or `failed` (the time limit), with the prompt tokens the
    * engine had evaluated as its usage, and charged for them at the input price (as a cancelled
-   * generation is charged for the tokens it produced). A call with `onFailure` records as it says,
-   * with the same usage and charge.
+   * generation is charged for the tokens it produced), and counted against the token rate limits.
+   * A call with `onFailure` records as it says, with the same usage and charge.
    */
   private async recordStoppedScoring(
     principal: Principal,
@@ -443,6 +443,7 @@ export class InferenceService {
     }
     const charge = await this.metering.record(record).catch(() => undefined);
     if (charge) reservation?.settle(charge.chargedMicros);
+    if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, err.promptTokens);
   }
 
   /**
