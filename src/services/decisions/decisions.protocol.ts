@@ -13,6 +13,11 @@
  * labels (choice), the level numbers `0`…`n−1` (score) and `yes` / `no` (noul). Their summed token
  * log-probabilities are divided by the model's calibration temperature (catalog
  * `decision_temperature`) and normalised with a softmax.
+ *
+ * Beyond DESIGN §3 (issue 11 review, findings 4 and 6): at most `MAX_TOTAL_ANSWERS` answers per
+ * request; question names match `QUESTION_NAME`; `__proto__` is refused as a name or label, as are
+ * two labels with the same UTF-8; a question where one answer is a prefix of another is scored
+ * with an end marker after each answer (`hasPrefixAnswers`).
  */
 import { z } from "zod";
 import type { ChatMessage } from "../../inference/engine.js";
