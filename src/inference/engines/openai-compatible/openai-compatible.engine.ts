@@ -325,18 +325,21 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         { field: "model", message: "log-probabilities unavailable" },
       ]);
     const scores: CandidateScore[][] = req.questions.map((q) => new Array<CandidateScore>(q.candidates.length));
-    const watch = new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
+    // The time limit counts from the first chunk's start, not its wait for a slot (as embedded).
+    let watch: ScoringWatch | undefined;
     const started = performance.now();
     let queueMs = 0;
     let processed = 0;
     try {
       for (const chunk of promptChunks(plan)) {
-        const stop = watch.reason();
+        const stop = watch?.reason();
         if (stop) throw stop;
         const body = JSON.stringify(scoringBody(route.upstreamModel, chunk));
-        const scoring = { signal: watch.abortSignal, maxQueueWaitMs: req.maxQueueWaitMs, priority: req.priority };
+        const signal = watch?.abortSignal ?? req.signal;
+        const scoring = { signal, maxQueueWaitMs: req.maxQueueWaitMs, priority: req.priority };
         processed += await this.dispatch(route, scoring, async (endpoint, waitedMs) => {
           queueMs += waitedMs;
+          watch ??= new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
           const res = await endpoint.pool.request({
             method: "POST",
             path: endpoint.path("completions"),
@@ -370,11 +373,11 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         });
       }
     } catch (err) {
-      const stop = watch.reason();
+      const stop = watch?.reason();
       if (stop) throw new ScoringStopped(stop, Math.min(processed, plan.tokenBound), performance.now() - started);
       throw err;
     } finally {
-      watch.dispose();
+      watch?.dispose();
     }
     if (processed > plan.tokenBound) {
       this.opts.logger.warn(
