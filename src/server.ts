@@ -206,6 +206,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       headersTimeoutMs: config.upstreamHeadersMs,
       bodyTimeoutMs: config.upstreamIdleMs,
       healthIntervalMs: config.upstreamProbeMs,
+      scoringTimeLimitMs: config.decisionsTimeLimitMs,
       logger,
     });
     upstream.checkCatalog(platform.catalog.models);
@@ -216,6 +217,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       modelsDir: config.modelsDir,
       dataDir: config.dataDir,
       gpu: config.gpu,
+      scoringTimeLimitMs: config.decisionsTimeLimitMs,
       logger,
     });
     // Prometheus metrics (issue 13, item 4): one registry per server; engines observed by model.

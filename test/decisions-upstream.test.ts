@@ -3,7 +3,14 @@
  * models to a loopback fake of a vLLM server that answers `POST /v1/completions` with echoed
  * prompt log-probabilities (`logprobs.{tokens, token_logprobs, text_offset}`), and to one that
  * answers without them (a clear 400). The fake tokenises by words (each with its leading space)
- * and gives each word a fixed log-probability, so the expected probabilities are exact.
+ * and gives each word a fixed log-probability (a newline's depends on the word before it), so the
+ * expected probabilities are exact. Other fake models answer without usage (`fake-nousage`),
+ * report 1000× the prompt tokens (`fake-over`) or answer after 600 ms (`fake-slow`; the gateway's
+ * scoring time limit is 1.5 s).
+ *
+ * The review of issue 11 (findings 1, 2, 3, 5, 6): upstream work bounded before anything is
+ * built, metering from what the upstream processed, partial charges when the client leaves or the
+ * time limit passes, and an end marker after answers that are prefixes of others.
  */
 import http from "node:http";
 import type net from "node:net";
@@ -11,6 +18,7 @@ import {
   CHAT_MODEL,
   type TestServer,
   createTestCaller,
+  eventually,
   expectEnvelope,
   expectInvalid,
   http as request,
@@ -20,7 +28,12 @@ import { writeEditedCatalog } from "./support/test-catalog.js";
 
 /** Log-probability the fake gives each word (with its leading space); others get −3. */
 const WORDS: Record<string, number> = { " yes": -0.1, " no": -2.3, " red": -0.5, " big": -1, " apple": -0.25 };
+/** A newline's log-probability: unlikely right after " big" (the answer "goes on"), likely elsewhere. */
+const newline = (previous: string) => (previous === " big" ? -5 : -0.1);
+/** Delay of `fake-slow`'s answers, ms. */
+const SLOW_MS = 600;
 
+const FAKE_MODELS = ["fake-lm", "fake-nolp", "fake-refuses", "fake-nousage", "fake-over", "fake-slow"];
 let fake: http.Server;
 let fakeUrl: string;
 /** Bodies the fake received on /v1/completions. */
@@ -33,7 +46,7 @@ function words(text: string): string[] {
 }
 
 /** A vLLM-shaped completions answer: echo + logprobs for every prompt, one generated token. */
-function completions(body: any, withLogprobs: boolean): unknown {
+function completions(body: any, withLogprobs: boolean, usageFactor: number | null = 1): unknown {
   const prompts: string[] = Array.isArray(body.prompt) ? body.prompt : [body.prompt];
   let promptTokens = 0;
   const choices = prompts.map((prompt, index) => {
@@ -45,7 +58,7 @@ function completions(body: any, withLogprobs: boolean): unknown {
       offsets.push(at);
       at += [...t].length;
     }
-    const logprobs = tokens.map((t, i) => (i === 0 ? null : (WORDS[t] ?? -3)));
+    const logprobs = tokens.map((t, i) => (i === 0 ? null : t === "\n" ? newline(tokens[i - 1]) : (WORDS[t] ?? -3)));
     return {
       index,
       text: `${prompt} the`,
@@ -68,11 +81,15 @@ function completions(body: any, withLogprobs: boolean): unknown {
     created: 1,
     model: body.model,
     choices,
-    usage: {
-      prompt_tokens: promptTokens,
-      completion_tokens: prompts.length,
-      total_tokens: promptTokens + prompts.length,
-    },
+    ...(usageFactor === null
+      ? {}
+      : {
+          usage: {
+            prompt_tokens: promptTokens * usageFactor,
+            completion_tokens: prompts.length,
+            total_tokens: promptTokens * usageFactor + prompts.length,
+          },
+        }),
   };
 }
 
@@ -83,9 +100,7 @@ beforeAll(async () => {
     req.on("end", () => {
       res.setHeader("content-type", "application/json");
       if (req.method === "GET" && req.url === "/v1/models") {
-        res.end(
-          JSON.stringify({ object: "list", data: [{ id: "fake-lm" }, { id: "fake-nolp" }, { id: "fake-refuses" }] }),
-        );
+        res.end(JSON.stringify({ object: "list", data: FAKE_MODELS.map((id) => ({ id })) }));
         return;
       }
       if (req.method === "POST" && req.url === "/v1/completions") {
@@ -98,7 +113,15 @@ beforeAll(async () => {
           );
           return;
         }
-        res.end(JSON.stringify(completions(body, body.model === "fake-lm")));
+        const answer = JSON.stringify(
+          completions(
+            body,
+            body.model !== "fake-nolp",
+            { "fake-nousage": null, "fake-over": 1000 }[body.model as string],
+          ),
+        );
+        if (body.model === "fake-slow") setTimeout(() => res.end(answer), SLOW_MS);
+        else res.end(answer);
         return;
       }
       res.statusCode = 404;
@@ -122,11 +145,15 @@ beforeAll(async () => {
       upstream("up-nolp", "fake-nolp"),
       upstream("up-refuses", "fake-refuses"),
       upstream("up-plain", "fake-lm", false),
+      upstream("up-nousage", "fake-nousage"),
+      upstream("up-over", "fake-over"),
+      upstream("up-slow", "fake-slow"),
     );
   });
   gateway = await startTestServer({
     catalogPath: catalog,
-    upstreams: [{ name: "fake", base_url: fakeUrl, models: ["fake-lm", "fake-nolp", "fake-refuses"] }],
+    upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
+    decisionsTimeLimitMs: 1500,
   });
   key = (await createTestCaller(gateway.url)).key;
 }, 60_000);
@@ -164,25 +191,18 @@ test("when an upstream model is asked, then the answers come from the upstream's
   );
   expect(received[0].prompt).toHaveLength(5);
   expect(received[0].prompt[0].endsWith("Answer: yes")).toBe(true);
-  // Metered as the embedded engine counts: the shared prefix once, each question's and answer's own tokens.
-  // Prompts 0–1 are the first question's (yes, no), 2–4 the second's (three labels).
+  // Metered as the upstream processed it (review finding 2): every prompt whole, as its usage says.
   const echoed = (received[0].prompt as string[]).map(words);
-  const common = (lists: string[][]) => {
-    let n = 0;
-    while (lists.every((l) => n < l.length && l[n] === lists[0][n])) n++;
-    return n;
-  };
-  const shared = common(echoed);
-  const own = [common(echoed.slice(0, 2)), common(echoed.slice(2))];
-  const expected =
-    shared + (own[0] - shared) + (own[1] - shared) + echoed.reduce((n, t, i) => n + t.length - own[i < 2 ? 0 : 1], 0);
-  expect(shared).toBeGreaterThan(3);
-  expect(res.body.usage.input_tokens).toBe(expected);
-  expect(res.body.usage.input_tokens).toBeLessThan(echoed.reduce((n, t) => n + t.length, 0));
+  const sent = echoed.reduce((n, t) => n + t.length, 0);
+  expect(res.body.usage.input_tokens).toBe(sent);
   const [row] = await gateway.db<any>(
-    "SELECT prompt_tokens, completion_tokens, endpoint FROM activity ORDER BY created_at DESC LIMIT 1",
+    "SELECT prompt_tokens, completion_tokens, cost_micros, endpoint FROM activity ORDER BY created_at DESC LIMIT 1",
   );
-  expect(row).toEqual({ prompt_tokens: res.body.usage.input_tokens, completion_tokens: 0, endpoint: "/v1/decisions" });
+  // 2 USD per million input tokens = 2 micro-USD per token.
+  expect(row).toEqual(
+    expect.objectContaining({ prompt_tokens: sent, completion_tokens: 0, endpoint: "/v1/decisions" }),
+  );
+  expect(BigInt(row.cost_micros)).toBe(BigInt(2 * sent));
 });
 
 test("when the upstream answers without log-probabilities or refuses echo, then 400 says the model cannot give them", async () => {
@@ -197,4 +217,170 @@ test("when the upstream answers without log-probabilities or refuses echo, then 
   expectInvalid(await post(body("up-plain")), "model");
   expect(received).toHaveLength(0);
   expectEnvelope(await request(gateway.url, "POST", "/v1/decisions", { body: body("up-lp") }), 401);
+});
+
+/** Questions × labels, each label two words ("red apple0"…), about one state. */
+function wide(model: string, state: string, questions: number, labels: number) {
+  const criteria = Object.fromEntries(Array.from({ length: labels }, (_, i) => [`red apple${i}`, ""]));
+  return {
+    model,
+    state,
+    questions: Object.fromEntries(Array.from({ length: questions }, (_, i) => [`q${i}`, { type: "choice", criteria }])),
+  };
+}
+
+/** The team's activity rows for /v1/decisions, oldest first. */
+const rowsOf = (teamId: string) =>
+  gateway.db<any>(
+    "SELECT status, prompt_tokens, cost_micros, error_json FROM activity WHERE team_id = $1 ORDER BY created_at",
+    [teamId],
+  );
+
+describe("upstream work is bounded before anything is built (review finding 1)", () => {
+  test("when answers × state would send more than 16 MiB of prompts, then 400 names questions at once and nothing reaches the upstream", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    // 64 questions × 16 labels (1,024 answers, within the cap) about a 30,000-character state:
+    // 1,024 prompts of ~30 kB each, ~31 MB in all.
+    const started = performance.now();
+    const res = await request(gateway.url, "POST", "/v1/decisions", {
+      token: fresh.key,
+      body: wide("up-lp", "word ".repeat(6_000), 64, 16),
+    });
+    const tookMs = performance.now() - started;
+    expectInvalid(res, "questions");
+    expect(res.body.detail).toMatch(/1024 prompts of \d+ bytes in all, over the limit of 16777216 bytes/);
+    expect(tookMs).toBeLessThan(2_000);
+    expect(received).toHaveLength(0);
+    expect(await rowsOf(fresh.teamId)).toHaveLength(0);
+  });
+
+  test("when a request asks 64 questions of 256 labels, then 400 says at most 1024 answers in all", async () => {
+    received.length = 0;
+    const res = await post(wide("up-lp", "short", 64, 256));
+    expectInvalid(res, "questions");
+    expect(res.body.extra.find((i: any) => i.field === "questions").message).toMatch(
+      /at most 1024 answers in all.*16384 given/,
+    );
+    expect(received).toHaveLength(0);
+  });
+
+  test("when a request has more than 64 prompts, then they go upstream in chunks of at most 64 and the answers line up", async () => {
+    received.length = 0;
+    const res = await post(wide("up-lp", "A story about fruit.", 3, 50));
+    expect(res.status).toBe(200);
+    expect(received.map((b) => b.prompt.length)).toEqual([64, 64, 22]);
+    for (const q of ["q0", "q1", "q2"]) {
+      // Every label scores −0.75 ("red" + "apple") + −3 (its number word): all equal.
+      for (const p of Object.values(res.body.answers[q].probabilities) as number[]) expect(p).toBeCloseTo(1 / 50, 12);
+    }
+    const sent = received.flatMap((b) => b.prompt as string[]).reduce((n, t) => n + words(t).length, 0);
+    expect(res.body.usage.input_tokens).toBe(sent);
+  });
+});
+
+describe("upstream metering follows what the upstream processed (review findings 2 and 5)", () => {
+  const one = (model: string) => ({
+    model,
+    state: "A story about fruit.",
+    questions: { fruit: { type: "noul" }, kind: { type: "choice", criteria: { "red apple": "", pear: "" } } },
+  });
+
+  test("when the upstream sends no usage, then every prompt's echoed tokens are charged", async () => {
+    received.length = 0;
+    const res = await post(one("up-nousage"));
+    expect(res.status).toBe(200);
+    const sent = (received[0].prompt as string[]).reduce((n, t) => n + words(t).length, 0);
+    expect(res.body.usage.input_tokens).toBe(sent);
+  });
+
+  test("when the upstream reports more prompt tokens than the prompts' bytes, then the reserved bound is the most charged", async () => {
+    received.length = 0;
+    const res = await post(one("up-over"));
+    expect(res.status).toBe(200);
+    const prompts = received[0].prompt as string[];
+    const bound = prompts.reduce((n, t) => n + Buffer.byteLength(t) + 2, 0);
+    expect(res.body.usage.input_tokens).toBe(bound);
+  });
+
+  test("when the team's credit covers the reserved bound, then it is served; a micro-USD less, then 402 before any upstream call", async () => {
+    received.length = 0;
+    expect((await post(one("up-lp"))).status).toBe(200);
+    const bound = (received[0].prompt as string[]).reduce((n, t) => n + Buffer.byteLength(t) + 2, 0);
+    const fresh = await createTestCaller(gateway.url);
+    const setCredit = (micros: number) =>
+      gateway.db("UPDATE teams SET credit_balance_micros = $2 WHERE id = $1", [fresh.teamId, micros]);
+    await setCredit(2 * bound - 1);
+    received.length = 0;
+    const refused = await request(gateway.url, "POST", "/v1/decisions", { token: fresh.key, body: one("up-lp") });
+    expectEnvelope(refused, 402);
+    expect(received).toHaveLength(0);
+    await setCredit(2 * bound);
+    const served = await request(gateway.url, "POST", "/v1/decisions", { token: fresh.key, body: one("up-lp") });
+    expect(served.status).toBe(200);
+    expect(served.body.usage.input_tokens).toBeLessThanOrEqual(bound);
+  });
+});
+
+describe("stopped upstream scoring is charged for the chunks answered (review findings 3 and 4)", () => {
+  test("when the client leaves while the second chunk is upstream, then the request is recorded cancelled and charged the first chunk", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    const aborter = new AbortController();
+    const sending = fetch(`${gateway.url}/v1/decisions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(wide("up-slow", "A story about fruit.", 3, 50)),
+      signal: aborter.signal,
+    }).catch(() => undefined);
+    // The first chunk answers at ~600 ms, the second is upstream until ~1200 ms.
+    expect(await eventually(async () => received.length === 2, 3_000)).toBe(true);
+    aborter.abort();
+    await sending;
+    let rows: any[] = [];
+    expect(await eventually(async () => (rows = await rowsOf(fresh.teamId)).length === 1, 5_000)).toBe(true);
+    const first = (received[0].prompt as string[]).reduce((n, t) => n + words(t).length, 0);
+    expect(rows[0]).toEqual(expect.objectContaining({ status: "cancelled", prompt_tokens: first }));
+    expect(BigInt(rows[0].cost_micros)).toBe(BigInt(2 * first));
+  });
+
+  test("when scoring passes the time limit, then 504 and the request is recorded failed and charged the chunks answered", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    // Three chunks of 600 ms each; the limit (1.5 s) passes while the third is upstream.
+    const res = await request(gateway.url, "POST", "/v1/decisions", {
+      token: fresh.key,
+      body: wide("up-slow", "A story about fruit.", 3, 50),
+    });
+    expectEnvelope(res, 504);
+    expect(res.body.detail).toMatch(/limit of 1500 ms/);
+    const answered = (received.slice(0, 2).flatMap((b) => b.prompt) as string[]).reduce(
+      (n, t) => n + words(t).length,
+      0,
+    );
+    const [row] = await rowsOf(fresh.teamId);
+    expect(row).toEqual(
+      expect.objectContaining({
+        status: "failed",
+        prompt_tokens: answered,
+        error_json: expect.objectContaining({ code: "engine_timeout" }),
+      }),
+    );
+    expect(BigInt(row.cost_micros)).toBe(BigInt(2 * answered));
+  });
+});
+
+test("when one label is a prefix of another, then each answer is scored with an end marker and the longer one is not beaten by construction (review finding 6)", async () => {
+  received.length = 0;
+  const res = await post({
+    model: "up-lp",
+    state: "A story about fruit.",
+    questions: { kind: { type: "choice", criteria: { big: "", "big apple": "" } } },
+  });
+  expect(res.status).toBe(200);
+  expect((received[0].prompt as string[]).every((p) => p.endsWith("\n"))).toBe(true);
+  // " big" + "\n" = −1 − 5; " big apple" + "\n" = −1.25 − 0.1. Without the marker " big" (−1) would win.
+  const p = 1 / (1 + Math.exp(-6 + 1.35));
+  expect(res.body.answers.kind.choice).toBe("big apple");
+  expect(res.body.answers.kind.probabilities["big apple"]).toBeCloseTo(p, 12);
 });

@@ -255,6 +255,54 @@ describe("POST /v1/decisions: bad input", () => {
     expect(after.credit_balance_micros).toBe(before.credit_balance_micros);
   });
 
+  test("when a question name or label is __proto__, a name is not 1–64 of [A-Za-z0-9_.-], labels encode alike or answers pass 1024, then 400 names it", async () => {
+    const fresh = await createTestCaller(server.url);
+    const raw = (questions: string) =>
+      post(JSON.parse(`{"model": "${CHAT_MODEL}", "state": "x", "questions": ${questions}}`), fresh.key);
+    expectInvalid(await raw(`{"ok": {"type": "noul"}, "__proto__": {"type": "noul"}}`), "questions.__proto__");
+    expectInvalid(
+      await raw(`{"q": {"type": "choice", "criteria": {"a": "", "__proto__": "", "b": ""}}}`),
+      "questions.q.criteria.__proto__",
+    );
+    const name = await raw(`{"bad name": {"type": "noul"}}`);
+    expectInvalid(name, "questions.bad name");
+    expect(name.body.extra[0].message).toMatch(/1–64 characters of A–Z/);
+    expectInvalid(await raw(`{"${"n".repeat(65)}": {"type": "noul"}}`), `questions.${"n".repeat(65)}`);
+    expect((await raw(`{"${"n".repeat(64)}": {"type": "noul"}, "a.b-c_D9": {"type": "noul"}}`)).status).toBe(200);
+    // Two lone surrogates: different strings, the same UTF-8 (U+FFFD), so the same answer.
+    const twins = await post(
+      {
+        model: CHAT_MODEL,
+        state: "x",
+        questions: { q: { type: "choice", criteria: { "a\ud800": "", "a\udc00": "" } } },
+      },
+      fresh.key,
+    );
+    expectInvalid(twins, "questions.q.criteria");
+    const labels = Object.fromEntries(Array.from({ length: 256 }, (_, i) => [`l${i}`, ""]));
+    const wide = Object.fromEntries(
+      Array.from({ length: 5 }, (_, i) => [`q${i}`, { type: "choice", criteria: labels }]),
+    );
+    const over = await post({ model: CHAT_MODEL, state: "x", questions: wide }, fresh.key);
+    expectInvalid(over, "questions");
+    expect(over.body.extra[0].message).toMatch(/at most 1024 answers in all.*1280 given/);
+    // Only the one valid request left a record.
+    expect(await server.db("SELECT id FROM activity WHERE team_id = $1", [fresh.teamId])).toHaveLength(1);
+  });
+
+  test("when two answers tokenise identically, then the engine refuses with 400 naming the question", async () => {
+    const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
+    const engine = server.app.engines.engineFor(model);
+    const messages = questionMessages("x", "q", { type: "noul" });
+    await expect(
+      engine.scoreContinuations!({
+        model,
+        questions: [{ messages, candidates: ["a\ud800", "a\udc00"], field: "questions.q" }],
+        maxQueueWaitMs: 30_000,
+      }),
+    ).rejects.toMatchObject({ code: "invalid_request", extra: [{ field: "questions.q" }] });
+  });
+
   test("when the body is over 1 MiB, then 413", async () => {
     const res = await post({ model: CHAT_MODEL, state: "x".repeat(1024 * 1024 + 10), questions: { q: noul } });
     expectEnvelope(res, 413);
@@ -356,6 +404,31 @@ describe("POST /v1/decisions: records", () => {
     expect(bad.body.errors[0].extensions.extra.map((i: any) => i.field)).toEqual(["questions"]);
   });
 
+  test("when GraphQL sends a null state or questions with a variable nested inside, then it answers as REST does", async () => {
+    const has_dog = MIXED.questions.has_dog;
+    const rest = await post({ model: CHAT_MODEL, state: null, questions: { has_dog } });
+    expect(rest.status).toBe(200);
+    const gql = (query: string, variables?: Record<string, unknown>) =>
+      http(server.url, "POST", "/graphql", { token: caller.key, body: { query, variables } });
+    // `state: null` is any JSON (DESIGN §3), as REST takes it; the question comes in through a
+    // variable inside an object literal.
+    const res = await gql(
+      `mutation($q: JSONObject!) {
+        createDecision(model: "${CHAT_MODEL}", state: null, questions: {has_dog: $q}) { answers }
+      }`,
+      { q: has_dog },
+    );
+    expect(res.body.errors).toBeUndefined();
+    expect(res.body.data.createDecision.answers).toEqual(rest.body.answers);
+    // Left out, the state is missing: 400 naming it, as REST.
+    const missing = await gql(
+      `mutation { createDecision(model: "${CHAT_MODEL}", questions: {q: {type: "noul"}}) { model } }`,
+    );
+    expect(missing.body.errors[0].extensions.code).toBe("INVALID_REQUEST");
+    expect(missing.body.errors[0].extensions.extra.map((i: any) => i.field)).toEqual(["state"]);
+    expectInvalid(await post({ model: CHAT_MODEL, questions: { has_dog } }), "state");
+  });
+
   test("when a batch item names /v1/decisions, then it runs on the same path and its result is the REST answer", async () => {
     const body = { model: CHAT_MODEL, state: STATE, questions: { has_dog: MIXED.questions.has_dog } };
     const rest = await post(body);
@@ -383,4 +456,104 @@ describe("POST /v1/decisions: records", () => {
     });
     expectInvalid(invalid, "requests[0].body.questions");
   });
+});
+
+describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", () => {
+  test("when one answer is a prefix of another, then each is scored with its end, so the shorter one loses its head start", async () => {
+    const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
+    const engine = server.app.engines.engineFor(model);
+    const messages = questionMessages(STATE.story, "count", { type: "score", criteria: ["", "", ""] });
+    const score = async (endMarker: boolean) =>
+      (
+        await engine.scoreContinuations!({
+          model,
+          questions: [{ messages, candidates: ["1", "10"], field: "q", endMarker }],
+          maxQueueWaitMs: 30_000,
+        })
+      ).scores[0];
+    const [bare1, bare10] = await score(false);
+    const [end1, end10] = await score(true);
+    // Without an end "1" is never below "10" (log p(1) ≥ log p(1) + log p(0 | 1)); with one, each
+    // also pays for ending where it ends.
+    expect(bare1.logprob).toBeGreaterThanOrEqual(bare10.logprob);
+    expect(end1.logprob).toBeLessThan(bare1.logprob);
+    expect(end10.logprob).toBeLessThan(bare10.logprob);
+    expect(Number.isFinite(end1.logprob) && Number.isFinite(end10.logprob)).toBe(true);
+  });
+
+  /** 64 questions of 8 four-word labels: 512 answers, one evaluation each (a few seconds on this model). */
+  const HEAVY = {
+    model: CHAT_MODEL,
+    state: STATE,
+    questions: Object.fromEntries(
+      Array.from({ length: 64 }, (_, q) => [
+        `q${q}`,
+        {
+          type: "choice",
+          instructions: `Which fits part ${q}?`,
+          criteria: Object.fromEntries(Array.from({ length: 8 }, (_, l) => [`the little dog ${l}`, ""])),
+        },
+      ]),
+    ),
+  };
+
+  test("when the client leaves mid-scoring, then the request is recorded cancelled and charged the tokens evaluated", async () => {
+    const fresh = await createTestCaller(server.url);
+    const started = performance.now();
+    const full = await post(HEAVY, fresh.key);
+    const fullMs = performance.now() - started;
+    expect(full.status).toBe(200);
+    const aborter = new AbortController();
+    const sending = fetch(`${server.url}/v1/decisions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(HEAVY),
+      signal: aborter.signal,
+    }).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, fullMs / 3));
+    aborter.abort();
+    await sending;
+    let rows: any[] = [];
+    expect(
+      await eventually(async () => {
+        rows = await server.db<any>(
+          "SELECT status, prompt_tokens, cost_micros FROM activity WHERE team_id = $1 ORDER BY created_at",
+          [fresh.teamId],
+        );
+        return rows.length === 2;
+      }, 10_000),
+    ).toBe(true);
+    const [, cancelled] = rows;
+    expect(cancelled.status).toBe("cancelled");
+    expect(cancelled.prompt_tokens).toBeGreaterThan(0);
+    expect(cancelled.prompt_tokens).toBeLessThan(full.body.usage.input_tokens);
+    expect(BigInt(cancelled.cost_micros)).toBe((BigInt(cancelled.prompt_tokens) * 20_000n + 500_000n) / 1_000_000n);
+    expect(BigInt(cancelled.cost_micros)).toBeGreaterThan(0n);
+    const ledger = await server.db<any>(
+      "SELECT amount_micros FROM credit_ledger WHERE team_id = $1 AND type = 'usage' ORDER BY created_at",
+      [fresh.teamId],
+    );
+    expect(ledger).toHaveLength(2);
+  }, 60_000);
+
+  test("when scoring passes the time limit, then 504 and the request is recorded failed and charged the tokens evaluated", async () => {
+    const quick = await startTestServer({ decisionsTimeLimitMs: 1 });
+    try {
+      const fresh = await createTestCaller(quick.url);
+      const res = await http(quick.url, "POST", "/v1/decisions", { token: fresh.key, body: HEAVY });
+      expectEnvelope(res, 504);
+      expect(res.body.detail).toMatch(/limit of 1 ms/);
+      const [row] = await quick.db<any>("SELECT * FROM activity WHERE team_id = $1", [fresh.teamId]);
+      expect(row).toEqual(
+        expect.objectContaining({ status: "failed", error_json: expect.objectContaining({ code: "engine_timeout" }) }),
+      );
+      // At least the shared prefix was evaluated; far from all 512 answers.
+      expect(row.prompt_tokens).toBeGreaterThan(20);
+      const full = await post(HEAVY);
+      expect(row.prompt_tokens).toBeLessThan(full.body.usage.input_tokens);
+      expect(BigInt(row.cost_micros)).toBe((BigInt(row.prompt_tokens) * 20_000n + 500_000n) / 1_000_000n);
+    } finally {
+      await quick.close();
+    }
+  }, 60_000);
 });

@@ -375,6 +375,11 @@ export const configSchema = z.object({
    * Vulkan, Metal) when a usable GPU is present, else the CPU; `off` always the CPU.
    */
   gpu: z.enum(["auto", "off"]).default("auto"),
+  /**
+   * Decisions (issue 11 review, finding 4): the longest one request may score, ms, on either
+   * engine; past it the request ends with 504 and is charged the tokens evaluated so far.
+   */
+  decisionsTimeLimitMs: intFromEnv(1, 3_600_000).default(60_000),
   /** Model hub base URL for pulls (the Hugging Face convention `HF_ENDPOINT`: a mirror); default https://huggingface.co. */
   hfEndpoint: z
     .string()
@@ -451,6 +456,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
   pullOnStart: "SWITCHYARD_PULL_ON_START",
   gpu: "SWITCHYARD_GPU",
+  decisionsTimeLimitMs: "SWITCHYARD_DECISIONS_TIME_LIMIT_MS",
   hfEndpoint: "HF_ENDPOINT",
   hfToken: "HF_TOKEN",
 };

@@ -5,6 +5,7 @@
  * Implementations live in `engines/*`; `EngineRouter` picks one per catalog model.
  */
 import type { CatalogModel } from "../config/catalog.js";
+import { AppError } from "../shared/errors.js";
 
 /** A chat turn with its text content already flattened. */
 export interface ChatMessage {
@@ -117,6 +118,12 @@ export interface ScoreQuestion {
   candidates: string[];
   /** How a 400 names the question (e.g. `questions.is_spam`). */
   field: string;
+  /**
+   * Score each answer followed by an end of answer (the embedded engine: newline, EOS or end of
+   * turn; upstream: a newline), so that an answer that is a prefix of another ("1" and "10") is not
+   * favoured by construction (issue 11 review, finding 6). Set when one answer is a prefix of another.
+   */
+  endMarker?: boolean;
 }
 
 export interface ScoreRequest {
@@ -124,9 +131,9 @@ export interface ScoreRequest {
   questions: ScoreQuestion[];
   signal?: AbortSignal;
   /**
-   * Called once every question is counted and fits the context, before a slot is taken, with the
-   * prompt tokens the request is charged for (see `ScoreResult.promptTokens`). It may refuse by
-   * throwing (402).
+   * Called once every question is counted and fits the context, before a slot is taken and
+   * before any per-answer prompt is built, with the most prompt tokens the request can be charged
+   * for (`ScoreResult.promptTokens` never exceeds it). It may refuse by throwing (402).
    */
   admit?: (promptTokens: number) => Promise<void>;
   maxQueueWaitMs: number;
@@ -139,12 +146,30 @@ export interface CandidateScore {
   tokens: number;
 }
 
+/**
+ * Scoring stopped part way (issue 11 review, findings 3–4): the client went away (ClientClosed)
+ * or the scoring time limit passed (EngineTimeout). Carries what the engine had evaluated by then,
+ * in the units `ScoreResult.promptTokens` counts, so the request is recorded and charged for it.
+ */
+export class ScoringStopped extends AppError {
+  constructor(
+    reason: AppError,
+    /** Prompt tokens evaluated before it stopped (≤ the tokens reserved at admission). */
+    readonly promptTokens: number,
+    readonly engineMs: number,
+  ) {
+    super(reason.code, reason.detail, reason.extra, reason.retryAfterS);
+  }
+}
+
 export interface ScoreResult {
   /** Per question, per candidate, in request order. */
   scores: CandidateScore[][];
   /**
-   * Prompt tokens the request counts: the prefix the questions share, once, plus each question's
-   * own prompt tokens and its answers' tokens (issue 11, item 5).
+   * Prompt tokens the request counts: what the engine evaluated. Embedded: the prefix the
+   * questions share, once, plus each question's own prompt tokens and its answers' tokens (issue
+   * 11, item 5). Upstream: every prompt sent, whole, as the upstream reports it (see
+   * `OpenAiCompatibleEngine.scoreContinuations`).
    */
   promptTokens: number;
   engineMs: number;

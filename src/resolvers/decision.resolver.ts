@@ -18,14 +18,20 @@ export class DecisionResolver {
   })
   async createDecision(
     @Arg("model") model: string,
-    @Arg("state", () => JSONObjectScalar, { description: "The input (any JSON)." }) state: unknown,
+    @Arg("state", () => JSONObjectScalar, {
+      nullable: true,
+      description: "The input (any JSON, null included, as POST /v1/decisions takes it); required.",
+    })
+    state: unknown,
     @Arg("questions", () => JSONObjectScalar, { description: "`{name: question}` as in POST /v1/decisions." })
     questions: unknown,
     @Ctx() ctx: RequestContext,
     @Arg("metadata", () => JSONObjectScalar, { nullable: true }) metadata?: unknown,
     @Arg("maxQueueWaitS", () => Int, { nullable: true }) maxQueueWaitS?: number | null,
   ): Promise<DecisionType> {
-    const body: Record<string, unknown> = { model, state, questions };
+    // `state` may be null (DESIGN §3: any JSON); left out, the body has none and the service says 400.
+    const body: Record<string, unknown> = { model, questions };
+    if (state !== undefined) body.state = state;
     if (metadata != null) body.metadata = metadata;
     if (maxQueueWaitS != null) body.max_queue_wait_s = maxQueueWaitS;
     return (await this.decisions.decide(ctx, body)).body;

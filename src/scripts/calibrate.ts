@@ -29,7 +29,7 @@ import {
   type Question,
   answerTexts,
   decisionRequest,
-  questionMessages,
+  scoredQuestion,
   stateText,
 } from "../services/decisions/decisions.protocol.js";
 
@@ -103,9 +103,8 @@ async function main(): Promise<void> {
       if (typeof truth === "string") throw new Error(`${where}: ${truth}`);
       const scored = await engine.scoreContinuations({
         model,
-        questions: [
-          { messages: questionMessages(stateText(parsed.data.state), "q", q), candidates: answerTexts(q), field: "q" },
-        ],
+        // Scored exactly as serving scores it (end marker included).
+        questions: [scoredQuestion(stateText(parsed.data.state), "q", q)],
         maxQueueWaitMs: 600_000,
       });
       examples.push({ logprobs: scored.scores[0].map((s) => s.logprob), truth });

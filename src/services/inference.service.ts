@@ -15,6 +15,7 @@ import type {
   ScoreQuestion,
   ScoreResult,
 } from "../inference/engine.js";
+import { ScoringStopped } from "../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "./context.js";
 import type { CreditReservation, CreditService } from "./credit.service.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
@@ -365,8 +366,10 @@ export class InferenceService {
 
   /**
    * Scores answers by their log-probabilities (decisions, issue 11) and meters the request: prompt
-   * tokens only (`ScoreResult.promptTokens`: the shared prefix once, plus each question's tokens)
-   * at the model's input price; credit, rate limits, activity record and completion event as `generate`.
+   * tokens only (`ScoreResult.promptTokens`: what the engine evaluated; see there) at the model's
+   * input price; credit, rate limits, activity record and completion event as `generate`. When the
+   * engine stops part way (`ScoringStopped`: client gone, time limit), the tokens it evaluated are
+   * recorded and charged (`recordStoppedScoring`) and the error is thrown.
    * @throws as `generate`; AppError 400 when the model's engine cannot give log-probabilities.
    */
   async score<T>(ctx: RequestContext, call: ScoringCall<T>): Promise<ScoringOutcome<T>> {
@@ -398,10 +401,13 @@ export class InferenceService {
         priority: call.batch ? "batch" : "interactive",
       });
     } catch (err) {
-      reservation?.release();
       try {
-        recorded = await this.recordFailure(principal, call, type, err);
+        recorded =
+          err instanceof ScoringStopped
+            ? await this.recordStoppedScoring(principal, call, type, err, reservation)
+            : await this.recordFailure(principal, call, type, err);
       } finally {
+        reservation?.release(); // no-op once settled
         mark?.end(recorded);
       }
       throw err;
@@ -427,6 +433,54 @@ export class InferenceService {
       reservation?.release();
       mark?.end(recorded);
     }
+  }
+
+  /**
+   * A scoring run the engine stopped part way (issue 11 review, findings 3–4): recorded as
+   * `cancelled` (the client went away) or `failed` (the time limit), with the prompt tokens the
+   * engine had evaluated as its usage, and charged for them at the input price (as a cancelled
+   * generation is charged for the tokens it produced), and counted against the token rate limits.
+   * A call with `onFailure` records as it says, with the same usage and charge.
+   * @returns whether a record was written.
+   */
+  private async recordStoppedScoring(
+    principal: Principal,
+    call: RequestInfo,
+    type: ActivityType,
+    err: ScoringStopped,
+    reservation: CreditReservation | undefined,
+  ): Promise<boolean> {
+    const usage = { promptTokens: err.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const metered = { usage, costMicros: costMicros(usage, this.pricesOf(call)), engineMs: err.engineMs };
+    let record: UsageRecord;
+    if (call.onFailure) {
+      const failure = call.onFailure(err);
+      if (!failure) return false;
+      record = { ...usageRecord(principal, call, type), ...failure, ...metered };
+    } else {
+      const status = err.code === ErrorCode.ClientClosed ? "cancelled" : "failed";
+      const error = { code: err.code, message: err.detail };
+      record = {
+        ...usageRecord(principal, call, type),
+        status,
+        errorJson: error,
+        ...metered,
+        webhook: webhookRequest(call.metadata, () =>
+          failureBody({
+            requestId: call.requestId,
+            createdAt: call.createdAt,
+            endpoint: call.endpoint,
+            model: call.model.id,
+            status,
+            error,
+          }),
+        ),
+      };
+    }
+    const charge = await this.metering.record(record).catch(() => undefined);
+    if (charge) reservation?.settle(charge.chargedMicros);
+    if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, err.promptTokens);
+    return charge !== undefined;
   }
 
   /**

@@ -3,7 +3,12 @@
  * tokens are the answer's (by `text_offset`, in code points), the generated token left out, and
  * the refusals (no log-probabilities, answers that do not line up).
  */
-import { scoredAnswers, scoringPrompts } from "../../src/inference/engines/openai-compatible/scoring-wire.js";
+import {
+  planUpstreamScoring,
+  promptChunks,
+  scoredAnswers,
+  scoringPrompts,
+} from "../../src/inference/engines/openai-compatible/scoring-wire.js";
 
 const prompts = scoringPrompts([
   { messages: [{ role: "user", content: "Is it é?\nAnswer:" }], candidates: ["yes", "no"], field: "q" },
@@ -43,10 +48,8 @@ test("when the answer's tokens follow the prompt, then only they are summed and 
     ok: true,
     logprobs: [-0.75, -2],
     answerTokens: [2, 1],
-    promptTokens: [
-      ["Is", " it", " é?", "\nAnswer:", " y", "es"],
-      ["Is", " it", " é?", "\nAnswer:", " no"],
-    ],
+    promptTokens: [6, 5],
+    usagePromptTokens: null,
   });
 });
 
@@ -94,4 +97,57 @@ test("when the upstream sends no log-probabilities or choices that do not line u
     ],
   );
   expect(scoredAnswers(nulls, prompts)).toEqual({ ok: false, reason: "no_logprobs" });
+});
+
+describe("upstream work sized before it is built (issue 11 review, findings 1 and 5)", () => {
+  const questions = [
+    {
+      messages: [{ role: "user" as const, content: "Input:\nçà et là\nAnswer:" }],
+      candidates: ["yes", "no"],
+      field: "a",
+    },
+    {
+      messages: [{ role: "user" as const, content: "Input:\nçà et là\nWhich?" }],
+      candidates: ["1", "10", "ü"],
+      field: "b",
+      endMarker: true,
+    },
+  ];
+
+  test("when the plan is sized by arithmetic, then its bytes are the bytes of the prompts later built, and its bound adds 2 per prompt", () => {
+    const plan = planUpstreamScoring(questions);
+    const built = scoringPrompts(questions);
+    expect(built.map((p) => p.text)).toEqual([
+      "Input:\nçà et là\nAnswer: yes",
+      "Input:\nçà et là\nAnswer: no",
+      "Input:\nçà et là\nWhich? 1\n",
+      "Input:\nçà et là\nWhich? 10\n",
+      "Input:\nçà et là\nWhich? ü\n",
+    ]);
+    expect(plan.prompts).toBe(5);
+    expect(plan.promptBytes).toBe(built.reduce((n, p) => n + Buffer.byteLength(p.text), 0));
+    expect(plan.tokenBound).toBe(plan.promptBytes + 2 * 5);
+    // The end marker is part of the answer's span, the question's prompt is not.
+    expect(built[3]).toMatchObject({ question: 1, answer: 1, contextChars: 22, totalChars: 22 + 1 + 2 + 1 });
+  });
+
+  test("when prompts are built in chunks, then no chunk passes the prompt or byte limit, and a prompt larger than the byte limit goes alone", () => {
+    const plan = planUpstreamScoring(questions);
+    const byCount = [...promptChunks(plan, { chunkPrompts: 2, chunkBytes: Infinity })];
+    expect(byCount.map((c) => c.length)).toEqual([2, 2, 1]);
+    expect(byCount.flat().map((p) => [p.question, p.answer])).toEqual([
+      [0, 0],
+      [0, 1],
+      [1, 0],
+      [1, 1],
+      [1, 2],
+    ]);
+    const byBytes = [...promptChunks(plan, { chunkPrompts: 64, chunkBytes: 60 })];
+    for (const chunk of byBytes) {
+      const bytes = chunk.reduce((n, p) => n + Buffer.byteLength(p.text), 0);
+      expect(chunk.length === 1 || bytes <= 60).toBe(true);
+    }
+    expect(byBytes.flat()).toHaveLength(5);
+    expect([...promptChunks(plan, { chunkPrompts: 64, chunkBytes: 1 })].map((c) => c.length)).toEqual([1, 1, 1, 1, 1]);
+  });
 });

@@ -13,10 +13,15 @@
  * labels (choice), the level numbers `0`…`n−1` (score) and `yes` / `no` (noul). Their summed token
  * log-probabilities are divided by the model's calibration temperature (catalog
  * `decision_temperature`) and normalised with a softmax.
+ *
+ * Beyond DESIGN §3 (issue 11 review, findings 4 and 6): at most `MAX_TOTAL_ANSWERS` answers per
+ * request; question names match `QUESTION_NAME`; `__proto__` is refused as a name or label, as are
+ * two labels with the same UTF-8; a question where one answer is a prefix of another is scored
+ * with an end marker after each answer (`hasPrefixAnswers`).
  */
 import { z } from "zod";
 import type { ChatMessage } from "../../inference/engine.js";
-import type { CandidateScore } from "../../inference/engine.js";
+import type { CandidateScore, ScoreQuestion } from "../../inference/engine.js";
 import { maxQueueWaitS, requestMetadata } from "../inference.service.js";
 
 /** Most questions in one request (spec: Limits, "questions per call: up to 64"). */
@@ -24,10 +29,32 @@ export const MAX_QUESTIONS = 64;
 /** Labels of a choice / levels of a score question. */
 export const MIN_ANSWERS = 2;
 export const MAX_ANSWERS = 256;
+/**
+ * Most answers in one request, all questions together (labels + levels + 2 per yes/no question).
+ * DESIGN departure (issue 11 review, finding 4): DESIGN §3 allows 64 questions of 256 answers
+ * (16,384 answers), each a separate evaluation on the embedded engine and a whole prompt upstream;
+ * 1,024 keeps a request's work bounded (e.g. 64 questions of 16 labels, or 4 of 256).
+ */
+export const MAX_TOTAL_ANSWERS = 1024;
 /** Largest request body, bytes (DESIGN §3 Decisions: over 1 MiB → 413). */
 export const DECISION_BODY_LIMIT_BYTES = 1024 * 1024;
-/** Longest label and question name, characters. */
+/** Longest label, characters. */
 export const MAX_LABEL_CHARS = 256;
+/**
+ * A question name: 1–64 of `A–Z a–z 0–9 _ . -` (it is written into the prompt when the question
+ * has no instructions, and names the question in errors); `__proto__` is refused (a JSON object
+ * key that JavaScript objects cannot hold as data).
+ */
+export const QUESTION_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+const RESERVED_KEYS = new Set(["__proto__"]);
+
+/** Issues for the keys of a record `z.record` would mishandle (`__proto__` is dropped silently). */
+function reservedKeys(value: unknown, ctx: z.RefinementCtx, what: string): void {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return;
+  for (const key of Object.keys(value)) {
+    if (RESERVED_KEYS.has(key)) ctx.addIssue({ code: "custom", path: [key], message: `'${key}' cannot be ${what}` });
+  }
+}
 
 const label = z
   .string()
@@ -39,12 +66,31 @@ const instructions = z.string().nullish();
 const choiceQuestion = z.object({
   type: z.literal("choice"),
   instructions,
-  criteria: z.record(label, text).superRefine((c, ctx) => {
-    const n = Object.keys(c).length;
-    if (n < MIN_ANSWERS || n > MAX_ANSWERS) {
-      ctx.addIssue({ code: "custom", message: `must have ${MIN_ANSWERS}–${MAX_ANSWERS} labels (${n} given)` });
-    }
-  }),
+  criteria: z
+    .unknown()
+    .superRefine((c, ctx) => reservedKeys(c, ctx, "a label"))
+    .pipe(
+      z.record(label, text).superRefine((c, ctx) => {
+        const labels = Object.keys(c);
+        const n = labels.length;
+        if (n < MIN_ANSWERS || n > MAX_ANSWERS) {
+          ctx.addIssue({ code: "custom", message: `must have ${MIN_ANSWERS}–${MAX_ANSWERS} labels (${n} given)` });
+        }
+        // Labels that are the same text once encoded (lone surrogates become U+FFFD) are the same answer.
+        const seen = new Map<string, string>();
+        for (const l of labels) {
+          const bytes = Buffer.from(l, "utf8").toString("hex");
+          const twin = seen.get(bytes);
+          if (twin !== undefined) {
+            ctx.addIssue({
+              code: "custom",
+              message: `labels ${JSON.stringify(twin)} and ${JSON.stringify(l)} are the same text`,
+            });
+          }
+          seen.set(bytes, l);
+        }
+      }),
+    ),
 });
 
 const scoreQuestion = z.object({
@@ -68,15 +114,42 @@ const question = z.discriminatedUnion("type", [choiceQuestion, scoreQuestion, no
   error: (issue) => (issue.code === "invalid_union" ? `type must be one of ${QUESTION_TYPES.join(", ")}` : undefined),
 });
 
+/** Answers a question is scored over (see `answerTexts`). */
+function answerCount(q: Question): number {
+  return q.type === "choice" ? Object.keys(q.criteria).length : q.type === "score" ? q.criteria.length : 2;
+}
+
 export const decisionRequest = z.object({
   model: z.string().min(1),
-  state: z.unknown().refine((v) => v !== undefined, "is required (any JSON)"),
-  questions: z.record(z.string().min(1).max(MAX_LABEL_CHARS), question).superRefine((q, ctx) => {
-    const n = Object.keys(q).length;
-    if (n < 1 || n > MAX_QUESTIONS) {
-      ctx.addIssue({ code: "custom", message: `must have 1–${MAX_QUESTIONS} questions (${n} given)` });
-    }
-  }),
+  state: z.unknown().refine((v) => v !== undefined, "is required (any JSON, null included)"),
+  questions: z
+    .unknown()
+    .superRefine((q, ctx) => reservedKeys(q, ctx, "a question name"))
+    .pipe(
+      z.record(z.string(), question).superRefine((q, ctx) => {
+        const names = Object.keys(q);
+        const n = names.length;
+        if (n < 1 || n > MAX_QUESTIONS) {
+          ctx.addIssue({ code: "custom", message: `must have 1–${MAX_QUESTIONS} questions (${n} given)` });
+        }
+        for (const name of names) {
+          if (!QUESTION_NAME.test(name)) {
+            ctx.addIssue({
+              code: "custom",
+              path: [name],
+              message: "a question name is 1–64 characters of A–Z, a–z, 0–9, '_', '.' and '-'",
+            });
+          }
+        }
+        const total = Object.values(q).reduce((s, x) => s + answerCount(x), 0);
+        if (total > MAX_TOTAL_ANSWERS) {
+          ctx.addIssue({
+            code: "custom",
+            message: `at most ${MAX_TOTAL_ANSWERS} answers in all (labels + levels + 2 per yes/no question); ${total} given`,
+          });
+        }
+      }),
+    ),
   metadata: requestMetadata,
   max_queue_wait_s: maxQueueWaitS,
 });
@@ -86,6 +159,17 @@ export type Question = z.infer<typeof question>;
 /** The input as the prompt shows it: a string as it is, anything else as compact JSON. */
 export function stateText(state: unknown): string {
   return typeof state === "string" ? state : JSON.stringify(state);
+}
+
+/**
+ * Whether one answer is a prefix of another ("1" and "10"): then every answer of the question is
+ * scored followed by an end marker (`ScoreQuestion.endMarker`), else the shorter one would win by
+ * construction (its probability is never below its extensions'). Sorted, a prefix sorts just
+ * before some answer it begins. O(n log n).
+ */
+export function hasPrefixAnswers(answers: string[]): boolean {
+  const sorted = [...answers].sort();
+  return sorted.some((a, i) => i + 1 < sorted.length && sorted[i + 1].startsWith(a));
 }
 
 /** The answer texts a question's probabilities are over, in answer order. */
@@ -127,6 +211,21 @@ export function questionMessages(state: string, name: string, q: Question): Chat
       lines.push("Answer yes or no.");
   }
   return [{ role: "user", content: `Input:\n${state}\n\n${lines.join("\n")}\nAnswer:` }];
+}
+
+/**
+ * One question as the engine scores it (serving and `npm run calibrate` alike): its prompt, its
+ * answers, the field a 400 names, and an end marker when one answer is a prefix of another.
+ * @param state the input as the prompt shows it (`stateText`).
+ */
+export function scoredQuestion(state: string, name: string, q: Question): ScoreQuestion {
+  const candidates = answerTexts(q);
+  return {
+    messages: questionMessages(state, name, q),
+    candidates,
+    field: `questions.${name}`,
+    endMarker: hasPrefixAnswers(candidates),
+  };
 }
 
 /**

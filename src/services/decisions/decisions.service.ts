@@ -14,10 +14,9 @@ import {
   DECISION_BODY_LIMIT_BYTES,
   type DecisionRequest,
   type DecisionResponse,
-  answerTexts,
   decisionRequest,
   decisionResponse,
-  questionMessages,
+  scoredQuestion,
   stateText,
 } from "./decisions.protocol.js";
 
@@ -62,8 +61,12 @@ export function prepareDecision(
  * Runs one decisions request: every question's answers scored in one engine call (the shared
  * prefix evaluated once), probabilities calibrated by the model's `decisionTemperature`, the
  * request metered as prompt tokens at the input price and recorded (activity, completion event).
+ * A question where one answer is a prefix of another is scored with an end marker after each
+ * answer (`hasPrefixAnswers`). A client that leaves, or scoring past the time limit, ends the
+ * request with what was evaluated charged (`InferenceService.score`).
  * @throws as `prepareDecision`, and as `InferenceService.score` (401, 402, 429, 502/503; 400 when
- *   a question does not fit the context or the engine cannot give log-probabilities).
+ *   a question does not fit the context, two answers tokenise identically, the upstream prompts
+ *   are over their byte limit, or the engine cannot give log-probabilities; 504 past the time limit).
  */
 export async function runDecision(
   inference: InferenceService,
@@ -85,11 +88,7 @@ export async function runDecision(
     onFailure: run.onFailure,
     maxQueueWaitS: run.maxQueueWaitS ?? request.max_queue_wait_s,
     signal: run.signal,
-    questions: Object.entries(request.questions).map(([name, q]) => ({
-      messages: questionMessages(state, name, q),
-      candidates: answerTexts(q),
-      field: `questions.${name}`,
-    })),
+    questions: Object.entries(request.questions).map(([name, q]) => scoredQuestion(state, name, q)),
     render: (result) =>
       decisionResponse(model.id, request, result.scores, model.decisionTemperature, result.promptTokens),
   });

@@ -40,6 +40,8 @@ import type {
   ScoreRequest,
   ScoreResult,
 } from "../../engine.js";
+import { ScoringStopped } from "../../engine.js";
+import { DEFAULT_SCORING_TIME_LIMIT_MS, ScoringWatch } from "../../scoring-watch.js";
 import {
   TOKENIZE_CHUNK_CHARS,
   longestTokenChars,
@@ -69,6 +71,8 @@ export interface LlamaCppEngineOptions extends ModelFileSettings {
    */
   gpu?: "auto" | "off";
   logger: Logger;
+  /** Scoring time limit per decisions request, ms (`SWITCHYARD_DECISIONS_TIME_LIMIT_MS`); default 60 s. */
+  scoringTimeLimitMs?: number;
 }
 
 interface Prompt {
@@ -371,9 +375,12 @@ export class LlamaCppEngine implements InferenceEngine {
   /**
    * Scores each question's answers by their token log-probabilities (decisions, issue 11): the
    * prompt prefix the questions share is evaluated once on one sequence and reused for every
-   * question and answer (see `llama-cpp.scoring.ts`).
+   * question and answer (see `llama-cpp.scoring.ts`). Stops between answers when the caller goes
+   * away or the scoring time limit (`scoringTimeLimitMs`) passes, with `ScoringStopped` carrying
+   * the tokens evaluated so far (issue 11 review, findings 3–4).
    * @throws AppError InvalidRequest (naming the question) when a prompt and its longest answer do
-   *   not fit the context, or an answer has no tokens; RateLimited; EngineFailure.
+   *   not fit the context, an answer has no tokens, or two answers are the same tokens;
+   *   RateLimited; ScoringStopped (499 / 504); EngineFailure.
    */
   async scoreContinuations(req: ScoreRequest): Promise<ScoreResult> {
     const rt = await this.runtime(req.model);
@@ -384,15 +391,27 @@ export class LlamaCppEngine implements InferenceEngine {
       ]);
     const prompts: Token[][] = [];
     const candidates: Token[][][] = [];
+    const endTokens = [...new Set([rt.model.tokens.nl, rt.model.tokens.eos, rt.model.tokens.eot])].filter(
+      (t): t is Token => t !== null,
+    );
     for (const q of req.questions) {
       const chars = q.messages.reduce((n, m) => n + m.content.length + 1, 0);
       if (chars > rt.maxPromptChars) throw tooLong(q.field, `the prompt (${chars} characters) is longer`);
       await yieldToEventLoop();
       prompts.push(rt.formatPrompt(q.messages).tokens);
+      const seen = new Map<string, string>();
       candidates.push(
         q.candidates.map((c) => {
           const tokens = rt.model.tokenize(c);
           if (tokens.length === 0) throw AppError.invalid("An answer has no tokens", [{ field: q.field, message: c }]);
+          const key = tokens.join(",");
+          const twin = seen.get(key);
+          if (twin !== undefined) {
+            throw AppError.invalid(`Answers ${JSON.stringify(twin)} and ${JSON.stringify(c)} are the same tokens`, [
+              { field: q.field, message: "two answers tokenise identically" },
+            ]);
+          }
+          seen.set(key, c);
           return tokens;
         }),
       );
@@ -402,14 +421,17 @@ export class LlamaCppEngine implements InferenceEngine {
       }
     }
     const bos = rt.bosCount > 0 ? rt.model.tokens.bos : null;
-    const plan = planScoring(prompts, candidates, bos);
+    const ends = req.questions.map((q) => (q.endMarker && endTokens.length > 0 ? endTokens : null));
+    const plan = planScoring(prompts, candidates, bos, ends);
     await req.admit?.(plan.promptTokens);
     const queued = performance.now();
     const pool = (await this.scoringPool(req.model, rt)).pool;
     const seq = await pool.acquire(req.maxQueueWaitMs, undefined, req.signal, req.priority === "batch");
     const started = performance.now();
+    const watch = new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
+    const progress = { tokens: 0 };
     try {
-      const scores = await scoreOnSequence(seq, plan, req.signal, () => clientGone(req.signal!));
+      const scores = await scoreOnSequence(seq, plan, watch, progress);
       return {
         scores,
         promptTokens: plan.promptTokens,
@@ -418,11 +440,15 @@ export class LlamaCppEngine implements InferenceEngine {
       };
     } catch (err) {
       await seq.clearHistory().catch(() => undefined);
+      const stop = watch.reason();
+      if (stop)
+        throw new ScoringStopped(stop, Math.min(progress.tokens, plan.promptTokens), performance.now() - started);
       if (err instanceof AppError && err.code !== ErrorCode.EngineFailure) throw err;
       if (req.signal?.aborted) throw clientGone(req.signal);
       this.opts.logger.error({ err, model: req.model.id }, "llama.cpp scoring failed");
       throw new AppError(ErrorCode.EngineFailure, "The engine failed to score the answers");
     } finally {
+      watch.dispose();
       pool.release(seq);
     }
   }

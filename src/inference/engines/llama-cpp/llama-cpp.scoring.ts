@@ -6,17 +6,30 @@
  * the sequence is cut back to where it branched (`eraseContextTokenRanges`), so the shared state
  * is reused and nothing is evaluated twice. An answer's log-probability is the sum over its tokens
  * of `log p(token | everything before it)`, read from the raw logits (greedy sampler: no
- * temperature, penalties or bias) as `logit − maxLogit − log Σ exp(logit − maxLogit)`.
+ * temperature, penalties or bias) as `logit − maxLogit − log Σ exp(logit − maxLogit)`. A question
+ * with `endMarker` adds, per answer, `log Σ p(end token | the answer)` over the end tokens
+ * (newline, EOS, end of turn), so "1" is not favoured over "10" by construction.
+ *
+ * Each answer is one `controlledEvaluate` call: answers are alternative branches of the same
+ * sequence, and node-llama-cpp offers no way to evaluate several branches in one batch (no KV copy
+ * between sequences, no attention masks), so they cannot be batched cheaply (issue 11 review,
+ * finding 4); the per-request time limit and the cap on answers bound the round trips instead.
  */
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
 import { AppError, ErrorCode } from "../../../shared/errors.js";
 import type { CandidateScore } from "../../engine.js";
 
+/** What stops scoring part way (a `ScoringWatch`): null to go on. */
+export interface ScoringStop {
+  reason(): AppError | null;
+}
+
 /** What one request evaluates: the shared prefix, then per question its suffix and answers. */
 export interface ScoringPlan {
   /** `[BOS?] + the tokens every question's prompt starts with` (never a whole prompt). */
   prefix: Token[];
-  questions: Array<{ suffix: Token[]; candidates: Token[][] }>;
+  /** `endTokens`: the end-of-answer tokens scored after each answer, or null (no end marker). */
+  questions: Array<{ suffix: Token[]; candidates: Token[][]; endTokens: Token[] | null }>;
   /** Prefix once + every suffix + every answer's tokens (what the request is charged for). */
   promptTokens: number;
 }
@@ -26,8 +39,14 @@ export interface ScoringPlan {
  * keeps at least one token: the logits of a prompt's last token give the answers' first tokens.
  * @param prompts each question's prompt tokens, without BOS; each non-empty.
  * @param candidates each question's answers as tokens; each non-empty.
+ * @param endTokens per question, the end-of-answer tokens to score after each answer, or null.
  */
-export function planScoring(prompts: Token[][], candidates: Token[][][], bos: Token | null): ScoringPlan {
+export function planScoring(
+  prompts: Token[][],
+  candidates: Token[][][],
+  bos: Token | null,
+  endTokens: Array<Token[] | null> = prompts.map(() => null),
+): ScoringPlan {
   let shared = Math.min(...prompts.map((p) => p.length)) - 1;
   const first = prompts[0];
   for (const p of prompts) {
@@ -41,7 +60,7 @@ export function planScoring(prompts: Token[][], candidates: Token[][][], bos: To
     const suffix = p.slice(shared);
     const answers = candidates[q];
     promptTokens += suffix.length + answers.reduce((n, c) => n + c.length, 0);
-    return { suffix, candidates: answers };
+    return { suffix, candidates: answers, endTokens: endTokens[q] };
   });
   return { prefix, questions, promptTokens };
 }
@@ -82,40 +101,65 @@ function logProbs(
  * Evaluates `plan` on `seq` and returns each answer's summed log-probability and token count.
  * The sequence's cached tokens are reused as far as they match the prefix; it is left holding the
  * prefix (so a next request on the same input starts from it).
- * @throws AppError ClientClosed-like (the signal's reason) when `signal` aborts between questions.
+ * @param progress `tokens` grows as evaluation proceeds, in `ScoringPlan.promptTokens` units (the
+ *   prefix, each question's suffix, each answer's tokens), so a stopped request is charged for
+ *   what was evaluated.
+ * @throws the stop's reason (ClientClosed, EngineTimeout) when `stop` says so between steps.
  */
 export async function scoreOnSequence(
   seq: LlamaContextSequence,
   plan: ScoringPlan,
-  signal: AbortSignal | undefined,
-  aborted: () => Error,
+  stop: ScoringStop,
+  progress: { tokens: number },
 ): Promise<CandidateScore[][]> {
+  const check = () => {
+    const reason = stop.reason();
+    if (reason) throw reason;
+  };
   // Evaluated from scratch, never on another request's cached tokens: llama.cpp's float results
   // depend on how tokens are batched, and identical requests must give identical probabilities.
   await seq.clearHistory();
   if (plan.prefix.length > 0) await seq.evaluateWithoutGeneratingNewTokens(plan.prefix);
+  progress.tokens += plan.prefix.length;
   const prefixEnd = seq.nextTokenIndex;
   const scores: CandidateScore[][] = [];
   for (const question of plan.questions) {
-    if (signal?.aborted) throw aborted();
+    check();
     const firsts = [...new Set(question.candidates.map((c) => c[0]))];
     const last = question.suffix.length - 1;
     const out = await seq.controlledEvaluate(question.suffix.map((t, i) => (i === last ? [t, predicting(firsts)] : t)));
+    progress.tokens += question.suffix.length;
     const first = logProbs(out[last], firsts);
     const questionEnd = seq.nextTokenIndex;
     const answers: CandidateScore[] = [];
+    const ends = question.endTokens;
     for (const tokens of question.candidates) {
+      check();
       let logprob = first.get(tokens[0])!;
-      if (tokens.length > 1) {
-        const steps = tokens.slice(0, -1);
-        const res = await seq.controlledEvaluate(steps.map((t, i) => [t, predicting([tokens[i + 1]])]));
-        for (let i = 0; i < steps.length; i++) logprob += logProbs(res[i], [tokens[i + 1]]).get(tokens[i + 1])!;
+      // Each step predicts the answer's next token, the last one (with an end marker) its end.
+      const steps = ends ? tokens : tokens.slice(0, -1);
+      if (steps.length > 0) {
+        const res = await seq.controlledEvaluate(
+          steps.map((t, i) => [t, predicting(i + 1 < tokens.length ? [tokens[i + 1]] : ends!)]),
+        );
+        for (let i = 0; i < steps.length; i++) {
+          if (i + 1 < tokens.length) logprob += logProbs(res[i], [tokens[i + 1]]).get(tokens[i + 1])!;
+          else logprob += logSumExp([...logProbs(res[i], ends!).values()]);
+        }
         await seq.eraseContextTokenRanges([{ start: questionEnd, end: seq.nextTokenIndex }]);
       }
+      progress.tokens += tokens.length;
       answers.push({ logprob, tokens: tokens.length });
     }
     await seq.eraseContextTokenRanges([{ start: prefixEnd, end: seq.nextTokenIndex }]);
     scores.push(answers);
   }
   return scores;
+}
+
+/** log Σ exp(x) (−∞ for none or all −∞). */
+function logSumExp(xs: number[]): number {
+  const max = Math.max(...xs);
+  if (!Number.isFinite(max)) return -Infinity;
+  return max + Math.log(xs.reduce((s, x) => s + Math.exp(x - max), 0));
 }

@@ -35,8 +35,16 @@ import type {
   ScoreRequest,
   ScoreResult,
 } from "../../engine.js";
+import { type CandidateScore, ScoringStopped } from "../../engine.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
-import { meteredPromptTokens, scoredAnswers, scoringBody, scoringPrompts } from "./scoring-wire.js";
+import { DEFAULT_SCORING_TIME_LIMIT_MS, ScoringWatch } from "../../scoring-watch.js";
+import {
+  UPSTREAM_SCORING_LIMITS,
+  planUpstreamScoring,
+  promptChunks,
+  scoredAnswers,
+  scoringBody,
+} from "./scoring-wire.js";
 import { UpstreamEndpoint, type UpstreamTimeouts, describeError, failedBeforeSending } from "./endpoint.js";
 import {
   SseDecoder,
@@ -53,6 +61,8 @@ export interface OpenAiCompatibleEngineOptions extends UpstreamTimeouts {
   /** The configured endpoints (config `upstreams`). */
   endpoints: UpstreamConfig[];
   logger: Logger;
+  /** Scoring time limit per decisions request, ms (`SWITCHYARD_DECISIONS_TIME_LIMIT_MS`); default 60 s. */
+  scoringTimeLimitMs?: number;
 }
 
 /** One endpoint's state (`OpenAiCompatibleEngine.health`). */
@@ -278,57 +288,105 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
   }
 
   /**
-   * Scores answers upstream (decisions, issue 11, item 3): one `POST <base>/completions` with every
-   * (question, answer) pair as a prompt and `echo: true, logprobs: 1` (see `scoring-wire.ts`); an
-   * answer's log-probability is the sum of its echoed tokens'. Metered as the embedded engine
-   * counts (the shared prefix once). Admission reserves every prompt's UTF-8 bytes.
-   * @throws AppError 400 naming `model` when the upstream cannot give prompt log-probabilities
-   *   (it refuses the request with 4xx, has no completions route, or answers without them);
-   *   otherwise as `generate`.
+   * Scores answers upstream (decisions, issue 11, item 3): every (question, answer) pair as one
+   * prompt with `echo: true, logprobs: 1` (see `scoring-wire.ts`), sent as `POST <base>/completions`
+   * requests of at most `UPSTREAM_SCORING_LIMITS.chunkPrompts` prompts each, one after the other;
+   * an answer's log-probability is the sum of its echoed tokens'.
+   * Bounded before anything is built (issue 11 review, finding 1): the prompts' bytes are summed by
+   * arithmetic, over `UPSTREAM_SCORING_LIMITS.promptBytes` → 400; then `admit` reserves their bound
+   * (UTF-8 bytes + 2 per prompt), then each chunk's prompts are built just before it is sent.
+   * Metered (finding 2; DESIGN departure, see `scoring-wire.ts`): the sum of the upstream's
+   * `usage.prompt_tokens` over the chunks (without usage: every prompt's echoed tokens), capped at
+   * the reserved bound. Stops between chunks and aborts the one in flight when the caller goes away
+   * or the scoring time limit passes (`ScoringStopped`, with the chunks answered so far).
+   * @throws AppError 400 naming `questions` over the prompt-bytes limit; 400 naming `model` when the
+   *   upstream cannot give prompt log-probabilities (it refuses the request with 4xx, has no
+   *   completions route, or answers without them); ScoringStopped (499 / 504); otherwise as `generate`.
    */
   async scoreContinuations(req: ScoreRequest): Promise<ScoreResult> {
     const route = this.route(req.model);
     if (req.model.modality === "text_embedding") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
-    const prompts = scoringPrompts(req.questions);
-    await req.admit?.(prompts.reduce((n, p) => n + Buffer.byteLength(p.text, "utf8") + 2, 0));
-    const body = JSON.stringify(scoringBody(route.upstreamModel, prompts));
+    const plan = planUpstreamScoring(req.questions);
+    const limit = UPSTREAM_SCORING_LIMITS.promptBytes;
+    if (plan.promptBytes > limit) {
+      throw AppError.invalid(
+        `Model '${req.model.id}' is served upstream, where every answer is sent as a whole prompt (the input, the question, then the answer): this request would send ${plan.prompts} prompts of ${plan.promptBytes} bytes in all, over the limit of ${limit} bytes. Ask fewer answers at once or send a shorter state.`,
+        [
+          {
+            field: "questions",
+            message: `${plan.prompts} prompts of ${plan.promptBytes} bytes in all; at most ${limit}`,
+          },
+        ],
+      );
+    }
+    await req.admit?.(plan.tokenBound);
     const cannot = (why: string) =>
       AppError.invalid(`Model '${req.model.id}' cannot give log-probabilities: ${why}`, [
         { field: "model", message: "log-probabilities unavailable" },
       ]);
-    return this.dispatch(route, req, async (endpoint, queueMs) => {
-      const started = performance.now();
-      const res = await endpoint.pool.request({
-        method: "POST",
-        path: endpoint.path("completions"),
-        headers: endpoint.headers,
-        body,
-        signal: req.signal,
-      });
-      if (res.statusCode !== 200) {
-        const err = await this.refusal(endpoint, res);
-        if ([404, 405, 501].includes(res.statusCode)) {
-          throw cannot(`its upstream has no completions API (HTTP ${res.statusCode})`);
-        }
-        if (err.code === ErrorCode.InvalidRequest) throw cannot(`its upstream refused the request (${err.detail})`);
-        throw err;
+    const scores: CandidateScore[][] = req.questions.map((q) => new Array<CandidateScore>(q.candidates.length));
+    // The time limit counts from the first chunk's start, not its wait for a slot (as embedded).
+    let watch: ScoringWatch | undefined;
+    const started = performance.now();
+    let queueMs = 0;
+    let processed = 0;
+    try {
+      for (const chunk of promptChunks(plan)) {
+        const stop = watch?.reason();
+        if (stop) throw stop;
+        const body = JSON.stringify(scoringBody(route.upstreamModel, chunk));
+        const signal = watch?.abortSignal ?? req.signal;
+        const scoring = { signal, maxQueueWaitMs: req.maxQueueWaitMs, priority: req.priority };
+        processed += await this.dispatch(route, scoring, async (endpoint, waitedMs) => {
+          queueMs += waitedMs;
+          watch ??= new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
+          const res = await endpoint.pool.request({
+            method: "POST",
+            path: endpoint.path("completions"),
+            headers: endpoint.headers,
+            body,
+            signal: watch.abortSignal,
+          });
+          if (res.statusCode !== 200) {
+            const err = await this.refusal(endpoint, res);
+            if ([404, 405, 501].includes(res.statusCode)) {
+              throw cannot(`its upstream has no completions API (HTTP ${res.statusCode})`);
+            }
+            if (err.code === ErrorCode.InvalidRequest) throw cannot(`its upstream refused the request (${err.detail})`);
+            throw err;
+          }
+          const answer = scoredAnswers(await readJson(res.body, MAX_ANSWER_BYTES), chunk);
+          if (!answer.ok) {
+            if (answer.reason === "no_logprobs") throw cannot("its upstream answered without prompt log-probabilities");
+            throw this.broken(endpoint, "a completions answer that does not line up with the prompts");
+          }
+          chunk.forEach((p, i) => {
+            scores[p.question][p.answer] = { logprob: answer.logprobs[i], tokens: answer.answerTokens[i] };
+          });
+          return (
+            answer.usagePromptTokens ??
+            this.noUsage(
+              endpoint,
+              answer.promptTokens.reduce((n, t) => n + t, 0),
+            )
+          );
+        });
       }
-      const answer = scoredAnswers(await readJson(res.body, MAX_ANSWER_BYTES), prompts);
-      if (!answer.ok) {
-        if (answer.reason === "no_logprobs") throw cannot("its upstream answered without prompt log-probabilities");
-        throw this.broken(endpoint, "a completions answer that does not line up with the prompts");
-      }
-      const scores = req.questions.map(() => [] as Array<{ logprob: number; tokens: number }>);
-      prompts.forEach((p, i) =>
-        scores[p.question].push({ logprob: answer.logprobs[i], tokens: answer.answerTokens[i] }),
+    } catch (err) {
+      const stop = watch?.reason();
+      if (stop) throw new ScoringStopped(stop, Math.min(processed, plan.tokenBound), performance.now() - started);
+      throw err;
+    } finally {
+      watch?.dispose();
+    }
+    if (processed > plan.tokenBound) {
+      this.opts.logger.warn(
+        { model: req.model.id, reported: processed, bound: plan.tokenBound },
+        "upstream reported more prompt tokens than the prompts' bytes: charged the bound",
       );
-      return {
-        scores,
-        promptTokens: meteredPromptTokens(prompts, answer.promptTokens),
-        engineMs: performance.now() - started,
-        queueMs,
-      };
-    });
+    }
+    const elapsed = performance.now() - started;
+    return { scores, promptTokens: Math.min(processed, plan.tokenBound), engineMs: elapsed - queueMs, queueMs };
   }
 
   /**

@@ -1,26 +1,78 @@
 /**
  * Log-probability scoring over the OpenAI-compatible completions API (decisions, issue 11, item
- * 3), as data and pure functions. One `POST <base>/completions` carries every (question, answer)
- * pair as one prompt — the question's prompt, then a space and the answer — with
- * `echo: true, logprobs: 1, max_tokens: 1, temperature: 0`: the answer echoes each prompt token
- * with its log-probability (`choices[i].logprobs.{tokens, token_logprobs, text_offset}`; vLLM,
- * SGLang, llama.cpp server's OpenAI route with `echo`, OpenAI's legacy endpoint). An answer's
- * log-probability is the sum over the tokens past the question's prompt (by `text_offset`, in
- * code points, as those servers count), up to the end of the prompt (the one generated token
- * is not part of it). The upstream's prompt processing shares the common prefix in its own
- * prefix cache (vLLM's automatic prefix caching); what is metered follows the embedded engine's
- * rule (see `scoredAnswers`).
+ * 3), as data and pure functions. Every (question, answer) pair is one prompt — the question's
+ * prompt, then a space and the answer (and a newline when the question asks for an end marker) —
+ * sent with `echo: true, logprobs: 1, max_tokens: 1, temperature: 0`: the answer echoes each
+ * prompt token with its log-probability (`choices[i].logprobs.{tokens, token_logprobs,
+ * text_offset}`; vLLM, SGLang, llama.cpp server's OpenAI route with `echo`, OpenAI's legacy
+ * endpoint). An answer's log-probability is the sum over the tokens past the question's prompt
+ * (by `text_offset`, in code points, as those servers count), up to the end of the prompt (the one
+ * generated token is not part of it).
+ *
+ * Bounded work (issue 11 review, finding 1): `planUpstreamScoring` sizes the request by
+ * arithmetic alone (no per-answer prompt is built), so the limits and the credit reservation come
+ * before any of them exists; `promptChunks` then builds the prompts a chunk at a time (at most
+ * `UPSTREAM_SCORING_LIMITS.chunkPrompts` prompts and `chunkBytes` bytes each), one completions
+ * request per chunk.
+ *
+ * Metering (issue 11 review, finding 2) — DESIGN departure: the embedded engine charges the shared
+ * prefix once because it evaluates it once; an upstream is sent every prompt whole and recomputes
+ * each (vLLM does not reuse its prefix cache for requests asking prompt log-probabilities), so an
+ * upstream decision is charged what the upstream processed: the sum of its `usage.prompt_tokens`
+ * (without usage: the echoed tokens of every prompt), never more than the reservation bound.
  */
 import type { ChatMessage, ScoreQuestion } from "../../engine.js";
+
+/** Bounds on one upstream scoring request (issue 11 review, finding 1). */
+export const UPSTREAM_SCORING_LIMITS = {
+  /** Most prompt bytes one request sends upstream in all (state × prompts, roughly); over it → 400. */
+  promptBytes: 16 * 1024 * 1024,
+  /** Most prompts in one completions request. */
+  chunkPrompts: 64,
+  /** Most prompt bytes in one completions request (a single larger prompt goes alone). */
+  chunkBytes: 512 * 1024,
+} as const;
+
+/** Tokens allowed per prompt over its UTF-8 bytes (BOS and the like) in the reservation bound. */
+const SPECIAL_TOKENS_PER_PROMPT = 2;
+
+/** The end marker appended to an answer when its question asks for one (`ScoreQuestion.endMarker`). */
+export const END_MARKER = "\n";
 
 /** One prompt sent upstream: which question and answer, and where the answer starts. */
 export interface ScoringPrompt {
   question: number;
+  /** The answer's index in its question. */
+  answer: number;
   /** The question's prompt, in code points (where the answer starts). */
   contextChars: number;
   /** The whole prompt, in code points. */
   totalChars: number;
   text: string;
+}
+
+/** One question as the upstream gets it: its prompt text, once, and the answers to append. */
+interface PlannedQuestion {
+  context: string;
+  contextChars: number;
+  contextBytes: number;
+  answers: string[];
+  /** The end marker appended after each answer ("" when none). */
+  marker: string;
+}
+
+/** What one request will send upstream, sized before any per-answer prompt is built. */
+export interface UpstreamScoringPlan {
+  questions: PlannedQuestion[];
+  /** Prompts in all (one per question × answer). */
+  prompts: number;
+  /** UTF-8 bytes of every prompt together. */
+  promptBytes: number;
+  /**
+   * Most prompt tokens the upstream can process: per prompt its UTF-8 bytes + 2 (no tokenizer
+   * makes more tokens than bytes, special tokens aside). The reservation and the charge ceiling.
+   */
+  tokenBound: number;
 }
 
 /** The messages as one plain-text prompt: their texts, one per line (the embedded engine's plain-text form). */
@@ -37,18 +89,60 @@ const codePoints = (s: string) => {
   return n;
 };
 
-/** Every (question, answer) pair as a prompt, questions in order, answers in order within each. */
-export function scoringPrompts(questions: ScoreQuestion[]): ScoringPrompt[] {
-  const out: ScoringPrompt[] = [];
-  questions.forEach((q, question) => {
+/**
+ * Sizes the upstream work of `questions` by arithmetic: each question's prompt text is made once
+ * (not once per answer), and the bytes of every (question, answer) prompt are summed as
+ * `answers × (context + 1 + marker) + Σ answer bytes`. Cost: O(Σ prompt text + Σ answer text).
+ */
+export function planUpstreamScoring(questions: ScoreQuestion[]): UpstreamScoringPlan {
+  let prompts = 0;
+  let promptBytes = 0;
+  const planned = questions.map((q): PlannedQuestion => {
     const context = plainPrompt(q.messages);
-    const contextChars = codePoints(context);
-    for (const answer of q.candidates) {
-      const text = `${context} ${answer}`;
-      out.push({ question, contextChars, totalChars: contextChars + 1 + codePoints(answer), text });
-    }
+    const contextBytes = Buffer.byteLength(context, "utf8");
+    const marker = q.endMarker ? END_MARKER : "";
+    prompts += q.candidates.length;
+    promptBytes += q.candidates.length * (contextBytes + 1 + marker.length);
+    for (const a of q.candidates) promptBytes += Buffer.byteLength(a, "utf8");
+    return { context, contextChars: codePoints(context), contextBytes, answers: q.candidates, marker };
   });
-  return out;
+  return { questions: planned, prompts, promptBytes, tokenBound: promptBytes + SPECIAL_TOKENS_PER_PROMPT * prompts };
+}
+
+/**
+ * The prompts of `plan`, built lazily a chunk at a time (questions in order, answers in order
+ * within each): at most `chunkPrompts` prompts and `chunkBytes` bytes per chunk, at least one.
+ */
+export function* promptChunks(
+  plan: UpstreamScoringPlan,
+  limits: { chunkPrompts: number; chunkBytes: number } = UPSTREAM_SCORING_LIMITS,
+): Generator<ScoringPrompt[]> {
+  let chunk: ScoringPrompt[] = [];
+  let bytes = 0;
+  for (const [question, q] of plan.questions.entries()) {
+    for (const [answer, a] of q.answers.entries()) {
+      const size = q.contextBytes + 1 + Buffer.byteLength(a, "utf8") + q.marker.length;
+      if (chunk.length > 0 && (chunk.length >= limits.chunkPrompts || bytes + size > limits.chunkBytes)) {
+        yield chunk;
+        chunk = [];
+        bytes = 0;
+      }
+      chunk.push({
+        question,
+        answer,
+        contextChars: q.contextChars,
+        totalChars: q.contextChars + 1 + codePoints(a) + codePoints(q.marker),
+        text: `${q.context} ${a}${q.marker}`,
+      });
+      bytes += size;
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+/** Every (question, answer) pair as a prompt, in one list (tests; the engine uses `promptChunks`). */
+export function scoringPrompts(questions: ScoreQuestion[]): ScoringPrompt[] {
+  return [...promptChunks(planUpstreamScoring(questions), { chunkPrompts: Infinity, chunkBytes: Infinity })].flat();
 }
 
 /** The completions body that asks for the prompts' log-probabilities. */
@@ -71,12 +165,21 @@ interface WireLogprobs {
 
 /** What an answer is made of: per prompt its answer score and token counts. */
 export type ScoringAnswer =
-  | { ok: true; logprobs: number[]; answerTokens: number[]; promptTokens: string[][] }
+  | {
+      ok: true;
+      logprobs: number[];
+      answerTokens: number[];
+      /** Per prompt, its echoed tokens (the generated one left out). */
+      promptTokens: number[];
+      /** The upstream's `usage.prompt_tokens`; null when it sent none. */
+      usagePromptTokens: number | null;
+    }
   | { ok: false; reason: "no_logprobs" | "malformed" };
 
 /**
  * Reads a completions answer for `prompts`: per prompt, the summed log-probability of the answer's
- * tokens and how many there are, and the prompt's echoed tokens (for metering).
+ * tokens (the end marker's included) and how many there are, and how many tokens the prompt has;
+ * and the upstream's reported prompt usage (for metering).
  * `no_logprobs`: the answer has no echoed prompt log-probabilities (the upstream ignores `echo` or
  * `logprobs`); `malformed`: not one choice per prompt, or arrays that do not line up.
  */
@@ -85,7 +188,7 @@ export function scoredAnswers(json: unknown, prompts: ScoringPrompt[]): ScoringA
   if (!Array.isArray(choices) || choices.length !== prompts.length) return { ok: false, reason: "malformed" };
   const logprobs = new Array<number>(prompts.length);
   const answerTokens = new Array<number>(prompts.length);
-  const promptTokens = new Array<string[]>(prompts.length);
+  const promptTokens = new Array<number>(prompts.length);
   for (const [i, choice] of (choices as Array<{ index?: unknown; logprobs?: WireLogprobs | null }>).entries()) {
     const at = typeof choice?.index === "number" ? choice.index : i;
     if (at < 0 || at >= prompts.length || promptTokens[at] !== undefined) return { ok: false, reason: "malformed" };
@@ -100,13 +203,13 @@ export function scoredAnswers(json: unknown, prompts: ScoringPrompt[]): ScoringA
     const p = prompts[at];
     let sum = 0;
     let count = 0;
-    const echoed: string[] = [];
+    let echoed = 0;
     for (let t = 0; t < tokens.length; t++) {
       const offset = offsets[t];
       const token = tokens[t];
       if (typeof offset !== "number" || typeof token !== "string") return { ok: false, reason: "malformed" };
       if (offset >= p.totalChars) break; // the generated token
-      echoed.push(token);
+      echoed++;
       // A token reaching past the question's prompt belongs to the answer.
       if (offset + codePoints(token) <= p.contextChars) continue;
       const value = values[t];
@@ -119,31 +222,7 @@ export function scoredAnswers(json: unknown, prompts: ScoringPrompt[]): ScoringA
     answerTokens[at] = count;
     promptTokens[at] = echoed;
   }
-  return { ok: true, logprobs, answerTokens, promptTokens };
-}
-
-/**
- * Prompt tokens as the embedded engine counts them (issue 11, item 5): the tokens every prompt
- * starts with, once; per question, the tokens its prompts share past that; per answer, the rest.
- */
-export function meteredPromptTokens(prompts: ScoringPrompt[], echoed: string[][]): number {
-  const common = (lists: string[][]) => {
-    let n = Math.min(...lists.map((l) => l.length));
-    for (const l of lists) {
-      let i = 0;
-      while (i < n && l[i] === lists[0][i]) i++;
-      n = i;
-    }
-    return n;
-  };
-  const shared = common(echoed);
-  let total = shared;
-  const byQuestion = new Map<number, string[][]>();
-  prompts.forEach((p, i) => byQuestion.set(p.question, [...(byQuestion.get(p.question) ?? []), echoed[i]]));
-  for (const lists of byQuestion.values()) {
-    const own = common(lists);
-    total += own - shared;
-    for (const l of lists) total += l.length - own;
-  }
-  return total;
+  const usage = (json as { usage?: { prompt_tokens?: unknown } | null }).usage?.prompt_tokens;
+  const usagePromptTokens = typeof usage === "number" && Number.isInteger(usage) && usage >= 0 ? usage : null;
+  return { ok: true, logprobs, answerTokens, promptTokens, usagePromptTokens };
 }
