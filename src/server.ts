@@ -646,7 +646,10 @@ function billingService(ds: DataSource, bus: CacheBus, logger: Logger, config: C
     : undefined;
   const provider = config.paymentProvider === "stripe" && stripe ? stripe : local;
   warnOfLocalPayments(logger, provider.name, config.publicUrl);
-  return new BillingService(ds, bus, provider, local, logger, stripe);
+  return new BillingService(ds, bus, provider, local, logger, stripe, {
+    perTeam: config.providerCallsPerTeam,
+    perProcess: config.providerCallsPerProcess,
+  });
 }
 
 /** The committed `schema.graphql` at the repository root. */

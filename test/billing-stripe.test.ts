@@ -36,6 +36,8 @@ beforeAll(async () => {
       stripeSecretKey: "sk_test_switchyard",
       stripeWebhookSecret: WEBHOOK_SECRET,
       stripeApiBase: stripe.url,
+      // Below the default of 4, so the cap the tests meet is the setting's.
+      providerCallsPerTeam: 3,
     },
     undefined,
     { logger: logs.logger },
@@ -352,17 +354,17 @@ describe("Stripe calls hold no database connection (review finding 1)", () => {
   test("when Stripe hangs with more top-ups waiting than the pool has connections, then other teams are still served; a team is capped", async () => {
     const release = stripe.hang("/v1/checkout/sessions");
     const before = checkoutCalls().length;
-    // The pool has 20 connections (src/db/data-source.ts); 6 teams × 4 (the per-team cap) = 24 waiting calls.
-    const teams = await Promise.all(Array.from({ length: 6 }, () => createTestUser(server.url)));
+    // The pool has 20 connections (src/db/data-source.ts); 8 teams × 3 (the per-team cap) = 24 waiting calls.
+    const teams = await Promise.all(Array.from({ length: 8 }, () => createTestUser(server.url)));
     const pending: Array<Promise<Awaited<ReturnType<typeof topUp>>>> = [];
-    const nonces = teams.map(() => Array.from({ length: 4 }, () => randomUUID()));
+    const nonces = teams.map(() => Array.from({ length: 3 }, () => randomUUID()));
     let released = false;
     try {
       teams.forEach((t, i) => nonces[i].forEach((n) => pending.push(topUp(t.token, n, "5.00"))));
       await until("24 Checkout calls held at Stripe", () => stripe.held() === 24);
       // The same nonce again joins its call (no fifth call for the team, no second session).
       const joined = topUp(teams[0].token, nonces[0][0], "5.00");
-      // A fifth top-up of a team at its cap: 429 at once, with Retry-After.
+      // A fourth top-up of a team at its cap: 429 at once, with Retry-After.
       const capped = await topUp(teams[0].token, randomUUID(), "5.00");
       expectEnvelope(capped, 429);
       expect(capped.headers.get("retry-after")).toBe("5");

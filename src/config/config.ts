@@ -345,6 +345,12 @@ export const configSchema = z.object({
    * activity row early, `pending` or `running` (0: every request, at once — one more write each).
    */
   activityInFlightAfterMs: intFromEnv(0, 3_600_000).default(1000),
+  /**
+   * Payment-provider calls (top-up sessions, invoices) one team may have running at once in a
+   * process, and all teams together (issue 10 review, finding 1); one more is refused with 429.
+   */
+  providerCallsPerTeam: intFromEnv(1, 1_000).default(4),
+  providerCallsPerProcess: intFromEnv(1, 100_000).default(64),
   /** Most of `dedicatedSlots` one team's runtimes take; one more fails saying so. */
   teamDedicatedSlots: intFromEnv(0, 65_536).default(16),
   /**
@@ -449,6 +455,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
   bodyRetentionDays: "SWITCHYARD_BODY_RETENTION_DAYS",
   activityInFlightAfterMs: "SWITCHYARD_ACTIVITY_IN_FLIGHT_AFTER_MS",
+  providerCallsPerTeam: "SWITCHYARD_PROVIDER_CALLS_PER_TEAM",
+  providerCallsPerProcess: "SWITCHYARD_PROVIDER_CALLS_PER_PROCESS",
   teamDedicatedSlots: "SWITCHYARD_TEAM_DEDICATED_SLOTS",
   metricsToken: "SWITCHYARD_METRICS_TOKEN",
   teamMaxDeployments: "SWITCHYARD_TEAM_MAX_DEPLOYMENTS",

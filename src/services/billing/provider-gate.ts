@@ -14,9 +14,9 @@ import { AppError, ErrorCode } from "../../shared/errors.js";
 
 /** Bounds of concurrent provider calls in one process. */
 export interface ProviderGateLimits {
-  /** Calls of one team at once (default 4). */
+  /** Calls of one team at once (default 4; config `SWITCHYARD_PROVIDER_CALLS_PER_TEAM`). */
   perTeam: number;
-  /** Calls of all teams at once (default 64). */
+  /** Calls of all teams at once (default 64; config `SWITCHYARD_PROVIDER_CALLS_PER_PROCESS`). */
   perProcess: number;
 }
 
