@@ -327,6 +327,61 @@ describe("Stripe refunds and disputes debit the ledger (review finding 2)", () =
     expect(await balanceOf(owner.teamId)).toBe("12000000");
   });
 
+  test("when a shortfall is owed, then the next top-up pays it back first, once; a dispute won after part was collected credits back the debit and what was collected", async () => {
+    const { owner, session } = await paidTopUp("10.00");
+    const events = stripe.events(WEBHOOK_SECRET);
+    // A refund of 5 and a dispute of 10 against a 10 USD top-up: 5 debited, 5 short.
+    expect((await send(events.refunded(session, 500, ["re_s1"]))).status).toBe(200);
+    const disputeId = `dp_${randomUUID()}`;
+    expect((await send(events.dispute(session, disputeId, 1000))).status).toBe(200);
+    expect(await balanceOf(owner.teamId)).toBe("0");
+
+    // A 3 USD top-up: all of it goes to the shortfall (3 of 5 collected).
+    const second = (await topUp(owner.token, randomUUID(), "3.00")).body.payment_session_id as string;
+    const paid = events.completed(second);
+    expect((await send(paid)).status).toBe(200);
+    expect((await send(paid)).status).toBe(200); // delivered twice: collected once
+    expect(await balanceOf(owner.teamId)).toBe("0");
+    // An 8 USD top-up: the last 2 of the shortfall, 6 left.
+    const third = (await topUp(owner.token, randomUUID(), "8.00")).body.payment_session_id as string;
+    expect((await send(events.completed(third))).status).toBe(200);
+    expect(await balanceOf(owner.teamId)).toBe("6000000");
+    const [owed] = await server.db<Record<string, string>>(
+      `SELECT debited_micros::text, shortfall_micros::text, collected_micros::text
+         FROM payment_reversals WHERE team_id = $1 AND kind = 'dispute'`,
+      [owner.teamId],
+    );
+    expect(owed).toEqual({ debited_micros: "5000000", shortfall_micros: "5000000", collected_micros: "5000000" });
+    const collections = await server.db<{ amount_micros: string; source_id: string }>(
+      "SELECT amount_micros::text, source_id FROM credit_ledger WHERE team_id = $1 AND source_id LIKE 'collect:%' ORDER BY created_at",
+      [owner.teamId],
+    );
+    expect(collections.map((c) => c.amount_micros)).toEqual(["-3000000", "-2000000"]);
+    // The ledger still adds up to the balance.
+    const [sum] = await server.db<{ s: string }>(
+      "SELECT sum(amount_micros)::text AS s FROM credit_ledger WHERE team_id = $1",
+      [owner.teamId],
+    );
+    expect(sum.s).toBe("6000000");
+
+    // Won: the 5 debited and the 5 collected come back.
+    expect((await send(events.dispute(session, disputeId, 1000, "charge.dispute.funds_reinstated"))).status).toBe(200);
+    expect(await balanceOf(owner.teamId)).toBe("16000000");
+  });
+
+  test("when a refund arrives before its top-up is credited, then 409 (Stripe delivers it again) and it is debited once the top-up is", async () => {
+    const owner = await createTestUser(server.url);
+    const session = (await topUp(owner.token, randomUUID(), "10.00")).body.payment_session_id as string;
+    const events = stripe.events(WEBHOOK_SECRET);
+    const early = events.refunded(session, 400, ["re_e1"]);
+    expectEnvelope(await send(early), 409);
+    expect(await balanceOf(owner.teamId)).toBe("0");
+    expect((await send(events.completed(session))).status).toBe(200);
+    expect(await balanceOf(owner.teamId)).toBe("10000000");
+    expect((await send(early)).status).toBe(200);
+    expect(await balanceOf(owner.teamId)).toBe("6000000");
+  });
+
   test("when a refund is in another currency, names another team, or is of a payment that is not ours, then nothing is debited", async () => {
     const { owner, session } = await paidTopUp("10.00");
     const other = await createTestUser(server.url);

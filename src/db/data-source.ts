@@ -25,6 +25,7 @@ import { UsageDaily1764770000000 } from "./migrations/1764770000000-usage-daily.
 import { BodyRetention1764820000000 } from "./migrations/1764820000000-body-retention.js";
 import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-billing-provider-calls.js";
 import { ActivityInFlight1764840000000 } from "./migrations/1764840000000-activity-in-flight.js";
+import { ShortfallCollection1764840000001 } from "./migrations/1764840000001-shortfall-collection.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -50,6 +51,7 @@ export const migrations = [
   BodyRetention1764820000000,
   BillingProviderCalls1764830000000,
   ActivityInFlight1764840000000,
+  ShortfallCollection1764840000001,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

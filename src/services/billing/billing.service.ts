@@ -47,7 +47,12 @@ import { optionalQuery, pgText, queryInt } from "../validation.js";
 import { appendLedgerCredit } from "./ledger.js";
 import type { CheckoutSession, LocalPaymentProvider, PaymentProvider, ProviderInvoice } from "./payment-provider.js";
 import { DEFAULT_PROVIDER_GATE_LIMITS, ProviderGate, type ProviderGateLimits } from "./provider-gate.js";
-import { type StripeChargeObject, type StripeDisputeObject, StripeReversals } from "./stripe-reversals.js";
+import {
+  type StripeChargeObject,
+  type StripeDisputeObject,
+  StripeReversals,
+  collectShortfalls,
+} from "./stripe-reversals.js";
 import type { StripePaymentProvider } from "./stripe-provider.js";
 
 /** spec "Billing" Transaction. */
@@ -490,8 +495,10 @@ export class BillingService {
    *   `charge.dispute.funds_reinstated` (a dispute won) credits back what that debited;
    * - other events are acknowledged and ignored.
    * Debits never take the balance below the credit leased to requests in flight: what the
-   * balance cannot cover is recorded as a shortfall in `payment_reversals` and logged.
-   * @throws AppError 404 when Stripe webhooks are not configured; 400 for a bad signature.
+   * balance cannot cover is recorded as a shortfall in `payment_reversals` and logged, and the
+   * team's next top-up pays it back first (`collectShortfalls`).
+   * @throws AppError 404 when Stripe webhooks are not configured; 400 for a bad signature; 409
+   *   for a refund of one of our top-ups that is not credited yet (Stripe delivers it again).
    */
   async stripeWebhook(rawBody: unknown, signature: string | undefined): Promise<{ received: true }> {
     if (!this.stripe) throw AppError.notFound("Stripe is not configured");
@@ -732,6 +739,9 @@ export class BillingService {
           row.id,
           paymentId,
         ]);
+        // What earlier refunds or disputes could not debit is paid back from this credit first.
+        const collected = await collectShortfalls(em, row.team_id, row.id);
+        if (collected?.applied) return { ...result, balanceAfterMicros: collected.balanceAfterMicros };
       }
       return result;
     });

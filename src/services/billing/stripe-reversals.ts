@@ -12,7 +12,13 @@
  * - The debit is a negative `refund` ledger entry (source the same id) under the team row lock,
  *   never below the credit leased to requests in flight: the rest is a shortfall, kept in
  *   `payment_reversals` and logged (warn). A won dispute (`funds_reinstated`) credits back what it
- *   debited as an `adjustment` (source `<dispute>:reinstated`).
+ *   debited as an `adjustment` (source `<dispute>:reinstated`), with what later top-ups collected of
+ *   its shortfall; the rest of its shortfall is no longer owed.
+ * - A shortfall is owed until collected: the next top-up credited to the team pays it back first
+ *   (`collectShortfalls`, in the top-up's transaction: one negative `refund` entry, source
+ *   `collect:<top-up id>`, as far as the balance less leased credit covers it; oldest first).
+ * - A refund that arrives before the top-up it reverses is credited (Stripe does not order its
+ *   events) is answered 409, so Stripe delivers it again later, when the top-up is there.
  */
 import type { Logger } from "pino";
 import { v7 as uuidv7 } from "uuid";
@@ -23,6 +29,7 @@ import type { CacheBus } from "../cache-bus.js";
 import { type LedgerCreditResult, appendLedgerCredit } from "./ledger.js";
 
 const MICROS_PER_CENT = 10_000n;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** The fields of a Stripe Charge (`charge.refunded`) the webhook reads. */
 export interface StripeChargeObject {
@@ -140,8 +147,23 @@ export class StripeReversals {
         WHERE provider = 'stripe' AND payment_id = $1 AND completed_at IS NOT NULL`,
       [paymentId],
     );
-    // A payment this service did not credit (another integration on the account): nothing to do.
-    if (!row) return undefined;
+    if (!row) {
+      // A top-up of ours whose completion Stripe has not delivered yet: refuse for now (non-2xx),
+      // so Stripe retries this event once the top-up is credited (its retries span days).
+      const topUpId = metadata?.switchyard_topup_id;
+      if (topUpId && UUID.test(topUpId)) {
+        const pending = await queryRows(
+          this.ds,
+          `SELECT 1 FROM topup_sessions WHERE id = $1 AND provider = 'stripe' AND completed_at IS NULL`,
+          [topUpId],
+        );
+        if (pending.length > 0) {
+          throw AppError.conflict(`The top-up ${what} reverses is not credited yet; deliver this event again later`);
+        }
+      }
+      // A payment this service did not credit (another integration on the account): nothing to do.
+      return undefined;
+    }
     const problems: string[] = [];
     if (currency !== "usd") problems.push(`currency ${String(currency)}, expected usd`);
     if (metadata?.switchyard_team_id !== undefined && metadata.switchyard_team_id !== row.team_id) {
@@ -239,9 +261,10 @@ export class StripeReversals {
   private async reinstate(topUp: PaidTopUp, disputeId: string): Promise<void> {
     const after = await this.ds.transaction(async (em) => {
       await lockedBalance(em, topUp.teamId);
+      // What the dispute took: its debit and what top-ups have collected of its shortfall since.
       const [debited] = await queryRows<{ debited: string }>(
         em,
-        `SELECT debited_micros::text AS debited FROM payment_reversals
+        `SELECT (debited_micros + collected_micros)::text AS debited FROM payment_reversals
           WHERE provider = 'stripe' AND source_id = $1 AND kind = 'dispute' AND team_id = $2`,
         [disputeId, topUp.teamId],
       );
@@ -273,4 +296,56 @@ export class StripeReversals {
     });
     if (after !== undefined) this.bus.deliverLocally("balance", `${topUp.teamId}=${after}`);
   }
+}
+
+/**
+ * Pays back, from credit just added to the team (a top-up), the shortfalls of earlier reversals:
+ * what Stripe took back that the balance could not cover then (module header). Oldest first, as
+ * far as the balance less the credit leased to requests in flight covers; a dispute since won is
+ * no longer owed. Must run in the transaction that added the credit (the team row locked).
+ * @param creditSourceId the top-up session id: the collection's ledger source is
+ *   `collect:<creditSourceId>`, so it applies once.
+ * @returns the collection's ledger entry, or undefined when nothing was owed or could be taken.
+ */
+export async function collectShortfalls(
+  em: EntityManager,
+  teamId: string,
+  creditSourceId: string,
+): Promise<LedgerCreditResult | undefined> {
+  const owed = await queryRows<{ id: string; owed: string }>(
+    em,
+    `SELECT p.id, (p.shortfall_micros - p.collected_micros)::text AS owed FROM payment_reversals p
+      WHERE p.team_id = $1 AND p.shortfall_micros > p.collected_micros
+        AND NOT (p.kind = 'dispute' AND EXISTS (
+              SELECT FROM payment_reversals r WHERE r.provider = p.provider AND r.source_id = p.source_id || ':reinstated'))
+      ORDER BY p.created_at, p.id
+        FOR UPDATE`,
+    [teamId],
+  );
+  if (owed.length === 0) return undefined;
+  const team = await lockedBalance(em, teamId);
+  const total = minBig(
+    owed.reduce((sum, r) => sum + BigInt(r.owed), 0n),
+    maxBig(0n, team.balance - team.leased),
+  );
+  if (total <= 0n) return undefined;
+  const entry = await appendLedgerCredit(em, {
+    teamId,
+    type: "refund",
+    amountMicros: -total,
+    sourceId: `collect:${creditSourceId}`,
+    description: `Shortfall of earlier Stripe refunds or disputes, collected from top-up ${creditSourceId}`,
+  });
+  if (!entry.applied) return entry;
+  let left = total;
+  for (const r of owed) {
+    if (left <= 0n) break;
+    const take = minBig(left, BigInt(r.owed));
+    await em.query("UPDATE payment_reversals SET collected_micros = collected_micros + $2 WHERE id = $1", [
+      r.id,
+      take.toString(),
+    ]);
+    left -= take;
+  }
+  return entry;
 }
