@@ -2,9 +2,11 @@
  * Prometheus metrics at `/metrics` (issue 13, item 4): scraped after real traffic, the counters
  * the traffic should move have moved (HTTP by route pattern and status, engine tokens and queue
  * wait by model, group-commit flushes, webhook attempts), Node's defaults are there, and access
- * follows `SWITCHYARD_METRICS_TOKEN` (loopback only when unset; the tests' client is loopback).
+ * follows `SWITCHYARD_METRICS_TOKEN` (loopback only when unset: a server on every interface, scraped
+ * through this machine's non-loopback address, answers 403).
  */
 import http from "node:http";
+import os from "node:os";
 import type { AddressInfo } from "node:net";
 import {
   CHAT_MODEL,
@@ -132,5 +134,27 @@ describe("with SWITCHYARD_METRICS_TOKEN", () => {
     const ok = await fetch(`${guarded.url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
     expect(ok.status).toBe(200);
     expect(await ok.text()).toContain("switchyard_http_requests_total");
+  });
+});
+
+describe("without SWITCHYARD_METRICS_TOKEN", () => {
+  let open: TestServer;
+  beforeAll(async () => {
+    // Listening on every interface, so a client can reach it from a non-loopback address.
+    open = await startTestServer({ host: "0.0.0.0" }, server);
+  }, 60_000);
+  afterAll(() => open.close());
+
+  test("when a client that is not on loopback scrapes, then 403; a loopback client gets the metrics", async () => {
+    const external = Object.values(os.networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === "IPv4" && !a.internal)?.address;
+    if (!external)
+      throw new Error("this test needs a non-loopback IPv4 interface (none found in os.networkInterfaces())");
+    const port = new URL(open.url).port;
+    expectEnvelope(await call(`http://${external}:${port}`, "GET", "/metrics"), 403);
+    const local = await fetch(`http://127.0.0.1:${port}/metrics`);
+    expect(local.status).toBe(200);
+    expect(await local.text()).toContain("switchyard_http_requests_total");
   });
 });
