@@ -243,7 +243,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger,
       served,
       offered.filter((m) => !served.includes(m)),
-      await embedded.backend(),
+      // Starting llama.cpp only to name its backend costs ~2 s when no embedded model loaded.
+      served.some((m) => m.engine.type === "llama_cpp") ? await embedded.backend() : "idle",
     );
 
     // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so

@@ -229,6 +229,10 @@ describe("pulls at start", () => {
     try {
       const warning = logs.records().find((r) => r.level === 40 && r.model === CHAT_MODEL);
       expect(warning?.msg).toContain(`run npm run models -- pull ${CHAT_MODEL}`);
+      // No embedded model loaded: llama.cpp was not started only to name its backend.
+      const banner = logs.records().find((r) => Array.isArray(r.served));
+      expect(banner).toMatchObject({ served: [], engine: "idle" });
+      expect(banner!.msg).toMatch(/^serving no model \(embedded engine not started: no model file here\)/);
       const ready = await http(server.url, "GET", "/v1/health/ready");
       expect(ready.status).toBe(503);
       expect(ready.body.extra).toMatchObject({ engine: "not_downloaded" });

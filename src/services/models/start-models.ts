@@ -152,8 +152,9 @@ export async function loadServedModels(
 }
 
 /**
- * The start banner (one log line): the models served, the engine's backend, and the pull command
- * of each catalog model whose file is not here.
+ * The start banner (one log line): the models served, the engine's backend (`cpu`, a GPU
+ * backend, or `idle` when no embedded model loaded: llama.cpp is not started just to name it),
+ * and the pull command of each catalog model whose file is not here.
  */
 export function logModelBanner(
   logger: Logger,
@@ -162,7 +163,8 @@ export function logModelBanner(
   backend: string,
 ): void {
   const parts = [
-    `serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} (embedded engine on ${backend})`,
+    `serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ` +
+      (backend === "idle" ? "(embedded engine not started: no model file here)" : `(embedded engine on ${backend})`),
   ];
   if (notDownloaded.length > 0) {
     parts.push(
