@@ -33,10 +33,10 @@
  *   file). The holder touches it every `lockStaleMs / 6` (heartbeat). A lock is stale, and taken
  *   over, when it has had no heartbeat for `lockStaleMs` (default 60 s), when its process is gone
  *   (same host), or when it names this very process but this process does not hold it (a
- *   container's pid 1 restarted after a kill). The takeover renames the stale lock aside and checks
- *   it moved the very lock it judged stale (else puts it back), so two takeovers never both win; a
- *   holder whose lock was taken anyway (it stalled past `lockStaleMs`) sees its token gone at the
- *   next heartbeat and stops writing.
+ *   container's pid 1 restarted after a kill). A takeover happens under a gate file (exclusive
+ *   create) and renames the new lock over the stale one after checking it is still that one, so
+ *   two takeovers never both win (`takeOver`); a holder whose lock was taken anyway (it stalled
+ *   past `lockStaleMs`) sees its token gone at the next heartbeat and stops writing.
  * - **Stalls.** No byte for `stallMs` aborts the transfer (offline hosts often hang rather than
  *   fail); what arrived stays for the next pull.
  */
@@ -45,6 +45,7 @@ import { createReadStream } from "node:fs";
 import { link, mkdir, open, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { isLoopbackHost } from "../../../config/config.js";
 
 /** Default hub (`HF_ENDPOINT` overrides it). */
@@ -513,8 +514,11 @@ async function discard(part: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Pull locks (finding 1 of the review of issue 17; see the module header).
 
-/** Locks this process holds: lock path → token. A lock naming this pid that is not here is stale. */
-const heldLocks = new Map<string, string>();
+/**
+ * Tokens of the locks this process holds. A lock naming this pid whose token is not here is
+ * stale (by token, not path: one file reached by two spellings of its path is still one lock).
+ */
+const heldTokens = new Set<string>();
 
 /** When this process started, Unix ms (recorded in its locks). */
 const PROCESS_STARTED = Math.round(Date.now() - process.uptime() * 1000);
@@ -543,7 +547,7 @@ export async function inspectPullLock(file: string, staleMs = DEFAULT_LOCK_STALE
   const holder = parseHolder(raw);
   const ageMs = Date.now() - info.mtimeMs;
   const stale = (why: string): LockState => ({ state: "stale", holder, why, raw, ino: Number(info.ino) });
-  if (heldLocks.get(file) === holder.token && holder.token !== "") return { state: "live", holder, ageMs };
+  if (heldTokens.has(holder.token)) return { state: "live", holder, ageMs };
   if (ageMs > staleMs) return stale(`no heartbeat for ${Math.round(ageMs / 1000)} s`);
   const sameHost = holder.host === "" || holder.host === os.hostname();
   if (sameHost && holder.pid === process.pid)
@@ -577,17 +581,19 @@ export async function acquirePullLock(file: string, opts: { staleMs?: number } =
   const tmp = `${file}.${token}.tmp`;
   await writeFile(tmp, JSON.stringify(mine));
   try {
-    for (let attempt = 0; attempt < 8; attempt++) {
-      if (await createLink(tmp, file)) {
-        heldLocks.set(file, token);
-        return heldLock(file, token, staleMs);
-      }
+    for (let attempt = 0; ; attempt++) {
+      if (await createLink(tmp, file)) break;
       const judged = await inspectPullLock(file, staleMs);
       if (judged.state === "absent") continue;
       if (judged.state === "live") throw busyError(file, judged.holder, staleMs);
-      await takeOver(file, judged, token);
+      if (await takeOver(file, judged, staleMs, tmp)) break;
+      if (attempt >= 100) {
+        throw new DownloadError(`cannot take the lock ${file}: it keeps changing hands`, "busy", { path: file });
+      }
+      await sleep(5 + Math.random() * 20); // another process is taking it over: look again
     }
-    throw new DownloadError(`cannot take the lock ${file}: it keeps changing hands`, "busy", { path: file });
+    heldTokens.add(token);
+    return heldLock(file, token, staleMs);
   } finally {
     await rm(tmp, { force: true });
   }
@@ -598,11 +604,14 @@ export async function acquirePullLock(file: string, opts: { staleMs?: number } =
  * @throws DownloadError (`busy`) when a live pull holds it.
  */
 export async function clearStalePullLock(file: string, staleMs = DEFAULT_LOCK_STALE_MS): Promise<boolean> {
-  const judged = await inspectPullLock(file, staleMs);
-  if (judged.state === "absent") return false;
-  if (judged.state === "live") throw busyError(file, judged.holder, staleMs);
-  await takeOver(file, judged, randomUUID());
-  return (await inspectPullLock(file, staleMs)).state === "absent";
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const judged = await inspectPullLock(file, staleMs);
+    if (judged.state === "absent") return false;
+    if (judged.state === "live") throw busyError(file, judged.holder, staleMs);
+    if (await takeOver(file, judged, staleMs)) return true;
+    await sleep(5 + Math.random() * 20);
+  }
+  throw new DownloadError(`cannot clear the lock ${file}: it keeps changing hands`, "busy", { path: file });
 }
 
 function busyError(file: string, holder: LockHolder, staleMs: number): DownloadError {
@@ -635,24 +644,59 @@ async function createLink(tmp: string, file: string): Promise<boolean> {
   }
 }
 
+/** A takeover gate older than this belongs to a process that died inside it (it is held for ms). */
+const GATE_STALE_MS = 10_000;
+
 /**
- * Removes the stale lock `judged` from `file`: renames whatever lock is there aside (atomic),
- * then checks it is the very one judged stale (same inode, same content). If another process
- * replaced it meanwhile, its lock is put back (unless a third one appeared, whose holder wins;
- * the displaced one notices at its next heartbeat).
+ * Replaces the stale lock `judged` at `file` by the complete lock file `install` (renamed onto
+ * it: the lock path is never empty meanwhile), or deletes it when `install` is absent. Only a
+ * process holding the takeover gate `<file>.takeover` (an exclusive create) may do that, and it
+ * first checks that `file` is still the very lock judged stale (same inode, same content, still
+ * stale). No one removes or replaces a lock without the gate, and an exclusive create cannot
+ * succeed while a lock exists, so two takeovers never both win.
+ * @returns true when this process replaced (or deleted) it; false when the gate was taken or the
+ * lock changed meanwhile (look again).
  */
-async function takeOver(file: string, judged: Extract<LockState, { state: "stale" }>, token: string): Promise<void> {
-  const aside = `${file}.${token}.stale`;
+async function takeOver(
+  file: string,
+  judged: Extract<LockState, { state: "stale" }>,
+  staleMs: number,
+  install?: string,
+): Promise<boolean> {
+  const gate = `${file}.takeover`;
   try {
-    await rename(file, aside);
+    await writeFile(gate, String(process.pid), { flag: "wx" });
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return; // another took it first
-    throw err;
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    await clearDeadGate(gate);
+    return false;
   }
   try {
-    const [info, raw] = await Promise.all([stat(aside), readFile(aside, "utf8")]);
-    if (Number(info.ino) === judged.ino && raw === judged.raw) return;
-    await link(aside, file).catch(() => undefined);
+    const again = await inspectPullLock(file, staleMs);
+    if (again.state !== "stale" || again.ino !== judged.ino || again.raw !== judged.raw) return false;
+    if (install) await rename(install, file);
+    else await rm(file, { force: true });
+    return true;
+  } finally {
+    await rm(gate, { force: true });
+  }
+}
+
+/**
+ * Removes a takeover gate left by a process that died inside it (older than `GATE_STALE_MS`):
+ * renamed aside, and put back if what moved was a newer gate (not the dead one).
+ */
+async function clearDeadGate(gate: string): Promise<void> {
+  const info = await stat(gate).catch(() => undefined);
+  if (!info || Date.now() - info.mtimeMs < GATE_STALE_MS) return;
+  const aside = `${gate}.${randomUUID()}`;
+  try {
+    await rename(gate, aside);
+  } catch {
+    return;
+  }
+  try {
+    if ((await stat(aside)).ino !== info.ino) await link(aside, gate).catch(() => undefined);
   } finally {
     await rm(aside, { force: true });
   }
@@ -668,7 +712,7 @@ function heldLock(file: string, token: string, staleMs: number): HeldLock {
       await utimes(file, now, now);
     } catch {
       clearInterval(timer);
-      heldLocks.delete(file);
+      heldTokens.delete(token);
       controller.abort(new Error(`lost the lock ${file}`));
     }
   };
@@ -684,8 +728,7 @@ function heldLock(file: string, token: string, staleMs: number): HeldLock {
     },
     async release() {
       clearInterval(timer);
-      if (heldLocks.get(file) !== token) return;
-      heldLocks.delete(file);
+      if (!heldTokens.delete(token)) return;
       const raw = await readFile(file, "utf8").catch(() => "");
       if (parseHolder(raw).token === token) await rm(file, { force: true });
     },
