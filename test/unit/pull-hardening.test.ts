@@ -10,7 +10,7 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, rename, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { type Catalog, type CatalogModel, loadCatalog } from "../../src/config/catalog.js";
@@ -21,6 +21,7 @@ import {
   downloadModelFile,
   inspectPullLock,
   partialPath,
+  takeOverStaleLock,
 } from "../../src/inference/engines/llama-cpp/hub-download.js";
 import {
   LocalModelFiles,
@@ -157,6 +158,32 @@ describe("pull locks (finding 1)", () => {
     expect(results.filter((r) => r === "busy")).toHaveLength(5);
     expect(existsSync(lock)).toBe(false);
   }, 30_000);
+
+  test("when a lock judged stale was replaced by a live one before the takeover, then the takeover leaves the live one alone", async () => {
+    const dir = tmp();
+    const lock = await plantLock(dir, { pid: 1, host: "elsewhere", started: 1, token: "dead" }, 120_000);
+    const judged = await inspectPullLock(lock);
+    if (judged.state !== "stale") throw new Error("expected a stale lock");
+    // Meanwhile another process took it over: a fresh lock of a live process (pid 1 on this host).
+    const fresh = JSON.stringify({ pid: 1, host: os.hostname(), started: 1, token: "winner" });
+    writeFileSync(`${lock}.new`, fresh);
+    await rename(`${lock}.new`, lock);
+    expect(await takeOverStaleLock(lock, judged, 60_000)).toBe(false);
+    expect(readFileSync(lock, "utf8")).toBe(fresh);
+
+    // While another takeover holds the gate, none happens; a gate left by a dead process (old) is cleared.
+    const again = await plantLock(dir, { pid: 1, host: "elsewhere", started: 1, token: "dead" }, 120_000);
+    const stale = await inspectPullLock(again);
+    if (stale.state !== "stale") throw new Error("expected a stale lock");
+    writeFileSync(`${again}.takeover`, "1");
+    expect(await takeOverStaleLock(again, stale, 60_000)).toBe(false);
+    expect(existsSync(again)).toBe(true);
+    const old = new Date(Date.now() - 11_000);
+    utimesSync(`${again}.takeover`, old, old);
+    expect(await takeOverStaleLock(again, stale, 60_000)).toBe(false); // clears the dead gate
+    expect(await takeOverStaleLock(again, stale, 60_000)).toBe(true);
+    expect(existsSync(again)).toBe(false);
+  });
 
   test("when models rm runs, then a dead pull's lock is cleared, and a live pull stops it naming the lock", async () => {
     const dirs = { modelsDir: tmp(), dataDir: tmp() };

@@ -35,7 +35,7 @@
  *   (same host), or when it names this very process but this process does not hold it (a
  *   container's pid 1 restarted after a kill). A takeover happens under a gate file (exclusive
  *   create) and renames the new lock over the stale one after checking it is still that one, so
- *   two takeovers never both win (`takeOver`); a holder whose lock was taken anyway (it stalled
+ *   two takeovers never both win (`takeOverStaleLock`); a holder whose lock was taken anyway (it stalled
  *   past `lockStaleMs`) sees its token gone at the next heartbeat and stops writing.
  * - **Stalls.** No byte for `stallMs` aborts the transfer (offline hosts often hang rather than
  *   fail); what arrived stays for the next pull.
@@ -586,7 +586,7 @@ export async function acquirePullLock(file: string, opts: { staleMs?: number } =
       const judged = await inspectPullLock(file, staleMs);
       if (judged.state === "absent") continue;
       if (judged.state === "live") throw busyError(file, judged.holder, staleMs);
-      if (await takeOver(file, judged, staleMs, tmp)) break;
+      if (await takeOverStaleLock(file, judged, staleMs, tmp)) break;
       if (attempt >= 100) {
         throw new DownloadError(`cannot take the lock ${file}: it keeps changing hands`, "busy", { path: file });
       }
@@ -608,7 +608,7 @@ export async function clearStalePullLock(file: string, staleMs = DEFAULT_LOCK_ST
     const judged = await inspectPullLock(file, staleMs);
     if (judged.state === "absent") return false;
     if (judged.state === "live") throw busyError(file, judged.holder, staleMs);
-    if (await takeOver(file, judged, staleMs)) return true;
+    if (await takeOverStaleLock(file, judged, staleMs)) return true;
     await sleep(5 + Math.random() * 20);
   }
   throw new DownloadError(`cannot clear the lock ${file}: it keeps changing hands`, "busy", { path: file });
@@ -657,7 +657,7 @@ const GATE_STALE_MS = 10_000;
  * @returns true when this process replaced (or deleted) it; false when the gate was taken or the
  * lock changed meanwhile (look again).
  */
-async function takeOver(
+export async function takeOverStaleLock(
   file: string,
   judged: Extract<LockState, { state: "stale" }>,
   staleMs: number,
