@@ -143,19 +143,32 @@ describe("pull locks (finding 1)", () => {
   test("when several processes take over one stale lock at the same moment, then exactly one wins", async () => {
     const dir = tmp();
     const lock = await plantLock(dir, { pid: 1, host: "elsewhere", started: 1, token: "dead" }, 120_000);
-    const startAt = Date.now() + 2500;
-    const runs = Array.from({ length: 6 }, () => {
-      const child = spawn(process.execPath, ["--import", LOADER, CONTENDER, lock, String(startAt), "2000"], {
-        stdio: ["ignore", "pipe", "pipe"],
+    const contenders = Array.from({ length: 6 }, () => {
+      const child = spawn(process.execPath, ["--import", LOADER, CONTENDER, lock], {
+        stdio: ["pipe", "pipe", "pipe"],
       });
+      child.stdin.on("error", () => undefined); // a busy contender has exited: EPIPE
       let out = "";
+      const seen = (word: string) =>
+        new Promise<void>((resolve) => {
+          const check = () => out.includes(word) && resolve();
+          child.stdout.on("data", check);
+          check();
+        });
       child.stdout.on("data", (c: Buffer) => (out += c.toString()));
       child.stderr.on("data", (c: Buffer) => (out += c.toString()));
-      return new Promise<string>((resolve) => child.once("exit", () => resolve(out.trim())));
+      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+      const result = () => out.replace("ready\n", "").trim();
+      return { child, seen, exited, result };
     });
-    const results = await Promise.all(runs);
-    expect(results.filter((r) => r === "won")).toHaveLength(1);
-    expect(results.filter((r) => r === "busy")).toHaveLength(5);
+    // All loaded first (the loader takes seconds on a busy machine), then all go at once.
+    await Promise.all(contenders.map((c) => c.seen("ready")));
+    for (const c of contenders) c.child.stdin.write("go\n");
+    await Promise.all(contenders.map((c) => Promise.race([c.seen("won"), c.seen("busy"), c.exited])));
+    const results = contenders.map((c) => c.result());
+    for (const c of contenders) c.child.stdin.end("release\n");
+    await Promise.all(contenders.map((c) => c.exited));
+    expect(results.sort()).toEqual(["busy", "busy", "busy", "busy", "busy", "won"]);
     expect(existsSync(lock)).toBe(false);
   }, 30_000);
 
