@@ -6,7 +6,7 @@
  * pulls at start (from a loopback hub); a missing default model is pulled when downloads are
  * allowed, and its absence offline does not stop the start.
  */
-import { mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
@@ -187,6 +187,25 @@ describe("pulls at start", () => {
         body: { model: "hub-tiny", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4 },
       });
       expect(res.status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("when a killed pull left its lock naming this very pid (a container's pid 1 restarted), then the start takes it over and pulls", async () => {
+    const modelsDir = modelsFolderWithTinyModel();
+    const partial = path.join(modelsDir, ".partial");
+    mkdirSync(partial);
+    // What a pull killed mid-file leaves: part, its record, and its lock, which names our pid.
+    writeFileSync(path.join(partial, "hub-tiny.gguf.part"), BYTES.subarray(0, 300_000));
+    writeFileSync(
+      path.join(partial, "hub-tiny.gguf.part.lock"),
+      JSON.stringify({ pid: process.pid, host: os.hostname(), started: 1, token: "killed-run" }),
+    );
+    const server = await startTestServer({ catalogPath, modelsDir, pullOnStart: "hub-tiny", hfEndpoint: hub.url });
+    try {
+      expect(readFileSync(path.join(modelsDir, "hub-tiny.gguf")).equals(BYTES)).toBe(true);
+      expect(existsSync(path.join(partial, "hub-tiny.gguf.part.lock"))).toBe(false);
     } finally {
       await server.close();
     }
