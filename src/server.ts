@@ -88,7 +88,7 @@ import { CustomModelsService } from "./services/models/custom-models.service.js"
 import { DeploymentReconciler } from "./services/models/deployment-reconciler.js";
 import { DeploymentsService } from "./services/models/deployments.service.js";
 import { PlatformModels } from "./services/models/model-sources.js";
-import { logModelBanner, pullAtStart } from "./services/models/start-models.js";
+import { loadServedModels, logModelBanner, pullAtStart } from "./services/models/start-models.js";
 import { SecretBox } from "./services/models/secret-box.js";
 import { TeamModelDirectory } from "./services/models/team-models.js";
 import { RateLimitService } from "./services/rate-limit.service.js";
@@ -195,7 +195,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     const platformCatalog = loadCatalog(config.catalogPath);
     const modelDirs = { modelsDir: config.modelsDir, dataDir: config.dataDir };
     await pullAtStart(platformCatalog, { ...config, ...modelDirs }, logger);
-    const platform = new PlatformModels(platformCatalog, new LocalModelFiles(modelDirs));
+    const localFiles = new LocalModelFiles(modelDirs);
+    const platform = new PlatformModels(platformCatalog, localFiles);
     // Pricing history (issue 10, item 3): the catalog's prices become the latest stored versions.
     const prices = new PriceBook(ds, bus, logger);
     await prices.start(platform.catalog.models);
@@ -235,19 +236,20 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // a health check finds an endpoint serving them. Models whose file is not here are not loaded
     // (issue 17: listed as not downloaded, 404 with the pull command).
     const offered = platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon");
-    const served = offered.filter((m) => platform.unavailable(m) === undefined);
-    await engines.loadAll(served, (model, err) =>
-      logger.warn(
-        { model: model.id, reason: err.detail },
-        "model unavailable at start; it answers 503 until its engine is back",
-      ),
+    // A model whose file fails to load is marked not usable, not a failed start (issue 17 review).
+    const served = await loadServedModels(
+      engines,
+      offered.filter((m) => platform.unavailable(m) === undefined),
+      localFiles,
+      logger,
     );
     logger.info({ ms: Date.now() - loadStarted, models: served.length }, "models loaded");
     logModelBanner(
       logger,
       served,
       offered.filter((m) => !served.includes(m)),
-      await embedded.backend(),
+      // Starting llama.cpp only to name its backend costs ~2 s when no embedded model loaded.
+      served.some((m) => m.engine.type === "llama_cpp") ? await embedded.backend() : "idle",
     );
 
     // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so

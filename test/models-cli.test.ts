@@ -8,10 +8,11 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { packageRoot } from "../src/config/config.js";
+import { acquirePullLock } from "../src/inference/engines/llama-cpp/hub-download.js";
 import { type FakeHub, startFakeHub } from "./support/fake-hub.js";
 import { MODELS_DIR, createTestCaller, eventually, expectEnvelope, http, startTestServer } from "./support/harness.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";
@@ -219,6 +220,38 @@ describe("npm run models -- list and rm", () => {
     expect(rm.stdout).toContain(`hub-tiny: removed ${installed}`);
     expect(existsSync(installed)).toBe(false);
     expect(readdirSync(dirs.modelsDir)).toEqual([]);
+  });
+});
+
+describe("npm run models with damaged files and pull locks (review of issue 17)", () => {
+  test("when a file is truncated, then list says damaged; rm under a running pull refuses naming the lock, and clears a dead one", async () => {
+    const dirs = folders();
+    const installed = path.join(dirs.modelsDir, "hub-tiny.gguf");
+    writeFileSync(installed, BYTES.subarray(0, 1000));
+    const list = await runCli(["list"], dirs);
+    expect(list.stdout.split("\n").find((l) => l.startsWith("hub-tiny "))).toMatch(
+      /1\.2 MB +damaged \(1\.0 kB\): pull again/,
+    );
+
+    const lock = `${partOf(dirs, "hub-tiny.gguf")}.lock`;
+    mkdirSync(path.dirname(lock), { recursive: true });
+    const held = await acquirePullLock(lock); // a pull under way in this (live) process
+    try {
+      const refused = await runCli(["rm", "hub-tiny"], dirs);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(`another pull of hub-tiny.gguf is running (pid ${process.pid}`);
+      expect(refused.stderr).toContain(`lock ${lock}`);
+      expect(existsSync(installed)).toBe(true);
+    } finally {
+      await held.release();
+    }
+    // A lock whose process is gone (a killed pull).
+    writeFileSync(lock, JSON.stringify({ pid: 2 ** 22 + 7, host: os.hostname(), started: 1, token: "dead" }));
+    const rm = await runCli(["rm", "hub-tiny"], dirs);
+    expect(rm.code).toBe(0);
+    expect(rm.stdout).toContain(lock);
+    expect(existsSync(lock)).toBe(false);
+    expect(existsSync(installed)).toBe(false);
   });
 });
 

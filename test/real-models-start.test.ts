@@ -6,7 +6,7 @@
  * pulls at start (from a loopback hub); a missing default model is pulled when downloads are
  * allowed, and its absence offline does not stop the start.
  */
-import { mkdtempSync, readFileSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
@@ -192,6 +192,25 @@ describe("pulls at start", () => {
     }
   });
 
+  test("when a killed pull left its lock naming this very pid (a container's pid 1 restarted), then the start takes it over and pulls", async () => {
+    const modelsDir = modelsFolderWithTinyModel();
+    const partial = path.join(modelsDir, ".partial");
+    mkdirSync(partial);
+    // What a pull killed mid-file leaves: part, its record, and its lock, which names our pid.
+    writeFileSync(path.join(partial, "hub-tiny.gguf.part"), BYTES.subarray(0, 300_000));
+    writeFileSync(
+      path.join(partial, "hub-tiny.gguf.part.lock"),
+      JSON.stringify({ pid: process.pid, host: os.hostname(), started: 1, token: "killed-run" }),
+    );
+    const server = await startTestServer({ catalogPath, modelsDir, pullOnStart: "hub-tiny", hfEndpoint: hub.url });
+    try {
+      expect(readFileSync(path.join(modelsDir, "hub-tiny.gguf")).equals(BYTES)).toBe(true);
+      expect(existsSync(path.join(partial, "hub-tiny.gguf.part.lock"))).toBe(false);
+    } finally {
+      await server.close();
+    }
+  });
+
   test("when a model of SWITCHYARD_PULL_ON_START cannot be pulled, then the start stops with one line naming it", async () => {
     const start = startTestServer({
       catalogPath,
@@ -229,6 +248,10 @@ describe("pulls at start", () => {
     try {
       const warning = logs.records().find((r) => r.level === 40 && r.model === CHAT_MODEL);
       expect(warning?.msg).toContain(`run npm run models -- pull ${CHAT_MODEL}`);
+      // No embedded model loaded: llama.cpp was not started only to name its backend.
+      const banner = logs.records().find((r) => Array.isArray(r.served));
+      expect(banner).toMatchObject({ served: [], engine: "idle" });
+      expect(banner!.msg).toMatch(/^serving no model \(embedded engine not started: no model file here\)/);
       const ready = await http(server.url, "GET", "/v1/health/ready");
       expect(ready.status).toBe(503);
       expect(ready.body.extra).toMatchObject({ engine: "not_downloaded" });
@@ -242,5 +265,75 @@ describe("pulls at start", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("real models present, the test model absent, one file damaged (review findings 6 and 7)", () => {
+  let server: TestServer;
+  let caller: Awaited<ReturnType<typeof createTestCaller>>;
+  const logs = captureLogs("info");
+  const modelsDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-real-only-"));
+  // hub-tiny stands for a pulled real model; the default (tiny) model's file is not here.
+  symlinkSync(GGUF, path.join(modelsDir, "hub-tiny.gguf"));
+  writeFileSync(path.join(modelsDir, "hub-garbage.gguf"), "this is not a model file\n".repeat(64));
+  writeFileSync(path.join(modelsDir, "hub-short.gguf"), BYTES.subarray(0, 4096));
+  const catalogPath = writeEditedCatalog((c) => {
+    const base = c.models.find((m) => m.id === CHAT_MODEL)!;
+    const engine = base.engine as Record<string, unknown>;
+    const model = (id: string, extra: Record<string, unknown>) => ({
+      ...base,
+      id,
+      display_name: id,
+      engine: { ...engine, file: `${id}.gguf`, source: `hf:test-org/tiny-GGUF/${id}.gguf`, ...extra },
+    });
+    c.models.push(
+      model("hub-tiny", {}),
+      // No size in the catalog: only loading it shows it is no model.
+      model("hub-garbage", { size_bytes: undefined, sha256: undefined }),
+      model("hub-short", {}),
+    );
+  });
+
+  beforeAll(async () => {
+    server = await startTestServer({ catalogPath, modelsDir }, undefined, { logger: logs.logger });
+    caller = await createTestCaller(server.url);
+  });
+  afterAll(() => server.close());
+
+  test("when the default model's file is absent but another model's is here and loaded, then the service is ready", async () => {
+    const ready = await http(server.url, "GET", "/v1/health/ready");
+    expect(ready.status).toBe(200);
+    expect(ready.body).toMatchObject({ status: "ready", engine: "ok" });
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model: "hub-tiny", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4 },
+    });
+    expect(res.status).toBe(200);
+  });
+
+  test("when a model's file fails to load or has the wrong size, then the start goes on and the model says why it is not usable", async () => {
+    expect(logs.records().find((r) => Array.isArray(r.served))!.served).toEqual(["hub-tiny"]);
+    const failed = logs.records().find((r) => r.msg === "model file could not be loaded; the model is not served");
+    expect(failed).toMatchObject({ model: "hub-garbage" });
+    const listed = await http(server.url, "GET", "/v1/models", { token: caller.key });
+    const byId = new Map((listed.body.data as any[]).map((m) => [m.id, m]));
+    const garbage = path.join(modelsDir, "hub-garbage.gguf");
+    expect(byId.get("hub-garbage").status_reason).toMatch(
+      new RegExp(
+        `^not usable: its file ${garbage} could not be loaded \\(.+\\); replace it with npm run models -- pull hub-garbage`,
+      ),
+    );
+    expect(byId.get("hub-short").status_reason).toBe(
+      `not usable: ${path.join(modelsDir, "hub-short.gguf")} is 4096 bytes, the catalog says ${BYTES.length} ` +
+        `(an incomplete or damaged copy); replace it with npm run models -- pull hub-short ` +
+        `(or remove it with npm run models -- rm hub-short)`,
+    );
+    const refused = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model: "hub-garbage", messages: [{ role: "user", content: "Hello" }] },
+    });
+    expectEnvelope(refused, 404);
+    expect(refused.body.detail).toBe(`Model 'hub-garbage' is ${byId.get("hub-garbage").status_reason}`);
+    expect(refused.text).not.toMatch(/\n\s+at /);
   });
 });

@@ -18,10 +18,20 @@ const limit = z
   .optional()
   .transform((v) => (typeof v === "number" ? v : null));
 
+/**
+ * A model file name: a bare `.gguf` name, no folder, no `..`, no leading dot (the pattern custom
+ * models' files follow too, `model-sources.ts`). Review of issue 17, finding 8: `engine.file` is
+ * joined to the install folder, so `../x.gguf` or an absolute path would read or write elsewhere.
+ */
+export const SAFE_MODEL_FILE = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,250}\.gguf$/i;
+
 const llamaCppEngineSchema = z.object({
   type: z.literal("llama_cpp"),
-  /** File name looked up in the models directory and the data-dir cache. */
-  file: z.string().min(1),
+  /** File name looked up in the models directory and the data-dir cache (`SAFE_MODEL_FILE`). */
+  file: z
+    .string()
+    .min(1)
+    .regex(SAFE_MODEL_FILE, "expected a bare .gguf file name (letters, digits, . _ -; no folder, no ..)"),
   /** Download source, e.g. `hf:owner/repo/path.gguf`. */
   source: z.string().min(1).optional(),
   /** Tokens of context per sequence. */

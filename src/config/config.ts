@@ -386,12 +386,17 @@ export const configSchema = z.object({
    * engine; past it the request ends with 504 and is charged the tokens evaluated so far.
    */
   decisionsTimeLimitMs: intFromEnv(1, 3_600_000).default(60_000),
-  /** Model hub base URL for pulls (the Hugging Face convention `HF_ENDPOINT`: a mirror); default https://huggingface.co. */
-  hfEndpoint: z
-    .string()
-    .url()
-    .refine((v) => /^https?:$/.test(new URL(v).protocol), "expected an http or https URL")
-    .optional(),
+  /**
+   * Model hub base URL for pulls (the Hugging Face convention `HF_ENDPOINT`: a mirror); default
+   * https://huggingface.co. https, or plain http on a loopback host only: `HF_TOKEN` (or
+   * `user:pass@` in it) goes to it (review of issue 17, finding 4).
+   */
+  hfEndpoint: secureUrl.optional(),
+  /**
+   * How long a start waits for another process's pull of a `SWITCHYARD_PULL_ON_START` model (the
+   * API and the worker starting together), seconds; then the start stops (finding 2).
+   */
+  pullWaitS: intFromEnv(0, 86_400).default(1800),
   /** Model hub token for pulls (`HF_TOKEN`): private or gated repositories. */
   hfToken: z.string().min(1).optional(),
 });
@@ -467,6 +472,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   decisionsTimeLimitMs: "SWITCHYARD_DECISIONS_TIME_LIMIT_MS",
   hfEndpoint: "HF_ENDPOINT",
   hfToken: "HF_TOKEN",
+  pullWaitS: "SWITCHYARD_PULL_WAIT_S",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */

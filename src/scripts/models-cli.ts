@@ -97,11 +97,13 @@ async function list(catalog: Catalog, dirs: ModelDirs, out: NodeJS.WriteStream):
   const states = await modelFileStates(catalog.models, dirs);
   const rows = states.map((s) => {
     const size = s.spec.size_bytes ?? (s.present ? s.bytesOnDisk : undefined);
-    const status = s.present
-      ? "present"
-      : s.bytesOnDisk > 0
-        ? `partial ${s.spec.size_bytes ? Math.floor((s.bytesOnDisk / s.spec.size_bytes) * 100) + " %" : formatBytes(s.bytesOnDisk)}`
-        : "not downloaded";
+    const status = s.problem
+      ? `damaged (${formatBytes(s.bytesOnDisk)}): pull again`
+      : s.present
+        ? "present"
+        : s.bytesOnDisk > 0
+          ? `partial ${s.spec.size_bytes ? Math.floor((s.bytesOnDisk / s.spec.size_bytes) * 100) + " %" : formatBytes(s.bytesOnDisk)}`
+          : "not downloaded";
     return [
       s.model.id,
       s.model.modality,

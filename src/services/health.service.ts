@@ -1,6 +1,6 @@
 /**
  * Health probes (spec: Health): liveness always answers; readiness checks the database, the
- * migrations and the default engine model (503 with the envelope otherwise).
+ * migrations and the embedded engine's models (503 with the envelope otherwise).
  */
 import type { DataSource } from "typeorm";
 import type { EngineRouter } from "../inference/engine-router.js";
@@ -39,12 +39,26 @@ export class HealthService {
       checks.database = "unreachable";
       checks.migrations = "unknown";
     }
-    const defaultModel = this.catalog.defaultModel();
-    // Issue 17: a default model whose file is not here will not load by waiting.
-    if (this.catalog.unavailable(defaultModel)) checks.engine = "not_downloaded";
-    else if (!this.engines.isLoaded(defaultModel)) checks.engine = "loading";
+    checks.engine = this.engineCheck();
     const failed = Object.entries(checks).filter(([, v]) => v !== "ok");
     if (failed.length > 0) throw new AppError(ErrorCode.EngineUnavailable, "Service not ready", checks, 5);
     return { status: "ready", ...checks };
+  }
+
+  /**
+   * The engine check (review of issue 17, finding 6): `ok` when a platform model of the embedded
+   * engine whose file is here has loaded (the start loads them all before it listens), or when
+   * the catalog has none; `not_downloaded` when none of their files is here (waiting will not
+   * help: `npm run models -- pull`); `loading` otherwise. Models whose file is absent are "not
+   * downloaded" in the catalog, not a readiness failure, whichever is the default model.
+   */
+  private engineCheck(): string {
+    const embedded = this.catalog
+      .all()
+      .filter((m) => m.engine.type === "llama_cpp" && m.platformStatus !== "coming_soon");
+    if (embedded.length === 0) return "ok";
+    const usable = embedded.filter((m) => this.catalog.unavailable(m) === undefined);
+    if (usable.length === 0) return "not_downloaded";
+    return usable.some((m) => this.engines.isLoaded(m)) ? "ok" : "loading";
   }
 }

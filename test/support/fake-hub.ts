@@ -2,9 +2,13 @@
  * A loopback HTTP server standing in for the model hub (issue 17; `HF_ENDPOINT` points at it):
  * serves files under hub paths (`/{owner}/{repo}/resolve/{revision}/{path}`), honours
  * `Range: bytes=N-` (206 with `Content-Range`), and can misbehave on purpose: cut the connection
- * after some bytes, hold the body mid-file until released, or require a bearer token. Every
- * request is recorded (path, range, authorization).
+ * after some bytes, hold the body mid-file until released, or require a bearer token. Each file
+ * has a strong `ETag` (its SHA-256) and `If-Range` is honoured (a stale validator gets the whole
+ * file) unless told otherwise; a file can be sent chunked (no `Content-Length`) or endlessly, and
+ * a path can redirect elsewhere (with an `X-Linked-Etag`, as the Hugging Face hub does). Every
+ * request is recorded (path, range, if-range, authorization).
  */
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo, Socket } from "node:net";
@@ -12,8 +16,21 @@ import type { AddressInfo, Socket } from "node:net";
 export interface HubRequest {
   path: string;
   range: string | undefined;
+  ifRange: string | undefined;
   authorization: string | undefined;
   status: number;
+}
+
+/** How a served file misbehaves (review of issue 17). */
+export interface ServeOptions {
+  /** Answer 401 unless `Authorization: Bearer <token>`. */
+  token?: string;
+  /** No `Content-Length` (chunked transfer encoding). */
+  chunked?: boolean;
+  /** After the file, keep sending zero bytes until the client goes away (chunked). */
+  endless?: boolean;
+  /** Serve the range even when `If-Range` names another version. */
+  ignoreIfRange?: boolean;
 }
 
 export interface FakeHub {
@@ -21,7 +38,11 @@ export interface FakeHub {
   url: string;
   requests: HubRequest[];
   /** Serve `content` (bytes, or a file's path) at hub path `path` (leading slash). */
-  serve(path: string, content: Buffer | string, opts?: { token?: string }): void;
+  serve(path: string, content: Buffer | string, opts?: ServeOptions): void;
+  /** GET `path` answers 302 to `location` (with `X-Linked-Etag` when given). */
+  redirect(path: string, location: string, linkedEtag?: string): void;
+  /** The strong ETag the hub sends for `content`. */
+  etagOf(content: Buffer): string;
   /** The next GET of a served file sends this many body bytes, then destroys the socket. */
   cutNextAfter(bytes: number): void;
   /**
@@ -34,7 +55,9 @@ export interface FakeHub {
 
 /** Starts a fake hub on a free loopback port. */
 export async function startFakeHub(): Promise<FakeHub> {
-  const files = new Map<string, { body: Buffer; token?: string }>();
+  const files = new Map<string, { body: Buffer; etag: string } & ServeOptions>();
+  const redirects = new Map<string, { location: string; linkedEtag?: string }>();
+  const etagOf = (body: Buffer) => `"${createHash("sha256").update(body).digest("hex")}"`;
   const requests: HubRequest[] = [];
   let cut: number | undefined;
   let hold: { bytes: number; sent: () => void; gate: Promise<void> } | undefined;
@@ -47,9 +70,21 @@ export async function startFakeHub(): Promise<FakeHub> {
       requests.push({
         path: pathName,
         range: req.headers.range,
+        ifRange: req.headers["if-range"] as string | undefined,
         authorization: req.headers.authorization,
         status,
       });
+    const moved = redirects.get(pathName);
+    if (moved) {
+      record(302);
+      res
+        .writeHead(302, {
+          location: moved.location,
+          ...(moved.linkedEtag ? { "x-linked-etag": moved.linkedEtag } : {}),
+        })
+        .end();
+      return;
+    }
     if (!file) {
       record(404);
       res.writeHead(404, { "content-type": "text/plain" }).end("Entry not found");
@@ -61,7 +96,9 @@ export async function startFakeHub(): Promise<FakeHub> {
       return;
     }
     const size = file.body.length;
-    const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? "");
+    const ifRange = req.headers["if-range"];
+    const rangeApplies = !ifRange || ifRange === file.etag || file.ignoreIfRange;
+    const range = rangeApplies ? /^bytes=(\d+)-$/.exec(req.headers.range ?? "") : null;
     const start = range ? Number(range[1]) : 0;
     if (range && start >= size) {
       record(416);
@@ -73,10 +110,20 @@ export async function startFakeHub(): Promise<FakeHub> {
     record(status);
     res.writeHead(status, {
       "content-type": "application/octet-stream",
-      "content-length": String(body.length),
+      ...(file.chunked || file.endless ? {} : { "content-length": String(body.length) }),
       "accept-ranges": "bytes",
+      etag: file.etag,
       ...(range ? { "content-range": `bytes ${start}-${size - 1}/${size}` } : {}),
     });
+    if (file.endless) {
+      const zeros = Buffer.alloc(64 * 1024);
+      const pump = () => {
+        while (!res.destroyed && res.write(zeros));
+        if (!res.destroyed) res.once("drain", pump);
+      };
+      res.write(body, pump);
+      return;
+    }
     if (cut !== undefined) {
       const n = cut;
       cut = undefined;
@@ -104,8 +151,13 @@ export async function startFakeHub(): Promise<FakeHub> {
     url: `http://127.0.0.1:${port}`,
     requests,
     serve(path, content, opts = {}) {
-      files.set(path, { body: typeof content === "string" ? readFileSync(content) : content, token: opts.token });
+      const body = typeof content === "string" ? readFileSync(content) : content;
+      files.set(path, { body, etag: etagOf(body), ...opts });
     },
+    redirect(path, location, linkedEtag) {
+      redirects.set(path, { location, linkedEtag });
+    },
+    etagOf,
     cutNextAfter(bytes) {
       cut = bytes;
     },
