@@ -229,3 +229,151 @@ test("when request bodies are cleared from ended rows, then usage does not chang
   );
   expect(after).toEqual(before);
 });
+
+describe("readers of activity rows tell an early row from a record of the end (review 10b)", () => {
+  test("when a request is in flight, then the unfiltered list's total and the models list include it", async () => {
+    const held = await holdNextGeneration();
+    const pending = chat(`total-${randomUUID()}`);
+    try {
+      await held.started;
+      expect(await eventually(async () => (await listed("running")).length === 1, 5_000)).toBe(true);
+      for (const query of ["", `&model=${CHAT_MODEL}`]) {
+        const res = await http(server.url, "GET", `/control/v1/activity?page_size=100${query}`, {
+          token: caller.token,
+        });
+        expect(res.body.total).toBe(res.body.items.length);
+      }
+      const models = await http(server.url, "GET", "/control/v1/activity/models", { token: caller.token });
+      expect(models.body).toEqual(expect.arrayContaining([CHAT_MODEL]));
+    } finally {
+      held.release();
+    }
+    expect((await pending).status).toBe(200);
+  }, 60_000);
+
+  test("when a background response ended by a cancel lost its runner before the record, then the reconciler records it (event included) over its early row", async () => {
+    const held = await holdNextGeneration();
+    const blocker = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, input: "Once upon a time", background: true, max_output_tokens: 4 },
+    });
+    let id = "";
+    try {
+      await held.started;
+      const queued = await http(server.url, "POST", "/v1/responses", {
+        token: caller.key,
+        body: { model: CHAT_MODEL, input: "x", background: true, max_output_tokens: 2 },
+      });
+      id = queued.body.id as string;
+      // What a cancel that found a live runner leaves when that runner then dies before recording.
+      await server.db(
+        `UPDATE responses SET status = 'cancelled', runner = $2, runner_seen_at = now() - interval '1 hour',
+                updated_at = now() - interval '2 minutes', completed_at = now(),
+                response_json = response_json || '{"status":"cancelled"}'::jsonb WHERE id = $1`,
+        [id, randomUUID()],
+      );
+      await server.db("UPDATE activity SET status = 'running' WHERE id = $1", [id]);
+    } finally {
+      held.release();
+    }
+    expect(blocker.status).toBe(200);
+    expect(
+      await eventually(
+        async () =>
+          (await server.db<any>("SELECT status FROM activity WHERE id = $1", [id]))[0]?.status === "cancelled",
+        25_000,
+      ),
+    ).toBe(true);
+    const events = await server.db("SELECT 1 FROM completion_events WHERE response_id = $1", [id]);
+    expect(events).toHaveLength(1);
+  }, 60_000);
+
+  test("when a background response is older than the stale age and was cancelled while its runner aborts, then the sweep leaves it and the runner's record is charged", async () => {
+    const held = await holdNextGeneration();
+    const bg = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, input: "Once upon a time", background: true, max_output_tokens: 8 },
+    });
+    const id = bg.body.id as string;
+    try {
+      await held.started;
+      await server.db("UPDATE activity SET created_at = created_at - interval '7 hours' WHERE id = $1", [id]);
+      expect((await http(server.url, "POST", `/v1/responses/${id}/cancel`, { token: caller.key })).status).toBe(200);
+      await server.app.inFlight.sweepStale();
+      const [row] = await server.db<any>("SELECT status FROM activity WHERE id = $1", [id]);
+      expect(row.status).not.toBe("failed");
+    } finally {
+      held.release();
+    }
+    expect(
+      await eventually(
+        async () =>
+          (await server.db<any>("SELECT status FROM activity WHERE id = $1", [id]))[0]?.status === "cancelled",
+        15_000,
+      ),
+    ).toBe(true);
+    const events = await server.db("SELECT 1 FROM completion_events WHERE response_id = $1", [id]);
+    expect(events).toHaveLength(1);
+  }, 60_000);
+
+  test("when a batch runner dies with an item in flight, then the item runs again and ends with its result, not failed from the early row", async () => {
+    const req = (i: number) => ({
+      custom_id: `item-${i}`,
+      method: "POST",
+      url: "/v1/chat/completions",
+      body: { model: CHAT_MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 2 },
+    });
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [req(0), req(1)] },
+    });
+    expect(created.status).toBeLessThan(300);
+    const id = created.body.id as string;
+    const status = async () => (await http(server.url, "GET", `/v1/batches/${id}`, { token: caller.key })).body.status;
+    expect(await eventually(async () => (await status()) === "completed", 30_000)).toBe(true);
+    const items = await server.db<any>("SELECT idx, request_id FROM batch_items WHERE batch_id = $1 ORDER BY idx", [
+      id,
+    ]);
+    // The state a SIGKILLed runner leaves: the batch running under a silent runner, both items
+    // running; item 0 was in flight long enough for its early row, item 1 not.
+    await server.db(
+      `UPDATE batches SET status = 'running', runner = $2, runner_seen_at = now() - interval '1 hour', nudged_at = NULL,
+              completed_at = NULL WHERE id = $1`,
+      [id, randomUUID()],
+    );
+    await server.db(
+      `UPDATE batch_items SET status = 'running', started_at = now() - interval '1 minute', result_json = NULL,
+              completed_at = NULL WHERE batch_id = $1`,
+      [id],
+    );
+    await server.db("UPDATE activity SET status = 'running', completed_at = NULL, result_json = NULL WHERE id = $1", [
+      items[0].request_id,
+    ]);
+    await server.db("DELETE FROM activity WHERE id = $1", [items[1].request_id]);
+    // A request that never ended was never charged and has no completion event: take the first
+    // run's off (the append-only ledger's trigger set aside for this one statement).
+    await server.db(
+      `ALTER TABLE credit_ledger DISABLE TRIGGER USER;
+       DELETE FROM credit_ledger WHERE type = 'usage' AND source_id IN ('${items[0].request_id}', '${items[1].request_id}');
+       ALTER TABLE credit_ledger ENABLE TRIGGER USER;
+       DELETE FROM completion_events WHERE response_id IN ('${items[0].request_id}', '${items[1].request_id}');`,
+    );
+    expect(
+      await eventually(async () => {
+        const rows = await server.db<any>(
+          "SELECT count(*)::int AS n FROM batch_items WHERE batch_id = $1 AND status IN ('running', 'pending')",
+          [id],
+        );
+        return rows[0].n === 0;
+      }, 45_000),
+    ).toBe(true);
+    const after = await server.db<any>(
+      "SELECT idx, status, result_json IS NOT NULL AS has_result FROM batch_items WHERE batch_id = $1 ORDER BY idx",
+      [id],
+    );
+    expect(after).toEqual([
+      { idx: 0, status: "completed", has_result: true },
+      { idx: 1, status: "completed", has_result: true },
+    ]);
+  }, 90_000);
+});

@@ -212,12 +212,16 @@ export class ActivityService {
     const [items, total] = await Promise.all([
       repo.find({ where, order: { createdAt: "DESC", id: "DESC" }, skip: (page - 1) * pageSize, take: pageSize }),
       // Filtered by user and model at most, the total is the roll-up's request count (a few rows
-      // per day) instead of a count over every matching activity row.
+      // per day) instead of a count over every matching activity row, plus the rows in flight,
+      // which the roll-up does not count yet (partial index activity_in_flight_idx: few rows).
       !q.type && !q.status && !q.api_key_id && !q.created_after && !q.created_before
         ? queryRows<{ n: string | null }>(
             this.ds,
-            `SELECT sum(request_count)::text AS n FROM usage_daily
-              WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3)`,
+            `SELECT ((SELECT coalesce(sum(request_count), 0) FROM usage_daily
+                       WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3))
+                     + (SELECT count(*) FROM activity
+                         WHERE status IN ('pending', 'running') AND team_id = $1
+                           AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3)))::text AS n`,
             [scope.teamId, scope.userId, q.model ?? null],
           ).then(([row]) => Number(row?.n ?? 0))
         : repo.count({ where }),
@@ -249,7 +253,11 @@ export class ActivityService {
     const scope = usageScope(ctx, q.user_id);
     const rows = await queryRows<{ model: string }>(
       this.ds,
-      `SELECT DISTINCT model FROM usage_daily WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) ORDER BY model`,
+      `SELECT model FROM usage_daily WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2)
+       UNION
+       SELECT model FROM activity
+        WHERE status IN ('pending', 'running') AND team_id = $1 AND ($2::uuid IS NULL OR user_id = $2)
+       ORDER BY model`,
       [scope.teamId, scope.userId],
     );
     return rows.map((r) => r.model);

@@ -376,7 +376,8 @@ export class BackgroundResponsesService {
   private async forgetWebhookToken(responseId: string): Promise<void> {
     await this.ds.query(
       `UPDATE responses SET webhook_token = NULL
-        WHERE id = $1 AND webhook_token IS NOT NULL AND EXISTS (SELECT 1 FROM activity WHERE id = $1)`,
+        WHERE id = $1 AND webhook_token IS NOT NULL
+          AND EXISTS (SELECT 1 FROM activity WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled'))`,
       [responseId],
     );
   }
@@ -601,7 +602,8 @@ export class BackgroundResponsesService {
         WHERE r.background AND r.status <> 'in_progress'
           AND r.updated_at BETWEEN now() - interval '1 day' AND now() - make_interval(secs => $1)
           AND (r.runner IS NULL OR r.runner_seen_at < now() - make_interval(secs => $1))
-          AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id)
+          -- Its row from the create (\`pending\`/\`running\`) is not a record of its end.
+          AND NOT EXISTS (SELECT 1 FROM activity a WHERE a.id = r.id AND a.status IN ('completed', 'failed', 'cancelled'))
         LIMIT 100`,
       [ENDED_UNRECORDED_S],
     );

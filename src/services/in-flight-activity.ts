@@ -20,7 +20,8 @@
  *
  * A process that dies leaves its rows in flight: `sweepStale` (worker processes, every 10 min)
  * ends rows older than `staleAfterMs` (default 6 h) as `failed` with no charge, except background
- * responses still in progress (their own reconciler ends them, with their record).
+ * responses, whatever their state (their own reconciler records their end, with its completion
+ * event and webhook; a runner still aborting after a cancel must find its row in flight).
  */
 import type { Logger } from "pino";
 import type { DataSource, EntityManager } from "typeorm";
@@ -167,7 +168,7 @@ export class InFlightActivity {
 
   /**
    * Ends rows in flight for longer than `staleAfterMs` whose process is gone: `failed`, no usage,
-   * no charge, `error.code` `server_error`. Background responses still in progress are left to
+   * no charge, `error.code` `server_error`. Background responses (any state) are left to
    * their reconciler (`BackgroundResponsesService`), which records their end.
    * @returns how many rows were ended.
    */
@@ -178,7 +179,9 @@ export class InFlightActivity {
          SELECT a.id FROM activity a
           WHERE a.status IN ('pending', 'running')
             AND a.created_at < now() - $1::integer * interval '1 millisecond'
-            AND NOT EXISTS (SELECT FROM responses r WHERE r.id = a.id AND r.background AND r.status = 'in_progress')
+            -- Background responses are their reconciler's (it records their end, with event and
+            -- webhook, even after a cancel or deadline that found a live runner).
+            AND NOT EXISTS (SELECT FROM responses r WHERE r.id = a.id AND r.background)
           ORDER BY a.created_at
           LIMIT 5000
             FOR UPDATE SKIP LOCKED

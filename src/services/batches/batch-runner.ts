@@ -510,7 +510,7 @@ export class BatchRunner {
 }
 
 /**
- * Copies the outcome of items (all `running` ones when `idxs` is null) from their activity
+ * Copies the outcome of items (all `running` ones when `idxs` is null) from their ended activity
  * records — status, result, error — and moves the batch's `updated_at`. Only rows still `running`
  * change (a cancel or expiry that ended an item first keeps its end).
  * @returns how many rows changed.
@@ -526,6 +526,9 @@ async function finalizeItems(db: DataSource, batchId: string, idxs: number[] | n
          FROM activity a
         WHERE i.batch_id = $1 AND ($2::int[] IS NULL OR i.idx = ANY($2::int[])) AND i.status = 'running'
           AND a.id = i.request_id
+          -- Only ended records: an item still in flight has an early row (services/in-flight-activity.ts)
+          -- and follows the stale-runner rule (back to pending), not this copy.
+          AND a.status IN ('completed', 'failed', 'cancelled')
         RETURNING i.idx
      ),
      touched AS (
