@@ -458,6 +458,67 @@ describe("POST /v1/decisions: records", () => {
   });
 });
 
+describe("POST /v1/decisions: a batch item runs the request as sent (review 11b, H1)", () => {
+  async function batchResult(body: unknown): Promise<any> {
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ custom_id: "h1", url: "/v1/decisions", body }] },
+    });
+    expect(created.status).toBe(201);
+    expect(
+      await eventually(async () => {
+        const b = (await http(server.url, "GET", `/v1/batches/${created.body.id}`, { token: caller.key })).body;
+        return b.status === "completed" || b.status === "failed";
+      }, 30_000),
+    ).toBe(true);
+    const results = await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key });
+    return results.body.results[0];
+  }
+
+  test("when a choice, score and yes/no request about a state of several keys (and a NUL) runs in a batch, then it runs the request as sent and its answer is the REST answer", async () => {
+    // jsonb would store {"id", "story"} and the labels {"sad", "happy", "scary"} shortest first,
+    // and the NUL as U+FFFD: each changes the prompt, and so the probabilities.
+    const body = { ...MIXED, state: { story: STATE.story + "\u0000", id: 7 } };
+    const rest = await post(body);
+    expect(rest.status).toBe(200);
+    const row = await batchResult(body);
+    expect(row.status).toBe("completed");
+    // Equal to the last bit. (The result itself is kept as jsonb, so its keys come back in jsonb's order.)
+    expect(row.result_json).toEqual(rest.body);
+    const [stored] = await server.db<{ body: string }>(
+      "SELECT body_json::text AS body FROM batch_items WHERE custom_id = 'h1'",
+    );
+    expect(stored.body).toBe(JSON.stringify(body));
+  }, 60_000);
+
+  test("when a label holds a NUL character or a lone surrogate, then REST and batch create answer 400 naming the question", async () => {
+    for (const bad of ["a\u0000", "a\ud800"]) {
+      const body = {
+        model: CHAT_MODEL,
+        state: "s",
+        questions: { q: { type: "choice", criteria: { [bad]: "", b: "" } } },
+      };
+      const rest = await post(body);
+      expect(rest.status).toBe(400);
+      expect(rest.body.extra.map((i: any) => i.field).join()).toContain("questions.q.criteria");
+      const created = await http(server.url, "POST", "/v1/batches", {
+        token: caller.key,
+        body: { requests: [{ url: "/v1/decisions", body }] },
+      });
+      expect(created.status).toBe(400);
+      expect(created.body.extra.map((i: any) => i.field).join()).toContain("requests[0].body.questions.q.criteria");
+    }
+    // A surrogate pair is a character like any other.
+    const pair = await post({
+      model: CHAT_MODEL,
+      state: "s",
+      questions: { q: { type: "choice", criteria: { "a😀": "", b: "" } } },
+    });
+    expect(pair.status).toBe(200);
+    expect(Object.keys(pair.body.answers.q.probabilities)).toEqual(["a😀", "b"]);
+  });
+});
+
 describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", () => {
   test("when one answer is a prefix of another, then each is scored with its end, so the shorter one loses its head start", async () => {
     const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
