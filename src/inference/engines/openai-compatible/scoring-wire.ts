@@ -140,6 +140,15 @@ export function* promptChunks(
   if (chunk.length > 0) yield chunk;
 }
 
+/**
+ * Most prompt tokens the upstream can process for `chunk`: per prompt its UTF-8 bytes + 2, as
+ * `UpstreamScoringPlan.tokenBound` counts (what a chunk in flight is charged when scoring stops;
+ * review 11b, finding M1). O(chunk bytes).
+ */
+export function chunkTokenBound(chunk: ScoringPrompt[]): number {
+  return chunk.reduce((n, p) => n + Buffer.byteLength(p.text, "utf8") + SPECIAL_TOKENS_PER_PROMPT, 0);
+}
+
 /** Every (question, answer) pair as a prompt, in one list (tests; the engine uses `promptChunks`). */
 export function scoringPrompts(questions: ScoreQuestion[]): ScoringPrompt[] {
   return [...promptChunks(planUpstreamScoring(questions), { chunkPrompts: Infinity, chunkBytes: Infinity })].flat();
