@@ -269,7 +269,7 @@ describe("POST /v1/decisions: bad input", () => {
     expect(name.body.extra[0].message).toMatch(/1–64 characters of A–Z/);
     expectInvalid(await raw(`{"${"n".repeat(65)}": {"type": "noul"}}`), `questions.${"n".repeat(65)}`);
     expect((await raw(`{"${"n".repeat(64)}": {"type": "noul"}, "a.b-c_D9": {"type": "noul"}}`)).status).toBe(200);
-    // Two lone surrogates: different strings, the same UTF-8 (U+FFFD), so the same answer.
+    // Two lone surrogates: different strings, the same UTF-8 (U+FFFD), so they would be the same answer.
     const twins = await post(
       {
         model: CHAT_MODEL,
@@ -278,7 +278,9 @@ describe("POST /v1/decisions: bad input", () => {
       },
       fresh.key,
     );
+    // (Since review 11b, H1, a lone surrogate is refused in any label, so they never reach the twin check.)
     expectInvalid(twins, "questions.q.criteria");
+    expect(twins.body.extra[0].message).toBe('label "a\\ud800" must not contain NUL characters or lone surrogates');
     const labels = Object.fromEntries(Array.from({ length: 256 }, (_, i) => [`l${i}`, ""]));
     const wide = Object.fromEntries(
       Array.from({ length: 5 }, (_, i) => [`q${i}`, { type: "choice", criteria: labels }]),
@@ -500,13 +502,14 @@ describe("POST /v1/decisions: a batch item runs the request as sent (review 11b,
       };
       const rest = await post(body);
       expect(rest.status).toBe(400);
-      expect(rest.body.extra.map((i: any) => i.field).join()).toContain("questions.q.criteria");
+      expectInvalid(rest, "questions.q.criteria");
+      expect(rest.body.extra[0].message).toMatch(/must not contain NUL characters or lone surrogates/);
       const created = await http(server.url, "POST", "/v1/batches", {
         token: caller.key,
         body: { requests: [{ url: "/v1/decisions", body }] },
       });
       expect(created.status).toBe(400);
-      expect(created.body.extra.map((i: any) => i.field).join()).toContain("requests[0].body.questions.q.criteria");
+      expectInvalid(created, "requests[0].body.questions.q.criteria");
     }
     // A surrogate pair is a character like any other.
     const pair = await post({
@@ -581,7 +584,8 @@ describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", 
           "SELECT status, prompt_tokens, cost_micros FROM activity WHERE team_id = $1 ORDER BY created_at",
           [fresh.teamId],
         );
-        return rows.length === 2;
+        // An early row of the request in flight reads 'running' until the request's own record lands.
+        return rows.length === 2 && rows[1].status !== "running";
       }, 10_000),
     ).toBe(true);
     const [, cancelled] = rows;
@@ -595,6 +599,47 @@ describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", 
       [fresh.teamId],
     );
     expect(ledger).toHaveLength(2);
+  }, 60_000);
+
+  test("when a GraphQL client leaves mid-scoring, then createDecision stops too: recorded cancelled and charged the tokens evaluated (review 11b, L2)", async () => {
+    const fresh = await createTestCaller(server.url);
+    const query = `mutation($model: String!, $state: JSONObject, $questions: JSONObject!) {
+      createDecision(model: $model, state: $state, questions: $questions) { model }
+    }`;
+    const send = (signal?: AbortSignal) =>
+      fetch(`${server.url}/graphql`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          query,
+          variables: { model: HEAVY.model, state: HEAVY.state, questions: HEAVY.questions },
+        }),
+        signal,
+      });
+    const started = performance.now();
+    const full = await send();
+    const fullMs = performance.now() - started;
+    expect(full.status).toBe(200);
+    expect(((await full.json()) as any).data.createDecision.model).toBe(CHAT_MODEL);
+    const aborter = new AbortController();
+    const sending = send(aborter.signal).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, fullMs / 3));
+    aborter.abort();
+    await sending;
+    let rows: any[] = [];
+    expect(
+      await eventually(async () => {
+        rows = await server.db<any>(
+          "SELECT status, prompt_tokens FROM activity WHERE team_id = $1 ORDER BY created_at",
+          [fresh.teamId],
+        );
+        return rows.length === 2 && rows[1].status !== "running";
+      }, 10_000),
+    ).toBe(true);
+    const [completed, cancelled] = rows;
+    expect(cancelled.status).toBe("cancelled");
+    expect(cancelled.prompt_tokens).toBeGreaterThan(0);
+    expect(cancelled.prompt_tokens).toBeLessThan(completed.prompt_tokens);
   }, 60_000);
 
   test("when scoring passes the time limit, then 504 and the request is recorded failed and charged the tokens evaluated", async () => {

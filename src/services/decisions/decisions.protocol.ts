@@ -64,10 +64,7 @@ const UNSTORABLE = /[\u0000\p{Cs}]/u;
 const label = z
   .string()
   .max(MAX_LABEL_CHARS, `at most ${MAX_LABEL_CHARS} characters`)
-  .refine((s) => s.trim().length > 0, "must not be blank")
-  // Review 11b, finding H1: a label is an answer the client looks up in `probabilities`, so it must
-  // survive every store unchanged (jsonb and PostgreSQL text turn these into U+FFFD or refuse them).
-  .refine((s) => !UNSTORABLE.test(s), "must not contain NUL characters or lone surrogates");
+  .refine((s) => s.trim().length > 0, "must not be blank");
 const text = z.string();
 const instructions = z.string().nullish();
 
@@ -87,6 +84,14 @@ const choiceQuestion = z.object({
         // Labels that are the same text once encoded (lone surrogates become U+FFFD) are the same answer.
         const seen = new Map<string, string>();
         for (const l of labels) {
+          // Review 11b, finding H1: a label is what the client looks up in `probabilities`, so it must
+          // survive every store unchanged (jsonb and PostgreSQL text turn these into U+FFFD or refuse them).
+          if (UNSTORABLE.test(l)) {
+            ctx.addIssue({
+              code: "custom",
+              message: `label ${JSON.stringify(l)} must not contain NUL characters or lone surrogates`,
+            });
+          }
           const bytes = Buffer.from(l, "utf8").toString("hex");
           const twin = seen.get(bytes);
           if (twin !== undefined) {
