@@ -24,6 +24,7 @@ import {
   http as request,
   startTestServer,
 } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";
 
 /** Log-probability the fake gives each word (with its leading space); others get −3. */
@@ -42,6 +43,8 @@ let fakeUrl: string;
 const received: any[] = [];
 let gateway: TestServer;
 let key: string;
+/** The gateway's error lines. */
+const logs = captureLogs("error");
 
 function words(text: string): string[] {
   return text.match(/\s*\S+|\s+/g) ?? [];
@@ -165,11 +168,15 @@ beforeAll(async () => {
       upstream("up-ctx", "fake-ctx"),
     );
   });
-  gateway = await startTestServer({
-    catalogPath: catalog,
-    upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
-    decisionsTimeLimitMs: 1500,
-  });
+  gateway = await startTestServer(
+    {
+      catalogPath: catalog,
+      upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
+      decisionsTimeLimitMs: 1500,
+    },
+    undefined,
+    { logger: logs.logger },
+  );
   key = (await createTestCaller(gateway.url)).key;
 }, 60_000);
 
@@ -461,4 +468,40 @@ describe("upstream work sent is charged however the request ends (review 11b, M1
     expectInvalid(alone, "questions.last");
     expect(await rowsOf(other.teamId)).toHaveLength(0);
   });
+});
+
+test("when the record of a stopped request cannot be written, then the failure is logged with the request (review 11b, L4)", async () => {
+  const fresh = await createTestCaller(gateway.url);
+  // A real write failure: the database refuses this team's ended rows (the early running row passes).
+  await gateway.db(`CREATE FUNCTION refuse_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN IF NEW.status <> 'running' AND NEW.status <> 'pending' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$`);
+  await gateway.db(
+    `CREATE TRIGGER refuse_ended BEFORE INSERT OR UPDATE ON activity FOR EACH ROW
+       WHEN (NEW.team_id = '${fresh.teamId}') EXECUTE FUNCTION refuse_ended()`,
+  );
+  try {
+    const from = logs.lines.length;
+    received.length = 0;
+    const aborter = new AbortController();
+    const sending = fetch(`${gateway.url}/v1/decisions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(wide("up-slow", "A story about fruit.", 1, 10)),
+      signal: aborter.signal,
+    }).catch(() => undefined);
+    expect(await eventually(async () => received.length === 1, 3_000)).toBe(true);
+    aborter.abort();
+    await sending;
+    expect(
+      await eventually(
+        async () => logs.records(from).some((r) => r.msg?.startsWith("recording stopped scoring failed")),
+        5_000,
+      ),
+    ).toBe(true);
+    const line = logs.records(from).find((r) => r.msg?.startsWith("recording stopped scoring failed"))!;
+    expect(line).toEqual(expect.objectContaining({ teamId: fresh.teamId, promptTokens: bound(received[0]) }));
+  } finally {
+    await gateway.db("DROP TRIGGER refuse_ended ON activity");
+    await gateway.db("DROP FUNCTION refuse_ended()");
+  }
 });
