@@ -44,6 +44,7 @@ import {
   UPSTREAM_SCORING_LIMITS,
   chunkTokenBound,
   planUpstreamScoring,
+  promptBytesAtLeast,
   promptChunks,
   scoredAnswers,
   scoringBody,
@@ -295,7 +296,8 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
    * prompt with `echo: true, logprobs: 1` (see `scoring-wire.ts`), sent as `POST <base>/completions`
    * requests of at most `UPSTREAM_SCORING_LIMITS.chunkPrompts` prompts each, one after the other;
    * an answer's log-probability is the sum of its echoed tokens'.
-   * Bounded before anything is built (issue 11 review, finding 1): the prompts' bytes are summed by
+   * Bounded before anything is built (issue 11 review, finding 1): first a lower bound from string
+   * lengths alone (`promptBytesAtLeast`, review 11b M3), then the prompts' bytes are summed by
    * arithmetic, over `UPSTREAM_SCORING_LIMITS.promptBytes` → 400; then `admit` reserves their bound
    * (UTF-8 bytes + 2 per prompt), then each chunk's prompts are built just before it is sent.
    * Metered (finding 2; DESIGN departure, see `scoring-wire.ts`): the sum of the upstream's
@@ -313,8 +315,18 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
   async scoreContinuations(req: ScoreRequest): Promise<ScoreResult> {
     const route = this.route(req.model);
     if (req.model.modality === "text_embedding") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
-    const plan = planUpstreamScoring(req.questions);
     const limit = UPSTREAM_SCORING_LIMITS.promptBytes;
+    // By string lengths first (review 11b, M3): 64 questions about a 1 MB state are refused before
+    // any prompt text is measured, which alone held the event loop for about a second.
+    const atLeast = promptBytesAtLeast(req.questions);
+    if (atLeast > limit) {
+      const prompts = req.questions.reduce((n, q) => n + q.candidates.length, 0);
+      throw AppError.invalid(
+        `Model '${req.model.id}' is served upstream, where every answer is sent as a whole prompt (the input, the question, then the answer): this request would send ${prompts} prompts of at least ${atLeast} bytes in all, over the limit of ${limit} bytes. Ask fewer answers at once or send a shorter state.`,
+        [{ field: "questions", message: `${prompts} prompts of at least ${atLeast} bytes in all; at most ${limit}` }],
+      );
+    }
+    const plan = planUpstreamScoring(req.questions);
     if (plan.promptBytes > limit) {
       throw AppError.invalid(
         `Model '${req.model.id}' is served upstream, where every answer is sent as a whole prompt (the input, the question, then the answer): this request would send ${plan.prompts} prompts of ${plan.promptBytes} bytes in all, over the limit of ${limit} bytes. Ask fewer answers at once or send a shorter state.`,
