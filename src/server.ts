@@ -54,6 +54,7 @@ import { BillingSummaryResolver } from "./resolvers/billing-summary.resolver.js"
 import { BillingResolver } from "./resolvers/billing.resolver.js";
 import { type PresentedCredential, clientIp, createApp, presentedCredential, requestOrigin } from "./rest/app.js";
 import { verifyJsonDepth } from "./rest/json-body.js";
+import { abortOnClose } from "./rest/handlers/generation.js";
 import {
   clientErrorHandler,
   errorMiddleware,
@@ -322,6 +323,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       rateLimits,
       prices,
       inFlight,
+      logger,
     );
     const responses = new ResponsesService(ds);
 
@@ -607,8 +609,16 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),
       graphqlSizeGuard(limits),
       expressMiddleware(apollo, {
-        context: async ({ req, res }) =>
-          contextFromCredential(presentedCredential(req), res.locals.requestId as string, requestOrigin(req), req.ip),
+        // The signal lets long mutations (createDecision) stop when the client leaves (review 11b, L2).
+        context: async ({ req, res }) => ({
+          ...(await contextFromCredential(
+            presentedCredential(req),
+            res.locals.requestId as string,
+            requestOrigin(req),
+            req.ip,
+          )),
+          signal: abortOnClose(res),
+        }),
       }),
     );
     app.use("/graphql", graphqlErrorMiddleware(logger));

@@ -24,6 +24,7 @@ import {
   http as request,
   startTestServer,
 } from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";
 
 /** Log-probability the fake gives each word (with its leading space); others get −3. */
@@ -33,13 +34,17 @@ const newline = (previous: string) => (previous === " big" ? -5 : -0.1);
 /** Delay of `fake-slow`'s answers, ms. */
 const SLOW_MS = 600;
 
-const FAKE_MODELS = ["fake-lm", "fake-nolp", "fake-refuses", "fake-nousage", "fake-over", "fake-slow"];
+const FAKE_MODELS = ["fake-lm", "fake-nolp", "fake-refuses", "fake-nousage", "fake-over", "fake-slow", "fake-ctx"];
+/** `fake-ctx` refuses (vLLM's 400) a request holding any prompt over this many bytes. */
+const CTX_BYTES = 4000;
 let fake: http.Server;
 let fakeUrl: string;
 /** Bodies the fake received on /v1/completions. */
 const received: any[] = [];
 let gateway: TestServer;
 let key: string;
+/** The gateway's error lines. */
+const logs = captureLogs("error");
 
 function words(text: string): string[] {
   return text.match(/\s*\S+|\s+/g) ?? [];
@@ -113,6 +118,18 @@ beforeAll(async () => {
           );
           return;
         }
+        if (body.model === "fake-ctx" && (body.prompt as string[]).some((p) => Buffer.byteLength(p) > CTX_BYTES)) {
+          res.statusCode = 400;
+          res.end(
+            JSON.stringify({
+              object: "error",
+              message: "This model's maximum context length is 1024 tokens. However, you requested 1200 tokens.",
+              type: "BadRequestError",
+              code: 400,
+            }),
+          );
+          return;
+        }
         const answer = JSON.stringify(
           completions(
             body,
@@ -148,13 +165,18 @@ beforeAll(async () => {
       upstream("up-nousage", "fake-nousage"),
       upstream("up-over", "fake-over"),
       upstream("up-slow", "fake-slow"),
+      upstream("up-ctx", "fake-ctx"),
     );
   });
-  gateway = await startTestServer({
-    catalogPath: catalog,
-    upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
-    decisionsTimeLimitMs: 1500,
-  });
+  gateway = await startTestServer(
+    {
+      catalogPath: catalog,
+      upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
+      decisionsTimeLimitMs: 1500,
+    },
+    undefined,
+    { logger: logs.logger },
+  );
   key = (await createTestCaller(gateway.url)).key;
 }, 60_000);
 
@@ -249,10 +271,39 @@ describe("upstream work is bounded before anything is built (review finding 1)",
     });
     const tookMs = performance.now() - started;
     expectInvalid(res, "questions");
-    expect(res.body.detail).toMatch(/1024 prompts of \d+ bytes in all, over the limit of 16777216 bytes/);
+    expect(res.body.detail).toMatch(/1024 prompts of (at least )?\d+ bytes in all, over the limit of 16777216 bytes/);
     expect(tookMs).toBeLessThan(2_000);
     expect(received).toHaveLength(0);
     expect(await rowsOf(fresh.teamId)).toHaveLength(0);
+  });
+
+  test("when 64 questions ask about a 1 MB state, then the 400 comes from string lengths, without holding the event loop (review 11b, M3)", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    // The gateway runs in this process: the largest gap between 5 ms ticks is its event loop's stall.
+    let last = performance.now();
+    let worst = 0;
+    const tick = setInterval(() => {
+      const now = performance.now();
+      worst = Math.max(worst, now - last - 5);
+      last = now;
+    }, 5);
+    try {
+      const questions = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`q${i}`, { type: "noul" }]));
+      const res = await request(gateway.url, "POST", "/v1/decisions", {
+        token: fresh.key,
+        body: { model: "up-lp", state: "é".repeat(500_000), questions },
+      });
+      expectInvalid(res, "questions");
+      expect(res.body.detail).toMatch(/128 prompts of at least \d+ bytes in all/);
+    } finally {
+      clearInterval(tick);
+    }
+    // "at least" above: refused by the arithmetic. Measuring every prompt stalled the loop 0.5–1.6 s
+    // here; with the arithmetic about 200 ms are left on a loaded machine (the 1 MB body's parse and
+    // validation), so this bound is coarse.
+    expect(worst).toBeLessThan(500);
+    expect(received).toHaveLength(0);
   });
 
   test("when a request asks 64 questions of 256 labels, then 400 says at most 1024 answers in all", async () => {
@@ -322,8 +373,11 @@ describe("upstream metering follows what the upstream processed (review findings
   });
 });
 
+/** A chunk's reservation bound: per prompt its UTF-8 bytes + 2. */
+const bound = (body: any) => (body.prompt as string[]).reduce((n, t) => n + Buffer.byteLength(t) + 2, 0);
+
 describe("stopped upstream scoring is charged for the chunks answered (review findings 3 and 4)", () => {
-  test("when the client leaves while the second chunk is upstream, then the request is recorded cancelled and charged the first chunk", async () => {
+  test("when the client leaves while the second chunk is upstream, then the request is recorded cancelled and charged the first chunk and the bound of the second", async () => {
     const fresh = await createTestCaller(gateway.url);
     received.length = 0;
     const aborter = new AbortController();
@@ -339,9 +393,10 @@ describe("stopped upstream scoring is charged for the chunks answered (review fi
     await sending;
     let rows: any[] = [];
     expect(await eventually(async () => (rows = await rowsOf(fresh.teamId)).length === 1, 5_000)).toBe(true);
-    const first = (received[0].prompt as string[]).reduce((n, t) => n + words(t).length, 0);
-    expect(rows[0]).toEqual(expect.objectContaining({ status: "cancelled", prompt_tokens: first }));
-    expect(BigInt(rows[0].cost_micros)).toBe(BigInt(2 * first));
+    // The first chunk's usage, and the second's bound: the upstream had it (review 11b, M1).
+    const charged = (received[0].prompt as string[]).reduce((n, t) => n + words(t).length, 0) + bound(received[1]);
+    expect(rows[0]).toEqual(expect.objectContaining({ status: "cancelled", prompt_tokens: charged }));
+    expect(BigInt(rows[0].cost_micros)).toBe(BigInt(2 * charged));
   });
 
   test("when scoring passes the time limit, then 504 and the request is recorded failed and charged the chunks answered", async () => {
@@ -354,10 +409,10 @@ describe("stopped upstream scoring is charged for the chunks answered (review fi
     });
     expectEnvelope(res, 504);
     expect(res.body.detail).toMatch(/limit of 1500 ms/);
-    const answered = (received.slice(0, 2).flatMap((b) => b.prompt) as string[]).reduce(
-      (n, t) => n + words(t).length,
-      0,
-    );
+    // The two chunks answered, and the third's bound: it was upstream when the limit passed (review 11b, M1).
+    const answered =
+      (received.slice(0, 2).flatMap((b) => b.prompt) as string[]).reduce((n, t) => n + words(t).length, 0) +
+      bound(received[2]);
     const [row] = await rowsOf(fresh.teamId);
     expect(row).toEqual(
       expect.objectContaining({
@@ -383,4 +438,99 @@ test("when one label is a prefix of another, then each answer is scored with an 
   const p = 1 / (1 + Math.exp(-6 + 1.35));
   expect(res.body.answers.kind.choice).toBe("big apple");
   expect(res.body.answers.kind.probabilities["big apple"]).toBeCloseTo(p, 12);
+});
+
+describe("upstream work sent is charged however the request ends (review 11b, M1 and M2)", () => {
+  test("when the client leaves while the only chunk is upstream, then the request is recorded cancelled and charged that chunk's bound", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    const aborter = new AbortController();
+    const sending = fetch(`${gateway.url}/v1/decisions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(wide("up-slow", "A story about fruit.", 1, 10)),
+      signal: aborter.signal,
+    }).catch(() => undefined);
+    expect(await eventually(async () => received.length === 1, 3_000)).toBe(true);
+    aborter.abort();
+    await sending;
+    let rows: any[] = [];
+    expect(
+      await eventually(
+        async () => (rows = await rowsOf(fresh.teamId)).length === 1 && rows[0].status !== "running",
+        5_000,
+      ),
+    ).toBe(true);
+    expect(rows[0]).toEqual(expect.objectContaining({ status: "cancelled", prompt_tokens: bound(received[0]) }));
+    expect(BigInt(rows[0].cost_micros)).toBe(BigInt(2 * bound(received[0])));
+  });
+
+  test("when the upstream refuses a later chunk as too long, then 400 names that question and the chunks answered are recorded failed and charged", async () => {
+    const fresh = await createTestCaller(gateway.url);
+    received.length = 0;
+    const body = wide("up-ctx", "A story about fruit.", 2, 50) as any;
+    body.questions.last = { type: "noul", instructions: "long ".repeat(1000) };
+    const res = await request(gateway.url, "POST", "/v1/decisions", { token: fresh.key, body });
+    expectInvalid(res, "questions.last");
+    expect(res.body.detail).not.toMatch(/cannot give log-probabilities/);
+    expect(res.body.detail).toMatch(/maximum context length/);
+    // Chunk 1 (64 prompts of q0) answered; chunk 2 (q1's 36 and last's 2) refused.
+    expect(received).toHaveLength(2);
+    const answered = (received[0].prompt as string[]).reduce((n, t) => n + words(t).length, 0);
+    const rows = await rowsOf(fresh.teamId);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toEqual(
+      expect.objectContaining({
+        status: "failed",
+        prompt_tokens: answered,
+        error_json: expect.objectContaining({ code: "invalid_request" }),
+      }),
+    );
+    expect(BigInt(rows[0].cost_micros)).toBe(BigInt(2 * answered));
+
+    // Refused at the first chunk: the same 400, and nothing was processed, so nothing is recorded.
+    const other = await createTestCaller(gateway.url);
+    const alone = await request(gateway.url, "POST", "/v1/decisions", {
+      token: other.key,
+      body: { model: "up-ctx", state: "x", questions: { last: body.questions.last } },
+    });
+    expectInvalid(alone, "questions.last");
+    expect(await rowsOf(other.teamId)).toHaveLength(0);
+  });
+});
+
+test("when the record of a stopped request cannot be written, then the failure is logged with the request (review 11b, L4)", async () => {
+  const fresh = await createTestCaller(gateway.url);
+  // A real write failure: the database refuses this team's ended rows (the early running row passes).
+  await gateway.db(`CREATE FUNCTION refuse_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN IF NEW.status <> 'running' AND NEW.status <> 'pending' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$`);
+  await gateway.db(
+    `CREATE TRIGGER refuse_ended BEFORE INSERT OR UPDATE ON activity FOR EACH ROW
+       WHEN (NEW.team_id = '${fresh.teamId}') EXECUTE FUNCTION refuse_ended()`,
+  );
+  try {
+    const from = logs.lines.length;
+    received.length = 0;
+    const aborter = new AbortController();
+    const sending = fetch(`${gateway.url}/v1/decisions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(wide("up-slow", "A story about fruit.", 1, 10)),
+      signal: aborter.signal,
+    }).catch(() => undefined);
+    expect(await eventually(async () => received.length === 1, 3_000)).toBe(true);
+    aborter.abort();
+    await sending;
+    expect(
+      await eventually(
+        async () => logs.records(from).some((r) => r.msg?.startsWith("recording stopped scoring failed")),
+        5_000,
+      ),
+    ).toBe(true);
+    const line = logs.records(from).find((r) => r.msg?.startsWith("recording stopped scoring failed"))!;
+    expect(line).toEqual(expect.objectContaining({ teamId: fresh.teamId, promptTokens: bound(received[0]) }));
+  } finally {
+    await gateway.db("DROP TRIGGER refuse_ended ON activity");
+    await gateway.db("DROP FUNCTION refuse_ended()");
+  }
 });

@@ -269,7 +269,7 @@ describe("POST /v1/decisions: bad input", () => {
     expect(name.body.extra[0].message).toMatch(/1–64 characters of A–Z/);
     expectInvalid(await raw(`{"${"n".repeat(65)}": {"type": "noul"}}`), `questions.${"n".repeat(65)}`);
     expect((await raw(`{"${"n".repeat(64)}": {"type": "noul"}, "a.b-c_D9": {"type": "noul"}}`)).status).toBe(200);
-    // Two lone surrogates: different strings, the same UTF-8 (U+FFFD), so the same answer.
+    // Two lone surrogates: different strings, the same UTF-8 (U+FFFD), so they would be the same answer.
     const twins = await post(
       {
         model: CHAT_MODEL,
@@ -278,7 +278,9 @@ describe("POST /v1/decisions: bad input", () => {
       },
       fresh.key,
     );
+    // (Since review 11b, H1, a lone surrogate is refused in any label, so they never reach the twin check.)
     expectInvalid(twins, "questions.q.criteria");
+    expect(twins.body.extra[0].message).toBe('label "a\\ud800" must not contain NUL characters or lone surrogates');
     const labels = Object.fromEntries(Array.from({ length: 256 }, (_, i) => [`l${i}`, ""]));
     const wide = Object.fromEntries(
       Array.from({ length: 5 }, (_, i) => [`q${i}`, { type: "choice", criteria: labels }]),
@@ -458,6 +460,68 @@ describe("POST /v1/decisions: records", () => {
   });
 });
 
+describe("POST /v1/decisions: a batch item runs the request as sent (review 11b, H1)", () => {
+  async function batchResult(body: unknown): Promise<any> {
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ custom_id: "h1", url: "/v1/decisions", body }] },
+    });
+    expect(created.status).toBe(201);
+    expect(
+      await eventually(async () => {
+        const b = (await http(server.url, "GET", `/v1/batches/${created.body.id}`, { token: caller.key })).body;
+        return b.status === "completed" || b.status === "failed";
+      }, 30_000),
+    ).toBe(true);
+    const results = await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key });
+    return results.body.results[0];
+  }
+
+  test("when a choice, score and yes/no request about a state of several keys (and a NUL) runs in a batch, then it runs the request as sent and its answer is the REST answer", async () => {
+    // jsonb would store {"id", "story"} and the labels {"sad", "happy", "scary"} shortest first,
+    // and the NUL as U+FFFD: each changes the prompt, and so the probabilities.
+    const body = { ...MIXED, state: { story: STATE.story + "\u0000", id: 7 } };
+    const rest = await post(body);
+    expect(rest.status).toBe(200);
+    const row = await batchResult(body);
+    expect(row.status).toBe("completed");
+    // Equal to the last bit. (The result itself is kept as jsonb, so its keys come back in jsonb's order.)
+    expect(row.result_json).toEqual(rest.body);
+    const [stored] = await server.db<{ body: string }>(
+      "SELECT body_json::text AS body FROM batch_items WHERE custom_id = 'h1'",
+    );
+    expect(stored.body).toBe(JSON.stringify(body));
+  }, 60_000);
+
+  test("when a label holds a NUL character or a lone surrogate, then REST and batch create answer 400 naming the question", async () => {
+    for (const bad of ["a\u0000", "a\ud800"]) {
+      const body = {
+        model: CHAT_MODEL,
+        state: "s",
+        questions: { q: { type: "choice", criteria: { [bad]: "", b: "" } } },
+      };
+      const rest = await post(body);
+      expect(rest.status).toBe(400);
+      expectInvalid(rest, "questions.q.criteria");
+      expect(rest.body.extra[0].message).toMatch(/must not contain NUL characters or lone surrogates/);
+      const created = await http(server.url, "POST", "/v1/batches", {
+        token: caller.key,
+        body: { requests: [{ url: "/v1/decisions", body }] },
+      });
+      expect(created.status).toBe(400);
+      expectInvalid(created, "requests[0].body.questions.q.criteria");
+    }
+    // A surrogate pair is a character like any other.
+    const pair = await post({
+      model: CHAT_MODEL,
+      state: "s",
+      questions: { q: { type: "choice", criteria: { "a😀": "", b: "" } } },
+    });
+    expect(pair.status).toBe(200);
+    expect(Object.keys(pair.body.answers.q.probabilities)).toEqual(["a😀", "b"]);
+  });
+});
+
 describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", () => {
   test("when one answer is a prefix of another, then each is scored with its end, so the shorter one loses its head start", async () => {
     const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
@@ -520,7 +584,8 @@ describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", 
           "SELECT status, prompt_tokens, cost_micros FROM activity WHERE team_id = $1 ORDER BY created_at",
           [fresh.teamId],
         );
-        return rows.length === 2;
+        // An early row of the request in flight reads 'running' until the request's own record lands.
+        return rows.length === 2 && rows[1].status !== "running";
       }, 10_000),
     ).toBe(true);
     const [, cancelled] = rows;
@@ -534,6 +599,47 @@ describe("POST /v1/decisions: fair answers and bounded work (issue 11 review)", 
       [fresh.teamId],
     );
     expect(ledger).toHaveLength(2);
+  }, 60_000);
+
+  test("when a GraphQL client leaves mid-scoring, then createDecision stops too: recorded cancelled and charged the tokens evaluated (review 11b, L2)", async () => {
+    const fresh = await createTestCaller(server.url);
+    const query = `mutation($model: String!, $state: JSONObject, $questions: JSONObject!) {
+      createDecision(model: $model, state: $state, questions: $questions) { model }
+    }`;
+    const send = (signal?: AbortSignal) =>
+      fetch(`${server.url}/graphql`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          query,
+          variables: { model: HEAVY.model, state: HEAVY.state, questions: HEAVY.questions },
+        }),
+        signal,
+      });
+    const started = performance.now();
+    const full = await send();
+    const fullMs = performance.now() - started;
+    expect(full.status).toBe(200);
+    expect(((await full.json()) as any).data.createDecision.model).toBe(CHAT_MODEL);
+    const aborter = new AbortController();
+    const sending = send(aborter.signal).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, fullMs / 3));
+    aborter.abort();
+    await sending;
+    let rows: any[] = [];
+    expect(
+      await eventually(async () => {
+        rows = await server.db<any>(
+          "SELECT status, prompt_tokens FROM activity WHERE team_id = $1 ORDER BY created_at",
+          [fresh.teamId],
+        );
+        return rows.length === 2 && rows[1].status !== "running";
+      }, 10_000),
+    ).toBe(true);
+    const [completed, cancelled] = rows;
+    expect(cancelled.status).toBe("cancelled");
+    expect(cancelled.prompt_tokens).toBeGreaterThan(0);
+    expect(cancelled.prompt_tokens).toBeLessThan(completed.prompt_tokens);
   }, 60_000);
 
   test("when scoring passes the time limit, then 504 and the request is recorded failed and charged the tokens evaluated", async () => {

@@ -26,6 +26,7 @@ import { BodyRetention1764820000000 } from "./migrations/1764820000000-body-rete
 import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-billing-provider-calls.js";
 import { ActivityInFlight1764840000000 } from "./migrations/1764840000000-activity-in-flight.js";
 import { ShortfallCollection1764840000001 } from "./migrations/1764840000001-shortfall-collection.js";
+import { BatchItemBodyText1764850000000 } from "./migrations/1764850000000-batch-item-body-text.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -52,6 +53,7 @@ export const migrations = [
   BillingProviderCalls1764830000000,
   ActivityInFlight1764840000000,
   ShortfallCollection1764840000001,
+  BatchItemBodyText1764850000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

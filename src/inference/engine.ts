@@ -148,8 +148,10 @@ export interface CandidateScore {
 
 /**
  * Scoring stopped part way (issue 11 review, findings 3–4): the client went away (ClientClosed)
- * or the scoring time limit passed (EngineTimeout). Carries what the engine had evaluated by then,
- * in the units `ScoreResult.promptTokens` counts, so the request is recorded and charged for it.
+ * or the scoring time limit passed (EngineTimeout); upstream, also any error after part of the
+ * work was answered (review 11b, finding M2), with that error's code and words. Carries what the
+ * engine had evaluated (upstream: been sent) by then, in the units `ScoreResult.promptTokens`
+ * counts, so the request is recorded (cancelled, else failed) and charged for it.
  */
 export class ScoringStopped extends AppError {
   constructor(

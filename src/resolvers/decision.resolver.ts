@@ -34,6 +34,7 @@ export class DecisionResolver {
     if (state !== undefined) body.state = state;
     if (metadata != null) body.metadata = metadata;
     if (maxQueueWaitS != null) body.max_queue_wait_s = maxQueueWaitS;
-    return (await this.decisions.decide(ctx, body)).body;
+    // Stops (recorded cancelled, charged what was evaluated) when the client leaves, as over REST (review 11b, L2).
+    return (await this.decisions.decide(ctx, body, ctx.signal)).body;
   }
 }

@@ -35,6 +35,11 @@ export interface RequestContext {
    * peer, or the forwarded client when `SWITCHYARD_TRUST_PROXY` names the proxy. Absent when unknown.
    */
   ip?: string;
+  /**
+   * Aborted when the client goes away before the answer is written (GraphQL over HTTP; REST
+   * handlers make their own with `abortOnClose`). Absent when unknown (WebSocket operations).
+   */
+  signal?: AbortSignal;
 }
 
 /**

@@ -3,6 +3,7 @@
  * call, token usage and cost, and one metered record per request through the group commit. The
  * protocol modules (`protocols/*`) translate OpenAI/Anthropic bodies to and from these calls.
  */
+import type { Logger } from "pino";
 import { z } from "zod";
 import type { CatalogModel } from "../config/catalog.js";
 import type { EngineRouter } from "../inference/engine-router.js";
@@ -166,6 +167,8 @@ export class InferenceService {
     private readonly prices?: PriceLookup,
     /** Early `pending`/`running` activity rows of long requests; without it rows appear when requests end. */
     private readonly inFlight?: InFlightActivity,
+    /** Where failures to record a request are logged (review 11b, L4); without it they are not. */
+    private readonly logger?: Logger,
   ) {}
 
   /**
@@ -477,7 +480,14 @@ export class InferenceService {
         ),
       };
     }
-    const charge = await this.metering.record(record).catch(() => undefined);
+    // The engine's error is what the caller gets; a failed write is logged, or the work would go unpaid unseen.
+    const charge = await this.metering.record(record).catch((writeErr: unknown) => {
+      this.logger?.error(
+        { err: writeErr, requestId: call.requestId, teamId: principal.teamId, promptTokens: err.promptTokens },
+        "recording stopped scoring failed: its evaluated tokens are not charged",
+      );
+      return undefined;
+    });
     if (charge) reservation?.settle(charge.chargedMicros);
     if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, err.promptTokens);
     return charge !== undefined;

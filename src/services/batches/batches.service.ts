@@ -541,23 +541,28 @@ export function isTerminal(status: BatchStatus): boolean {
   return status === "completed" || status === "failed" || status === "cancelled";
 }
 
+/**
+ * Inserts a batch's items. Each body is stored as the JSON text of what runs (`batch_items.body_json`
+ * is `json`, kept verbatim; review 11b, finding H1): object keys keep their order and NUL characters
+ * and lone surrogates stay (as `\u` escapes), so an item runs the request the caller sent. The texts
+ * go through `text[]` and a `::json` cast, which only checks the syntax; parsing them inside a json
+ * document (`json_to_recordset`) would refuse `\u0000`.
+ */
 async function insertItems(db: Queryable, batchId: string, rows: Array<PreparedItem & { idx: number }>): Promise<void> {
   if (rows.length === 0) return;
-  const json = toJsonbText(
-    // A webhook token is a secret: never stored (batch items send no per-item webhook anyway).
-    rows.map((r) => ({
-      idx: r.idx,
-      request_id: uuidv7(),
-      custom_id: r.customId,
-      url: r.url,
-      body: redactedRequest(r.body),
-    })),
-  );
   await db.query(
     `INSERT INTO batch_items (batch_id, idx, request_id, custom_id, url, body_json)
-     SELECT $1, x.idx, x.request_id, x.custom_id, x.url, x.body
-       FROM jsonb_to_recordset($2::jsonb) AS x(idx integer, request_id uuid, custom_id text, url text, body jsonb)`,
-    [batchId, json],
+     SELECT $1, x.idx, x.request_id, x.custom_id, x.url, x.body::json
+       FROM unnest($2::integer[], $3::uuid[], $4::text[], $5::text[], $6::text[]) AS x(idx, request_id, custom_id, url, body)`,
+    [
+      batchId,
+      rows.map((r) => r.idx),
+      rows.map(() => uuidv7()),
+      rows.map((r) => r.customId),
+      rows.map((r) => r.url),
+      // A webhook token is a secret: never stored (batch items send no per-item webhook anyway).
+      rows.map((r) => JSON.stringify(redactedRequest(r.body))),
+    ],
   );
 }
 

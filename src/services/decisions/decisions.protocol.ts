@@ -16,7 +16,8 @@
  *
  * Beyond DESIGN §3 (issue 11 review, findings 4 and 6): at most `MAX_TOTAL_ANSWERS` answers per
  * request; question names match `QUESTION_NAME`; `__proto__` is refused as a name or label, as are
- * two labels with the same UTF-8; a question where one answer is a prefix of another is scored
+ * two labels with the same UTF-8, and labels holding NUL characters or lone surrogates (review 11b,
+ * finding H1); a question where one answer is a prefix of another is scored
  * with an end marker after each answer (`hasPrefixAnswers`).
  */
 import { z } from "zod";
@@ -56,6 +57,10 @@ function reservedKeys(value: unknown, ctx: z.RefinementCtx, what: string): void 
   }
 }
 
+/** A NUL character or a lone surrogate (with `u`, a surrogate pair is one code point, not `\p{Cs}`). */
+// eslint-disable-next-line no-control-regex -- NUL is what it looks for
+const UNSTORABLE = /[\u0000\p{Cs}]/u;
+
 const label = z
   .string()
   .max(MAX_LABEL_CHARS, `at most ${MAX_LABEL_CHARS} characters`)
@@ -79,6 +84,14 @@ const choiceQuestion = z.object({
         // Labels that are the same text once encoded (lone surrogates become U+FFFD) are the same answer.
         const seen = new Map<string, string>();
         for (const l of labels) {
+          // Review 11b, finding H1: a label is what the client looks up in `probabilities`, so it must
+          // survive every store unchanged (jsonb and PostgreSQL text turn these into U+FFFD or refuse them).
+          if (UNSTORABLE.test(l)) {
+            ctx.addIssue({
+              code: "custom",
+              message: `label ${JSON.stringify(l)} must not contain NUL characters or lone surrogates`,
+            });
+          }
           const bytes = Buffer.from(l, "utf8").toString("hex");
           const twin = seen.get(bytes);
           if (twin !== undefined) {

@@ -90,6 +90,30 @@ const codePoints = (s: string) => {
 };
 
 /**
+ * A lower bound on the UTF-8 bytes of every prompt of `questions`, from string lengths alone
+ * (O(questions + answers), no text is built, flattened or scanned; review 11b, finding M3): a
+ * string has at least as many UTF-8 bytes as UTF-16 units (an astral character is 2 units and 4
+ * bytes, a lone surrogate 1 unit and 3 bytes as U+FFFD), so over the limit here is over it for sure.
+ */
+export function promptBytesAtLeast(questions: ScoreQuestion[]): number {
+  let bytes = 0;
+  for (const q of questions) {
+    let context = 0;
+    let parts = 0;
+    for (const m of q.messages) {
+      if (m.content.length === 0) continue;
+      context += m.content.length;
+      parts++;
+    }
+    context += Math.max(0, parts - 1); // the newlines `plainPrompt` puts between messages
+    const marker = q.endMarker ? END_MARKER.length : 0;
+    bytes += q.candidates.length * (context + 1 + marker);
+    for (const a of q.candidates) bytes += a.length;
+  }
+  return bytes;
+}
+
+/**
  * Sizes the upstream work of `questions` by arithmetic: each question's prompt text is made once
  * (not once per answer), and the bytes of every (question, answer) prompt are summed as
  * `answers × (context + 1 + marker) + Σ answer bytes`. Cost: O(Σ prompt text + Σ answer text).
@@ -138,6 +162,15 @@ export function* promptChunks(
     }
   }
   if (chunk.length > 0) yield chunk;
+}
+
+/**
+ * Most prompt tokens the upstream can process for `chunk`: per prompt its UTF-8 bytes + 2, as
+ * `UpstreamScoringPlan.tokenBound` counts (what a chunk in flight is charged when scoring stops;
+ * review 11b, finding M1). O(chunk bytes).
+ */
+export function chunkTokenBound(chunk: ScoringPrompt[]): number {
+  return chunk.reduce((n, p) => n + Buffer.byteLength(p.text, "utf8") + SPECIAL_TOKENS_PER_PROMPT, 0);
 }
 
 /** Every (question, answer) pair as a prompt, in one list (tests; the engine uses `promptChunks`). */
