@@ -28,6 +28,8 @@ import { ActivityInFlight1764840000000 } from "./migrations/1764840000000-activi
 import { ShortfallCollection1764840000001 } from "./migrations/1764840000001-shortfall-collection.js";
 import { BatchItemBodyText1764850000000 } from "./migrations/1764850000000-batch-item-body-text.js";
 import { ActivityCounts1764880000000 } from "./migrations/1764880000000-activity-counts.js";
+import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-activity-filter-indexes.js";
+import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -56,6 +58,8 @@ export const migrations = [
   ShortfallCollection1764840000001,
   BatchItemBodyText1764850000000,
   ActivityCounts1764880000000,
+  ActivityFilterIndexes1764881000000,
+  UsageDailyCovering1764882000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

@@ -335,10 +335,12 @@ export class ActivityService {
     const scope = usageScope(ctx, q.user_id);
     const rows = await queryRows<TotalsRow & { date: string; model: string }>(
       this.ds,
+      // Grouped by the date itself (not its text), in the covering index's order (team, day,
+      // model): the sums stream out of an index-only scan with no hash or sort (bench/NOTES.md).
       `SELECT to_char(day, 'YYYY-MM-DD') AS date, model, ${TOTALS}
          FROM usage_daily
         WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
-        GROUP BY 1, 2 ORDER BY 1, 2`,
+        GROUP BY day, model ORDER BY day, model`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );
     return { items: rows.map((r) => ({ date: r.date, model: r.model, ...totals(r) })) };
