@@ -94,6 +94,11 @@ const WINDOW_START_DAY = `(now() AT TIME ZONE 'UTC')::date - ($2::int - 1)`;
 const midnight = (d: string) => `(${d}::timestamp AT TIME ZONE 'UTC')`;
 const ENDED = `('completed', 'failed', 'cancelled')`;
 const IN_FLIGHT = `('pending', 'running')`;
+/** Sums of one part over rows aliased `t`, each counting `requests` requests. */
+const PART_SUMS = (t: string, requests: string) =>
+  `sum(${t}.prompt_tokens) AS prompt_tokens, sum(${t}.completion_tokens) AS completion_tokens,
+   sum(${t}.total_tokens) AS total_tokens, sum(${t}.cached_prompt_tokens) AS cached_prompt_tokens,
+   sum(${requests}) AS request_count, sum(${t}.cost_micros) AS cost_micros`;
 
 /**
  * The summary, read from the `usage_daily` roll-up wherever a day has one price (issue 12, item 4:
@@ -120,34 +125,44 @@ const SUMMARY_SQL = `
      WHERE effective_from >= ${WINDOW_START}
        AND effective_from <> ${midnight("(effective_from AT TIME ZONE 'UTC')::date")}
   ),
+  -- Each part is summed per model, tier and version on its own (a few dozen rows each), so the
+  -- final sum and sort handle only those instead of every roll-up and activity row.
   parts AS (
     SELECT u.model, u.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           u.prompt_tokens, u.completion_tokens, u.total_tokens, u.cached_prompt_tokens, u.request_count, u.cost_micros
+           ${PART_SUMS("u", "u.request_count")}
       FROM usage_daily u
       LEFT JOIN versions v
         ON v.model_id = u.model AND v.effective_from <= ${midnight("u.day")}
        AND (v.effective_to IS NULL OR v.effective_to > ${midnight("u.day")})
      WHERE u.team_id = $1 AND u.day >= ${WINDOW_START_DAY}
        AND NOT EXISTS (SELECT 1 FROM split_days s WHERE s.model = u.model AND s.day = u.day)
+     GROUP BY 1, 2, 3, 4, 5
     UNION ALL
     SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           a.prompt_tokens, a.completion_tokens, a.total_tokens, a.cached_prompt_tokens, 1, a.cost_micros
+           ${PART_SUMS("a", "1")}
       FROM split_days s
-      JOIN activity a
-        ON a.team_id = $1 AND a.model = s.model
-       AND a.created_at >= ${midnight("s.day")} AND a.created_at < ${midnight("(s.day + 1)")}
-       AND a.status IN ${ENDED}
+      -- One index range per split model-day; OFFSET 0 keeps the planner from flattening this into
+      -- a hash join over the team's whole history (it cannot know split_days has a row or two).
+      CROSS JOIN LATERAL (
+        SELECT * FROM activity a
+         WHERE a.team_id = $1 AND a.model = s.model
+           AND a.created_at >= ${midnight("s.day")} AND a.created_at < ${midnight("(s.day + 1)")}
+           AND a.status IN ${ENDED}
+        OFFSET 0
+      ) a
       LEFT JOIN versions v
         ON v.model_id = a.model AND a.created_at >= v.effective_from
        AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
+     GROUP BY 1, 2, 3, 4, 5
     UNION ALL
     SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           a.prompt_tokens, a.completion_tokens, a.total_tokens, a.cached_prompt_tokens, 1, a.cost_micros
+           ${PART_SUMS("a", "1")}
       FROM activity a
       LEFT JOIN versions v
         ON v.model_id = a.model AND a.created_at >= v.effective_from
        AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
      WHERE a.team_id = $1 AND a.status IN ${IN_FLIGHT} AND a.created_at >= ${WINDOW_START}
+     GROUP BY 1, 2, 3, 4, 5
   )
   SELECT model, service_tier, effective_from, input_per_million_micros, output_per_million_micros,
          COALESCE(sum(prompt_tokens), 0)::bigint::text AS prompt_tokens,
