@@ -50,6 +50,11 @@ async function main(): Promise<void> {
       ["activity p400 api_key_id", `/control/v1/activity?page=400&api_key_id=${world.keyIds[2]}`],
       ["activity p1 created_after 30 d", `/control/v1/activity?created_after=${iso(30 * day)}`],
       ["activity p400 created_before 200 d", `/control/v1/activity?page=400&created_before=${iso(200 * day)}`],
+      [
+        "activity p1 status=completed created_after 30 d (counted over activity)",
+        `/control/v1/activity?status=completed&created_after=${iso(30 * day)}`,
+      ],
+      ["activity p1 type=batch", "/control/v1/activity?type=batch"],
       ["billing summary 365 d", "/control/v1/billing/summary?days=365"],
       ["usage daily 365 d", "/control/v1/usage/daily?days=365"],
       ["events feed newest (REST)", "/v1/responses/events?limit=100"],
@@ -63,7 +68,13 @@ async function main(): Promise<void> {
         const [first, second] = args;
         const text = typeof first === "string" ? first : (first as { text?: string })?.text;
         const values = Array.isArray(second) ? second : ((first as { values?: unknown[] })?.values ?? []);
-        if (text && /^\s*(WITH|SELECT)/i.test(text) && !/pg_advisory|FROM "api_keys"|FROM "users"/i.test(text)) {
+        // Only the reads of these tables, and never a statement that writes (EXPLAIN ANALYZE runs it).
+        if (
+          text &&
+          /^\s*(WITH|SELECT)/i.test(text) &&
+          /activity|usage_daily|completion_events|model_prices/i.test(text) &&
+          !/\b(UPDATE|DELETE|INSERT)\b|FOR UPDATE|pg_advisory|pgboss/i.test(text)
+        ) {
           sent.push({ text, values });
         }
       }

@@ -30,7 +30,7 @@ const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const DIR = process.env.BENCH_DB_DIR ?? path.join(packageRoot, ".data", "bench-db-scale");
 const TARGET_MS = 200;
 /** Rows whose bodies the retention clears, and expired events the cleanup deletes, per run. */
-const RETENTION_BACKLOG = Number(process.env.BENCH_RETENTION_BACKLOG ?? 200_000);
+const RETENTION_BACKLOG = Number(process.env.BENCH_RETENTION_BACKLOG ?? 50_000);
 
 const log = (line: string) => console.log(`[db-scale] ${line}`);
 const day = 86_400_000;
@@ -222,13 +222,17 @@ async function retentionFigures(
   const idle = await flushes(() => true, 300);
 
   let t0 = Date.now();
-  await db.query(
-    `UPDATE activity a SET body_json = '{"messages":[{"role":"user","content":"Once upon a time"}]}',
-                           result_json = '{"choices":[{"message":{"content":"there was"}}]}'
-       FROM (SELECT id FROM activity WHERE team_id = $1 AND created_at < now() - interval '40 days'
-              ORDER BY created_at DESC LIMIT $2) old
-      WHERE a.id = old.id`,
+  // The newest RETENTION_BACKLOG rows older than 40 days get bodies: one range update on the team index.
+  const [edge]: Array<{ at: Date }> = await db.query(
+    `SELECT created_at AS at FROM activity WHERE team_id = $1 AND created_at < now() - interval '40 days'
+      ORDER BY created_at DESC OFFSET $2 LIMIT 1`,
     [world.teamId, RETENTION_BACKLOG],
+  );
+  await db.query(
+    `UPDATE activity SET body_json = '{"messages":[{"role":"user","content":"Once upon a time"}]}',
+                         result_json = '{"choices":[{"message":{"content":"there was"}}]}'
+      WHERE team_id = $1 AND created_at < now() - interval '40 days' AND created_at > $2`,
+    [world.teamId, edge.at],
   );
   await db.query(
     `INSERT INTO completion_events (completion_id, position, team_id, response_id, stream_id, completed_at)
