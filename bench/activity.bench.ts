@@ -18,6 +18,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { type BenchFigure, printJson } from "./report.js";
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const CALLS = Number(process.env.BENCH_CALLS ?? 20);
@@ -128,6 +129,7 @@ async function main(): Promise<void> {
     ];
 
     const table: string[][] = [["read", "API p50 ms", "API p99 ms", "plain SQL p50 ms", "API / plain SQL"]];
+    const figures: BenchFigure[] = [];
     for (const read of reads) {
       const api: number[] = [];
       for (let i = 0; i < CALLS; i++) {
@@ -151,6 +153,15 @@ async function main(): Promise<void> {
       sql.sort((x, y) => x - y);
       const apiP50 = percentile(api, 50);
       const sqlP50 = sql.length ? percentile(sql, 50) : NaN;
+      figures.push({
+        figure: `${read.name} (${ROWS} rows) p99`,
+        unit: "ms",
+        p50: apiP50,
+        value: percentile(api, 99),
+        ...(Number.isNaN(sqlP50) ? {} : { baseline: sqlP50 }),
+        target: "well under 1 s (issue 10)",
+        met: percentile(api, 99) < 1000,
+      });
       table.push([
         read.name,
         apiP50.toFixed(1),
@@ -164,6 +175,7 @@ async function main(): Promise<void> {
       console.log(`| ${row.map((cell, c) => cell.padEnd(widths[c])).join(" | ")} |`);
       if (i === 0) console.log(`|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`);
     }
+    printJson("activity", figures);
   } finally {
     await app.close();
   }

@@ -20,6 +20,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { printJson } from "./report.js";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 500);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -150,6 +151,24 @@ async function main(): Promise<void> {
       `| send → in_progress answer | ${percentile(submitMs, 50).toFixed(1)} | ${percentile(submitMs, 99).toFixed(1)} | ` +
         `${submitMs.at(-1)!.toFixed(1)} |`,
     );
+    printJson("background", [
+      {
+        figure: `background responses req/s until terminal (${REQUESTS}, concurrency ${CONCURRENCY})`,
+        unit: "req/s",
+        baseline: syncRps,
+        value: bgRps,
+        target: "— (baseline: synchronous)",
+        met: null,
+      },
+      {
+        figure: "background submit latency p99",
+        unit: "ms",
+        p50: percentile(submitMs, 50),
+        value: percentile(submitMs, 99),
+        target: "—",
+        met: null,
+      },
+    ]);
   } finally {
     await app.close();
   }

@@ -34,6 +34,7 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import pg from "pg";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { printJson } from "./report.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -506,6 +507,45 @@ async function main(): Promise<void> {
     console.log("| measurement | result | baseline (same run) | ratio |");
     console.log("|---|---|---|---|");
     for (const r of rows) console.log(`| ${r.join(" | ")} |`);
+    printJson("batches", [
+      ...(tp
+        ? [
+            {
+              figure: `batch items/s (${ITEMS} chat completions)`,
+              unit: "items/s",
+              baseline: ITEMS / tp.syncS,
+              value: ITEMS / tp.serverS,
+              target: "— (baseline: sync clients)",
+              met: null,
+            },
+          ]
+        : []),
+      ...(rss
+        ? [
+            {
+              figure: `RSS serving results.jsonl (${RESULT_ITEMS} items)`,
+              unit: "MiB",
+              baseline: rss.jsonl.idle / MIB,
+              value: rss.jsonl.peak / MIB,
+              target: "— (baseline: idle RSS)",
+              met: null,
+            },
+          ]
+        : []),
+      ...(health
+        ? [
+            {
+              figure: "GET /v1/health max wait during a large batch create",
+              unit: "ms",
+              baseline: health.idle[health.idle.length - 1],
+              p50: percentile(health.during, 50),
+              value: health.during[health.during.length - 1],
+              target: "max ≤ 250 ms",
+              met: health.during[health.during.length - 1] <= 250,
+            },
+          ]
+        : []),
+    ]);
     if (health) {
       const worst = health.during[health.during.length - 1];
       console.log(

@@ -16,6 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { printJson } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -124,6 +125,17 @@ async function main(): Promise<void> {
         "wall ms": median(results.concurrent).toFixed(1),
         "ratio vs 1 call": (median(results.concurrent) / base).toFixed(2),
         "input tokens": inputTokens.separate,
+      },
+    ]);
+    printJson("decisions", [
+      {
+        figure: `${QUESTIONS} questions: 64 sequential calls vs 1 call, wall time`,
+        unit: "ms",
+        baseline: median(results.sequential),
+        value: base,
+        ratio: median(results.sequential) / base,
+        target: "— (ratio: how many times faster one call is)",
+        met: null,
       },
     ]);
   } finally {

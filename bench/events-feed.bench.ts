@@ -19,6 +19,7 @@ import { createClient } from "graphql-ws";
 import WebSocket from "ws";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { printJson } from "./report.js";
 
 const COMPLETIONS = Number(process.env.BENCH_COMPLETIONS ?? 500);
 
@@ -138,6 +139,20 @@ async function main(): Promise<void> {
           `${percentile(xs, 99).toFixed(2)} | ${xs.at(-1)!.toFixed(2)} |`,
       );
     }
+    printJson(
+      "events-feed",
+      [
+        ["events long-poll wake-up across processes p99", pollLatency],
+        ["events subscription wake-up across processes p99", subLatency],
+      ].map(([figure, xs]) => ({
+        figure: figure as string,
+        unit: "ms",
+        p50: percentile(xs as number[], 50),
+        value: percentile(xs as number[], 99),
+        target: "—",
+        met: null,
+      })),
+    );
   } finally {
     await ws.dispose();
     await b.close();

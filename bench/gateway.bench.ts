@@ -31,6 +31,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { printJson } from "./report.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -450,6 +451,55 @@ async function main(): Promise<void> {
       "  RSS and CPU s are each target's own process over its measured runs; DB CPU s is Switchyard's embedded\n" +
         "  PostgreSQL (its metering and ledger writes), not in RSS.",
     );
+
+    printJson("gateway", [
+      {
+        figure: `gateway req/s vs direct (${CONNECTIONS} connections)`,
+        unit: "req/s",
+        baseline: direct.rps,
+        value: sy.rps,
+        target: "≥ 0.13 × direct",
+        met: sy.rps >= 0.13 * direct.rps,
+      },
+      pk
+        ? {
+            figure: `gateway req/s vs Portkey (${CONNECTIONS} connections)`,
+            unit: "req/s",
+            baseline: pk.rps,
+            value: sy.rps,
+            target: "≥ 5 × Portkey",
+            met: sy.rps >= 5 * pk.rps,
+          }
+        : {
+            figure: `gateway req/s vs Portkey: not measured (${portkey as string})`,
+            unit: "req/s",
+            value: sy.rps,
+            target: "≥ 5 × Portkey",
+            met: null,
+          },
+      {
+        figure: `gateway p99 at ${RATE} req/s open loop (baseline: direct)`,
+        unit: "ms",
+        baseline: direct.p99,
+        p50: sy.p50,
+        value: sy.p99,
+        ratio: sy.p99 - direct.p99,
+        target: "added ≤ 5 ms (ratio column: ms added)",
+        met: sy.p99 - direct.p99 <= 5,
+      },
+      ...(pk
+        ? [
+            {
+              figure: "gateway RSS after the runs (baseline: Portkey)",
+              unit: "MiB",
+              baseline: pk.rssMb,
+              value: sy.rssMb,
+              target: "≤ Portkey's",
+              met: sy.rssMb <= pk.rssMb,
+            },
+          ]
+        : []),
+    ]);
 
     if (CPU_PROF) {
       switchyard.child.kill("SIGTERM");

@@ -17,6 +17,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import WebSocket from "ws";
+import { printJson } from "./report.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -264,6 +265,18 @@ async function main(): Promise<void> {
     const over = rows.filter((r) => r.worst > 250);
     console.log(
       over.length === 0 ? "\nevery worst wait ≤ 250 ms" : `\nover 250 ms: ${over.map((r) => r.name).join("; ")}`,
+    );
+    printJson(
+      "stall",
+      rows.slice(1).map((r) => ({
+        figure: `health worst wait during: ${r.name}`,
+        unit: "ms",
+        baseline,
+        p50: r.p50,
+        value: r.worst,
+        target: "worst ≤ 250 ms",
+        met: r.worst <= 250,
+      })),
     );
   } finally {
     child.kill("SIGTERM");

@@ -19,6 +19,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { printJson } from "./report.js";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 500);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -111,6 +112,16 @@ async function main(): Promise<void> {
         `| ${name} | ${percentile(xs, 50).toFixed(1)} | ${percentile(xs, 99).toFixed(1)} | ${xs[xs.length - 1]?.toFixed(1)} |`,
       );
     }
+    printJson("webhooks", [
+      {
+        figure: "webhook first attempt after commit p99",
+        unit: "ms",
+        p50: percentile(fromCommit, 50),
+        value: percentile(fromCommit, 99),
+        target: "—",
+        met: null,
+      },
+    ]);
   } finally {
     await app.close();
     receiver.close();

@@ -27,6 +27,9 @@ import { BillingProviderCalls1764830000000 } from "./migrations/1764830000000-bi
 import { ActivityInFlight1764840000000 } from "./migrations/1764840000000-activity-in-flight.js";
 import { ShortfallCollection1764840000001 } from "./migrations/1764840000001-shortfall-collection.js";
 import { BatchItemBodyText1764850000000 } from "./migrations/1764850000000-batch-item-body-text.js";
+import { ActivityCounts1764880000000 } from "./migrations/1764880000000-activity-counts.js";
+import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-activity-filter-indexes.js";
+import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -54,6 +57,9 @@ export const migrations = [
   ActivityInFlight1764840000000,
   ShortfallCollection1764840000001,
   BatchItemBodyText1764850000000,
+  ActivityCounts1764880000000,
+  ActivityFilterIndexes1764881000000,
+  UsageDailyCovering1764882000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

@@ -211,22 +211,85 @@ export class ActivityService {
     const repo = this.ds.getRepository(ActivityEntity);
     const [items, total] = await Promise.all([
       repo.find({ where, order: { createdAt: "DESC", id: "DESC" }, skip: (page - 1) * pageSize, take: pageSize }),
-      // Filtered by user and model at most, the total is the roll-up's request count (a few rows
-      // per day) instead of a count over every matching activity row, plus the rows in flight,
-      // which the roll-up does not count yet (partial index activity_in_flight_idx: few rows).
-      !q.type && !q.status && !q.api_key_id && !q.created_after && !q.created_before
-        ? queryRows<{ n: string | null }>(
-            this.ds,
-            `SELECT ((SELECT coalesce(sum(request_count), 0) FROM usage_daily
-                       WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3))
-                     + (SELECT count(*) FROM activity
-                         WHERE status IN ('pending', 'running') AND team_id = $1
-                           AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3)))::text AS n`,
-            [scope.teamId, scope.userId, q.model ?? null],
-          ).then(([row]) => Number(row?.n ?? 0))
-        : repo.count({ where }),
+      this.total(scope, q, () => repo.count({ where })),
     ]);
     return { items, page, page_size: pageSize, total };
+  }
+
+  /**
+   * The list's `total`, exact, without counting millions of rows (issue 12, item 4):
+   * - asking for rows in flight (`pending`, `running`): a count over the partial in-flight index
+   *   (a few rows);
+   * - no date bound: the sum of the matching `activity_counts` groups (migration 1764880000000;
+   *   every row of every status, per user, key, model, type and status);
+   * - date bounds with at most `user_id` and `model`: `usage_daily` for the whole UTC days inside
+   *   the bounds (ended rows), `activity` for the part-days at the edges (ended rows, at most two
+   *   days), and the rows in flight inside the bounds;
+   * - date bounds with `type`, an ended `status` or `api_key_id`: `count(*)` over `activity` (no
+   *   roll-up has both the day and those columns; the filter indexes keep it to the matching
+   *   rows — the one case whose cost grows with the rows matched, see bench/NOTES.md).
+   */
+  private async total(
+    scope: { teamId: string; userId: string | null },
+    q: z.infer<typeof activityListQuery>,
+    countRows: () => Promise<number>,
+  ): Promise<number> {
+    const userId = scope.userId;
+    if (q.status === "pending" || q.status === "running") return countRows();
+    if (!q.created_after && !q.created_before) {
+      const [row] = await queryRows<{ n: string | null }>(
+        this.ds,
+        `SELECT sum(n)::text AS n FROM activity_counts
+          WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::uuid IS NULL OR api_key_id = $3)
+            AND ($4::text IS NULL OR model = $4) AND ($5::text IS NULL OR type = $5)
+            AND ($6::text IS NULL OR status = $6)`,
+        [scope.teamId, userId, q.api_key_id ?? null, q.model ?? null, q.type ?? null, q.status ?? null],
+      );
+      return Number(row?.n ?? 0);
+    }
+    if (q.type || q.status || q.api_key_id) return countRows();
+    // Whole UTC days: from the first midnight after `after` to the last midnight at or before
+    // `before`; none when the bounds are less than that apart.
+    const after = q.created_after ?? null;
+    const before = q.created_before ?? null;
+    const midnight = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()));
+    const firstDay = after ? new Date(midnight(after).getTime() + 86_400_000) : null;
+    const endDay = before ? midnight(before) : null;
+    const whole = !firstDay || !endDay || firstDay < endDay;
+    const day = (d: Date) => d.toISOString().slice(0, 10);
+    const scoped = `team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND ($3::text IS NULL OR model = $3)`;
+    const ended = `status IN ('completed', 'failed', 'cancelled')`;
+    const params: unknown[] = [scope.teamId, userId, q.model ?? null];
+    const param = (v: unknown) => `$${params.push(v)}`;
+    const parts: string[] = [
+      // Rows in flight inside the bounds (not in usage_daily).
+      `SELECT count(*) FROM activity WHERE ${scoped} AND status IN ('pending', 'running')
+          ${after ? `AND created_at > ${param(after)}` : ""} ${before ? `AND created_at < ${param(before)}` : ""}`,
+    ];
+    if (whole) {
+      parts.push(
+        `SELECT COALESCE(sum(request_count), 0) FROM usage_daily WHERE ${scoped}
+            ${firstDay ? `AND day >= ${param(day(firstDay))}::date` : ""}
+            ${endDay ? `AND day < ${param(day(endDay))}::date` : ""}`,
+      );
+      if (after && firstDay) {
+        parts.push(`SELECT count(*) FROM activity WHERE ${scoped} AND ${ended}
+            AND created_at > ${param(after)} AND created_at < ${param(firstDay)}`);
+      }
+      if (before && endDay) {
+        parts.push(`SELECT count(*) FROM activity WHERE ${scoped} AND ${ended}
+            AND created_at >= ${param(endDay)} AND created_at < ${param(before)}`);
+      }
+    } else {
+      parts.push(`SELECT count(*) FROM activity WHERE ${scoped} AND ${ended}
+          AND created_at > ${param(after)} AND created_at < ${param(before)}`);
+    }
+    const [row] = await queryRows<{ n: string | null }>(
+      this.ds,
+      `SELECT (${parts.map((p) => `(${p})`).join(" + ")})::text AS n`,
+      params,
+    );
+    return Number(row?.n ?? 0);
   }
 
   /**
@@ -272,10 +335,12 @@ export class ActivityService {
     const scope = usageScope(ctx, q.user_id);
     const rows = await queryRows<TotalsRow & { date: string; model: string }>(
       this.ds,
+      // Grouped by the date itself (not its text), in the covering index's order (team, day,
+      // model): the sums stream out of an index-only scan with no hash or sort (bench/NOTES.md).
       `SELECT to_char(day, 'YYYY-MM-DD') AS date, model, ${TOTALS}
          FROM usage_daily
         WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
-        GROUP BY 1, 2 ORDER BY 1, 2`,
+        GROUP BY day, model ORDER BY day, model`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );
     return { items: rows.map((r) => ({ date: r.date, model: r.model, ...totals(r) })) };

@@ -1,7 +1,8 @@
 /**
  * The billing summary (issue 10, item 3; spec: Billing, "Control plane: activity, usage, billing"):
  * usage and cost over the last `days` whole UTC days with the pricing each request was charged,
- * and the team's credit balance. Aggregated in SQL over `activity` joined to `model_prices`.
+ * and the team's credit balance. Aggregated in SQL over the `usage_daily` roll-up (and `activity`
+ * where a day had two prices, and for requests in flight) joined to `model_prices` (see `SUMMARY_SQL`).
  *
  * Rules:
  * - Owners and admins only (`billing.manage`, DESIGN §3 Roles): members get 403. The whole team's
@@ -86,6 +87,96 @@ const VERSIONS = `SELECT model_id, effective_from, input_per_million_micros, out
          lead(effective_from) OVER (PARTITION BY model_id ORDER BY effective_from) AS effective_to
     FROM model_prices`;
 
+/** The window's first instant (timestamptz) and first UTC day (date), `days` in `$2`. */
+const WINDOW_START = usageWindowStart("$2");
+const WINDOW_START_DAY = `(now() AT TIME ZONE 'UTC')::date - ($2::int - 1)`;
+/** Midnight UTC starting the `date` expression `d`, as timestamptz. */
+const midnight = (d: string) => `(${d}::timestamp AT TIME ZONE 'UTC')`;
+const ENDED = `('completed', 'failed', 'cancelled')`;
+const IN_FLIGHT = `('pending', 'running')`;
+/** Sums of one part over rows aliased `t`, each counting `requests` requests. */
+const PART_SUMS = (t: string, requests: string) =>
+  `sum(${t}.prompt_tokens) AS prompt_tokens, sum(${t}.completion_tokens) AS completion_tokens,
+   sum(${t}.total_tokens) AS total_tokens, sum(${t}.cached_prompt_tokens) AS cached_prompt_tokens,
+   sum(${requests}) AS request_count, sum(${t}.cost_micros) AS cost_micros`;
+
+/**
+ * The summary, read from the `usage_daily` roll-up wherever a day has one price (issue 12, item 4:
+ * 365 days of a 10-million-row team scanned `activity` for ~1 s per call). Three parts, summed:
+ * - ended requests on days where one price version of their model was in force all day (every
+ *   day but those on which a version starts after midnight): `usage_daily` rows (a few per day
+ *   and model), priced by the version in force at that day's midnight;
+ * - ended requests on the other days, only of the model whose price changed that day: the
+ *   activity rows themselves, each priced by its own `created_at` (the `(team_id, model,
+ *   created_at)` index reads one model-day);
+ * - requests still in flight (pending, running; not in the roll-up, migration 1764840000000):
+ *   from `activity` through its partial in-flight index.
+ * Every request is in exactly one part, so the sums and the per-version split equal the former
+ * single scan of `activity` joined to the versions.
+ */
+const SUMMARY_SQL = `
+  WITH all_versions AS (${VERSIONS}),
+  -- Only versions in force at some instant of the window.
+  versions AS (SELECT * FROM all_versions WHERE effective_to IS NULL OR effective_to > ${WINDOW_START}),
+  -- The (model, UTC day) pairs of the window on which a version took effect after midnight.
+  split_days AS (
+    SELECT DISTINCT model_id AS model, (effective_from AT TIME ZONE 'UTC')::date AS day
+      FROM model_prices
+     WHERE effective_from >= ${WINDOW_START}
+       AND effective_from <> ${midnight("(effective_from AT TIME ZONE 'UTC')::date")}
+  ),
+  -- Each part is summed per model, tier and version on its own (a few dozen rows each), so the
+  -- final sum and sort handle only those instead of every roll-up and activity row.
+  parts AS (
+    SELECT u.model, u.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
+           ${PART_SUMS("u", "u.request_count")}
+      FROM usage_daily u
+      LEFT JOIN versions v
+        ON v.model_id = u.model AND v.effective_from <= ${midnight("u.day")}
+       AND (v.effective_to IS NULL OR v.effective_to > ${midnight("u.day")})
+     WHERE u.team_id = $1 AND u.day >= ${WINDOW_START_DAY}
+       AND NOT EXISTS (SELECT 1 FROM split_days s WHERE s.model = u.model AND s.day = u.day)
+     GROUP BY 1, 2, 3, 4, 5
+    UNION ALL
+    SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
+           ${PART_SUMS("a", "1")}
+      FROM split_days s
+      -- One index range per split model-day; OFFSET 0 keeps the planner from flattening this into
+      -- a hash join over the team's whole history (it cannot know split_days has a row or two).
+      CROSS JOIN LATERAL (
+        SELECT * FROM activity a
+         WHERE a.team_id = $1 AND a.model = s.model
+           AND a.created_at >= ${midnight("s.day")} AND a.created_at < ${midnight("(s.day + 1)")}
+           AND a.status IN ${ENDED}
+        OFFSET 0
+      ) a
+      LEFT JOIN versions v
+        ON v.model_id = a.model AND a.created_at >= v.effective_from
+       AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
+     GROUP BY 1, 2, 3, 4, 5
+    UNION ALL
+    SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
+           ${PART_SUMS("a", "1")}
+      FROM activity a
+      LEFT JOIN versions v
+        ON v.model_id = a.model AND a.created_at >= v.effective_from
+       AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
+     WHERE a.team_id = $1 AND a.status IN ${IN_FLIGHT} AND a.created_at >= ${WINDOW_START}
+     GROUP BY 1, 2, 3, 4, 5
+  )
+  SELECT model, service_tier, effective_from, input_per_million_micros, output_per_million_micros,
+         COALESCE(sum(prompt_tokens), 0)::bigint::text AS prompt_tokens,
+         COALESCE(sum(completion_tokens), 0)::bigint::text AS completion_tokens,
+         COALESCE(sum(total_tokens), 0)::bigint::text AS total_tokens,
+         COALESCE(sum(cached_prompt_tokens), 0)::bigint::text AS cached_prompt_tokens,
+         COALESCE(sum(request_count), 0)::bigint::text AS request_count,
+         COALESCE(sum(cost_micros), 0)::text AS cost_micros
+    FROM parts
+   GROUP BY model, service_tier, effective_from, input_per_million_micros, output_per_million_micros
+   -- A model-tier-version whose requests all ended up netting to nothing is not shown (as before: no rows).
+  HAVING sum(request_count) <> 0
+   ORDER BY model, service_tier, effective_from NULLS FIRST`;
+
 /** Reads of the team's billing summary. */
 export class BillingSummaryService {
   constructor(private readonly ds: DataSource) {}
@@ -99,28 +190,7 @@ export class BillingSummaryService {
     const principal = authorize(ctx, "billing.manage");
     const q = parseInput(billingSummaryQuery, query ?? {});
     const days = q.days ?? 30;
-    const rows = await queryRows<Row>(
-      this.ds,
-      `WITH all_versions AS (${VERSIONS}),
-       -- Only versions in force at some instant of the window: fewer candidates per joined row.
-       versions AS (SELECT * FROM all_versions
-                     WHERE effective_to IS NULL OR effective_to > ${usageWindowStart("$2")})
-       SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-              COALESCE(sum(a.prompt_tokens), 0)::bigint::text AS prompt_tokens,
-              COALESCE(sum(a.completion_tokens), 0)::bigint::text AS completion_tokens,
-              COALESCE(sum(a.total_tokens), 0)::bigint::text AS total_tokens,
-              COALESCE(sum(a.cached_prompt_tokens), 0)::bigint::text AS cached_prompt_tokens,
-              count(*)::bigint::text AS request_count,
-              COALESCE(sum(a.cost_micros), 0)::text AS cost_micros
-         FROM activity a
-         LEFT JOIN versions v
-           ON v.model_id = a.model AND a.created_at >= v.effective_from
-          AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
-        WHERE a.team_id = $1 AND a.created_at >= ${usageWindowStart("$2")}
-        GROUP BY a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros
-        ORDER BY a.model, a.service_tier, v.effective_from NULLS FIRST`,
-      [principal.teamId, days],
-    );
+    const rows = await queryRows<Row>(this.ds, SUMMARY_SQL, [principal.teamId, days]);
     const [team] = await queryRows<{ balance: string }>(
       this.ds,
       "SELECT credit_balance_micros::text AS balance FROM teams WHERE id = $1",
