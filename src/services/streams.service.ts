@@ -97,10 +97,14 @@ interface CountersRow {
   latest_completion_id: string | null;
 }
 
+/** Whether activity row `a` is a background response still in progress (its counters come from `responses`). */
+const OPEN_BACKGROUND = `EXISTS (SELECT FROM responses r WHERE r.id = a.id AND r.background AND r.status = 'in_progress')`;
+
 /**
  * `POST/GET /v1/streams`, `GET/PATCH /v1/streams/{id}` (issue 6, item 4), for REST and GraphQL.
  * Every read and write is scoped to the caller's team: another team's stream is a 404.
  */
+
 export class StreamsService {
   constructor(
     private readonly ds: DataSource,
@@ -168,17 +172,16 @@ export class StreamsService {
                 count(*) FILTER (WHERE status = 'failed')::int AS failed,
                 count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
                 -- In flight (services/in-flight-activity.ts); an open background response is counted
-                -- from \`responses\` below, whose runner says whether it runs.
-                count(*) FILTER (WHERE status = 'pending' AND NOT open_background)::int AS pending_a,
-                count(*) FILTER (WHERE status = 'running' AND NOT open_background)::int AS running_a,
+                -- from \`responses\` below, whose runner says whether it runs. The lookup runs for
+                -- rows in flight only, not for every ended row of the stream.
+                count(*) FILTER (WHERE status = 'pending' AND NOT ${OPEN_BACKGROUND})::int AS pending_a,
+                count(*) FILTER (WHERE status = 'running' AND NOT ${OPEN_BACKGROUND})::int AS running_a,
                 coalesce(sum(prompt_tokens), 0)::text AS prompt_tokens,
                 coalesce(sum(completion_tokens), 0)::text AS completion_tokens,
                 coalesce(sum(total_tokens), 0)::text AS total_tokens,
                 coalesce(sum(cost_micros), 0)::text AS cost_micros,
                 max(completed_at) AS last_completion_at
-           FROM (SELECT a.*, EXISTS (SELECT FROM responses r
-                                       WHERE r.id = a.id AND r.background AND r.status = 'in_progress') AS open_background
-                   FROM activity a WHERE a.team_id = $1 AND a.stream_id = $2) activity),
+           FROM activity a WHERE a.team_id = $1 AND a.stream_id = $2),
        open AS (
          SELECT count(*) FILTER (WHERE runner IS NULL)::int AS pending,
                 count(*) FILTER (WHERE runner IS NOT NULL)::int AS running

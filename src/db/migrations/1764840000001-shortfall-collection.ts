@@ -6,6 +6,7 @@
  */
 import type { MigrationInterface, QueryRunner } from "typeorm";
 
+/** Adds `collected_micros` (≤ `shortfall_micros`) and the index of reversals still owed. */
 export class ShortfallCollection1764840000001 implements MigrationInterface {
   name = "ShortfallCollection1764840000001";
 
