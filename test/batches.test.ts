@@ -5,7 +5,7 @@
  * and NDJSON, cancel mid-run, expiry, per-item failures, limits, and the usual 400/401/404.
  */
 import nodeHttp from "node:http";
-import { holdNextGeneration } from "./support/engine-faults.js";
+import { holdNextGeneration, releaseAllHolds } from "./support/engine-faults.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 import {
   CHAT_MODEL,
@@ -38,6 +38,8 @@ beforeAll(async () => {
   other = await createTestCaller(server.url);
 }, 30_000);
 afterAll(() => server.close());
+// A test that fails while it holds the engine must not stall the ones after it.
+afterEach(releaseAllHolds);
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 

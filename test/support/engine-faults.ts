@@ -39,13 +39,29 @@ export async function holdNextGeneration(): Promise<{ started: Promise<void>; re
   const gate = new Promise<void>((r) => (release = r));
   let markStarted!: () => void;
   const started = new Promise<void>((r) => (markStarted = r));
-  proto.generateCompletionWithMeta = async function heldOnce(this: unknown, ...args: unknown[]) {
+  const held = async function heldOnce(this: unknown, ...args: unknown[]) {
     proto.generateCompletionWithMeta = original;
     markStarted();
     await gate;
     return original.apply(this, args);
   };
+  proto.generateCompletionWithMeta = held;
+  outstanding.push(() => {
+    if (proto.generateCompletionWithMeta === held) proto.generateCompletionWithMeta = original;
+    release();
+  });
   return { started, release };
+}
+
+const outstanding: Array<() => void> = [];
+
+/**
+ * Releases every hold a test left (a failed assertion before its `release()`), and removes holds
+ * that never caught a generation: one failing test then fails alone instead of stalling the
+ * engine, and every later test of its file, until their timeouts. Call it in `afterEach`.
+ */
+export function releaseAllHolds(): void {
+  for (const undo of outstanding.splice(0)) undo();
 }
 
 /** The chat model's slot pool (`{size, available, waiting}`) in `server`'s embedded engine. */

@@ -207,6 +207,9 @@ export class BatchesService {
     const expiresAt = new Date(createdAt.getTime() + this.opts.windowS * 1000);
     const issues: ItemIssue[] = [];
     let qr: QueryRunner | undefined;
+    // The batch as created: the answer shows it so even when a worker claims it (pending →
+    // running) between the commit and the answer, as a later read would (seen under CI load).
+    let created: BatchRow | undefined;
     // Open the transaction (and write the batch row) when the first rows are ready to insert.
     const transaction = async (): Promise<QueryRunner> => {
       if (qr) return qr;
@@ -214,10 +217,12 @@ export class BatchesService {
       await qr.connect();
       await qr.startTransaction();
       await this.assertRetentionAllowsBatches(qr.manager, principal.teamId, true);
-      await qr.query(
+      [created] = await queryRows<BatchRow>(
+        qr.manager,
         `INSERT INTO batches (id, team_id, user_id, api_key_id, principal_json, status, metadata, request_count,
                               created_at, updated_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $8, $9)`,
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $8, $9)
+         RETURNING ${BATCH_COLUMNS}`,
         [
           id,
           principal.teamId,
@@ -282,7 +287,11 @@ export class BatchesService {
       await (qr as QueryRunner | undefined)?.release();
     }
     this.logger.info({ batchId: id, teamId: principal.teamId, items: spans.length }, "batch created");
-    return this.get(ctx, id);
+    const n = spans.length;
+    return this.toObject(ctx, created!, {
+      counts: { total: n, pending: n, running: 0, completed: 0, failed: 0, cancelled: 0 },
+      totals: { prompt: 0, completion: 0, total: 0, cost: 0 },
+    });
   }
 
   /**
