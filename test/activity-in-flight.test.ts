@@ -8,6 +8,7 @@
  * holds generations at the node-llama-cpp boundary to keep requests in flight.
  */
 import { randomUUID } from "node:crypto";
+import pg from "pg";
 import { holdNextGeneration } from "./support/engine-faults.js";
 import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
@@ -111,8 +112,20 @@ test("when a request that waited in the queue is refused with 429, then its pend
     await held.started;
     const second = chat(b, { max_queue_wait_s: 5 });
     expect(await eventually(async () => (await listed("pending")).some((i) => i.custom_id === b), 5_000)).toBe(true);
-    expect((await second).status).toBe(429);
-    expect(await eventually(async () => (await rowOf(b)) === undefined, 5_000)).toBe(true);
+    // Gone by the time the refusal is answered, not some time after: a lock on the row holds its
+    // delete past the 5 s queue wait, and the 429 must wait for it.
+    const locker = new pg.Client({ connectionString: server.databaseUrl });
+    await locker.connect();
+    try {
+      await locker.query("BEGIN");
+      await locker.query("SELECT 1 FROM activity WHERE custom_id = $1 FOR UPDATE", [b]);
+      const unlock = setTimeout(() => void locker.query("COMMIT"), 7_000);
+      expect((await second).status).toBe(429);
+      clearTimeout(unlock);
+      expect(await rowOf(b)).toBeUndefined();
+    } finally {
+      await locker.end();
+    }
   } finally {
     held.release();
   }

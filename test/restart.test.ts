@@ -128,26 +128,39 @@ afterAll(() => cleanUpChildren(dataDir), 20_000);
 
 describe("restart safety of the embedded PostgreSQL", () => {
   test("when the node process is SIGKILLed with requests in flight, then the next start comes up on the same data folder and every answered request is recorded and charged", async () => {
-    const first = await launch();
+    let first = await launch();
     const caller = await createTestCaller(first.url);
-    const results = await burstThen(first, caller.key, "kill", 24, () => process.kill(first.child.pid!, "SIGKILL"));
-    expect((await first.exited).signal).toBe("SIGKILL");
-    const answered = results.filter((r) => r.status === 200).map((r) => r.customId);
-    expect(answered.length).toBeGreaterThan(0);
-    expect(answered.length).toBeLessThan(results.length); // precondition: some were cut off in flight
-    expect(alive(first.pgPid)).toBe(true); // what the next start has to deal with
+    let answered: string[] = [];
+    // Precondition: some requests were cut off in flight. On a loaded machine this test's process
+    // can read every answer before its kill lands; then the round still must hold (all recorded)
+    // and another round is tried on the restarted server.
+    for (let round = 0; ; round++) {
+      const killed = first;
+      const results = await burstThen(killed, caller.key, `kill${round}`, 24, () =>
+        process.kill(killed.child.pid!, "SIGKILL"),
+      );
+      expect((await killed.exited).signal).toBe("SIGKILL");
+      answered = results.filter((r) => r.status === 200).map((r) => r.customId);
+      expect(answered.length).toBeGreaterThan(0);
+      expect(alive(killed.pgPid)).toBe(true); // what the next start has to deal with
 
-    current = await launch();
-    expect(current.pgPid).not.toBe(first.pgPid);
-    expect(alive(first.pgPid)).toBe(false);
-    const ready = await http(current.url, "GET", "/v1/health/ready");
-    expect(ready.status).toBe(200);
-    await expectRecordedAndCharged(current, caller.teamId, answered);
+      current = await launch();
+      expect(current.pgPid).not.toBe(killed.pgPid);
+      expect(alive(killed.pgPid)).toBe(false);
+      const ready = await http(current.url, "GET", "/v1/health/ready");
+      expect(ready.status).toBe(200);
+      await expectRecordedAndCharged(current, caller.teamId, answered);
+      if (answered.length < results.length || round === 2) {
+        expect(answered.length).toBeLessThan(results.length);
+        break;
+      }
+      first = current;
+    }
     // The data plane works after the restart, for the same key.
     expect(
       (await http(current.url, "POST", "/v1/chat/completions", { token: caller.key, body: chat("after") })).status,
     ).toBe(200);
-  }, 60_000);
+  }, 150_000);
 
   test("when a terminal's Ctrl-C reaches Switchyard's process group, then in-flight requests complete and are recorded, and PostgreSQL is stopped last", async () => {
     const running = current ?? (await launch());

@@ -38,8 +38,10 @@ export interface InFlightMark {
   /**
    * The request is over. `recorded`: its terminal record was written (the row, if any, was
    * updated by it); otherwise a row this mark inserted is deleted.
+   * @returns once that delete is done (at once when there is none): a refusal awaits it before
+   *   it is answered, so a request answered 4xx never shows in the activity list afterwards.
    */
-  end(recorded: boolean): void;
+  end(recorded: boolean): Promise<void>;
 }
 
 export interface InFlightOptions {
@@ -113,13 +115,14 @@ export class InFlightActivity {
     let ended = false;
     // Every write of one request runs after the previous one: a delete never overtakes its insert.
     let chain: Promise<void> = Promise.resolve();
-    const enqueue = (op: () => Promise<void>) => {
+    const enqueue = (op: () => Promise<void>): Promise<void> => {
       const run = chain.then(op).catch((err: unknown) => {
         this.logger.warn({ err, request_id: record.id }, "could not write the in-flight activity row");
       });
       chain = run;
       this.writes.add(run);
       void run.finally(() => this.writes.delete(run));
+      return run;
     };
     const write = () => {
       if (ended || written === current) return;
@@ -138,12 +141,12 @@ export class InFlightActivity {
         current = "running";
         if (written !== null) write(); // raise the row already written; otherwise the timer writes `running`
       },
-      end: (recorded) => {
+      end: async (recorded) => {
         if (ended) return;
         ended = true;
         clearTimeout(timer);
         if (recorded || written === null) return;
-        enqueue(async () => {
+        await enqueue(async () => {
           if (!inserted) return;
           await this.ds.query(`DELETE FROM activity WHERE id = $1 AND status IN ('pending', 'running')`, [record.id]);
           this.stats.deleted++;

@@ -273,7 +273,8 @@ export class InferenceService {
       try {
         recorded = await this.recordFailure(principal, call, type, err);
       } finally {
-        mark?.end(recorded);
+        // A refusal is answered only once the early row it wrote, if any, is gone.
+        await mark?.end(recorded);
       }
       throw err;
     }
@@ -303,7 +304,7 @@ export class InferenceService {
       return { result, body: rendered.body, costMicros: cost };
     } finally {
       reservation?.release(); // no-op once settled
-      mark?.end(recorded);
+      void mark?.end(recorded);
     }
   }
 
@@ -338,7 +339,8 @@ export class InferenceService {
       try {
         recorded = await this.recordFailure(principal, call, type, err);
       } finally {
-        mark?.end(recorded);
+        // A refusal is answered only once the early row it wrote, if any, is gone.
+        await mark?.end(recorded);
       }
       throw err;
     }
@@ -363,7 +365,7 @@ export class InferenceService {
       return { result, costMicros: cost, body };
     } finally {
       reservation?.release();
-      mark?.end(recorded);
+      void mark?.end(recorded);
     }
   }
 
@@ -411,7 +413,7 @@ export class InferenceService {
             : await this.recordFailure(principal, call, type, err);
       } finally {
         reservation?.release(); // no-op once settled
-        mark?.end(recorded);
+        await mark?.end(recorded);
       }
       throw err;
     }
@@ -434,7 +436,7 @@ export class InferenceService {
       return { result, body, costMicros: cost };
     } finally {
       reservation?.release();
-      mark?.end(recorded);
+      void mark?.end(recorded);
     }
   }
 
