@@ -14,7 +14,7 @@
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
-import { type Queryable, queryRows } from "../db/sql.js";
+import { type Queryable, queryPrepared, queryRows } from "../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "./cache-bus.js";
 import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "./completion-events.service.js";
@@ -293,8 +293,9 @@ export class MeteringService {
     const responses = `[${batch.flatMap((p) => (p.responseJson ? [p.responseJson] : [])).join(",")}]`;
     const webhooks = `[${batch.flatMap((p) => (p.webhookJson ? [p.webhookJson] : [])).join(",")}]`;
     const keyIds = this.keysToTouch(records);
-    const rows = await queryRows<{ source_id: string; charged: string; balance_after: string }>(
+    const rows = await queryPrepared<{ source_id: string; charged: string; balance_after: string }>(
       db,
+      "switchyard_group_commit",
       `WITH serial AS (
          -- Completion events feed (issue 6, item 6): flushes take their feed positions in commit
          -- order. This transaction-level lock is taken before anything else of the flush (every
