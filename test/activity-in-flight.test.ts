@@ -9,7 +9,7 @@
  */
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import { holdNextGeneration } from "./support/engine-faults.js";
+import { holdNextGeneration, holdNextScorings } from "./support/engine-faults.js";
 import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 
@@ -101,6 +101,39 @@ test("when a request waits for a slot and another generates, then the list shows
   );
   expect(usage).toEqual(activity);
   expect(usage.n).toBe(2);
+}, 60_000);
+
+test("when a decision waits for a scoring context and two others score, then the list shows it pending and them running, and each ends completed (issue 11 re-review)", async () => {
+  const ids = [`dec-run1-${randomUUID()}`, `dec-run2-${randomUUID()}`, `dec-wait-${randomUUID()}`];
+  const decide = (customId: string) =>
+    http(server.url, "POST", "/v1/decisions", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, state: "x", questions: { q: { type: "noul" } }, metadata: { custom_id: customId } },
+    });
+  // The model has two scoring contexts: two decisions hold them, the third waits.
+  const held = await holdNextScorings(2);
+  const first = [decide(ids[0]), decide(ids[1])];
+  let third: ReturnType<typeof decide> | undefined;
+  try {
+    await held.started;
+    third = decide(ids[2]);
+    expect(
+      await eventually(async () => {
+        const running = (await listed("running")).map((i) => i.custom_id);
+        return running.includes(ids[0]) && running.includes(ids[1]);
+      }, 5_000),
+    ).toBe(true);
+    expect(await eventually(async () => (await listed("pending")).some((i) => i.custom_id === ids[2]), 5_000)).toBe(
+      true,
+    );
+  } finally {
+    held.release();
+  }
+  for (const res of [...first, third!]) expect((await res).status).toBe(200);
+  await server.app.metering.drainAll();
+  for (const id of ids) expect((await rowOf(id)).status).toBe("completed");
+  expect(await listed("pending")).toHaveLength(0);
+  expect(await listed("running")).toHaveLength(0);
 }, 60_000);
 
 test("when a request that waited in the queue is refused with 429, then its pending row is gone and nothing is charged", async () => {

@@ -42,6 +42,8 @@ let fakeUrl: string;
 /** Bodies the fake received on /v1/completions. */
 const received: any[] = [];
 let gateway: TestServer;
+/** The gateway's catalog file (the upstream decision models). */
+let catalog: string;
 let key: string;
 /** The gateway's error lines. */
 const logs = captureLogs("error");
@@ -147,7 +149,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => fake.listen(0, "127.0.0.1", resolve));
   fakeUrl = `http://127.0.0.1:${(fake.address() as net.AddressInfo).port}/v1`;
-  const catalog = writeEditedCatalog((c) => {
+  catalog = writeEditedCatalog((c) => {
     const chat = c.models.find((m) => m.id === CHAT_MODEL)!;
     const upstream = (id: string, upstreamModel: string, decisions = true) => ({
       ...chat,
@@ -423,6 +425,31 @@ describe("stopped upstream scoring is charged for the chunks answered (review fi
     );
     expect(BigInt(row.cost_micros)).toBe(BigInt(2 * answered));
   });
+});
+
+test("when an upstream decision is scoring, then its activity row says running, and its end says completed (issue 11 re-review)", async () => {
+  // A gateway that writes the rows of requests in flight after 100 ms (a `fake-slow` chunk takes 600 ms).
+  const early = await startTestServer({
+    catalogPath: catalog,
+    upstreams: [{ name: "fake", base_url: fakeUrl, models: FAKE_MODELS }],
+    activityInFlightAfterMs: 100,
+  });
+  try {
+    const fresh = await createTestCaller(early.url);
+    const statuses = async () =>
+      (await early.db<any>("SELECT status FROM activity WHERE team_id = $1", [fresh.teamId])).map((r) => r.status);
+    const pending = request(early.url, "POST", "/v1/decisions", {
+      token: fresh.key,
+      body: { model: "up-slow", state: "A red apple.", questions: { q: { type: "noul" } } },
+    });
+    // The one chunk is upstream: scoring has started, so the early row is running, not pending.
+    expect(await eventually(async () => (await statuses()).includes("running"), 5_000)).toBe(true);
+    expect((await pending).status).toBe(200);
+    await early.app.metering.drainAll();
+    expect(await statuses()).toEqual(["completed"]);
+  } finally {
+    await early.close();
+  }
 });
 
 test("when one label is a prefix of another, then each answer is scored with an end marker and the longer one is not beaten by construction (review finding 6)", async () => {

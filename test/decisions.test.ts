@@ -292,6 +292,21 @@ describe("POST /v1/decisions: bad input", () => {
     expect(await server.db("SELECT id FROM activity WHERE team_id = $1", [fresh.teamId])).toHaveLength(1);
   });
 
+  test("when a label is blank or over 256 characters, then 400 names the label and the rule it breaks", async () => {
+    const fresh = await createTestCaller(server.url);
+    const ask = (criteria: Record<string, string>) =>
+      post({ model: CHAT_MODEL, state: "x", questions: { q: { type: "choice", criteria } } }, fresh.key);
+    const blank = await ask({ "  ": "", b: "" });
+    expectInvalid(blank, "questions.q.criteria.  ");
+    expect(blank.body.extra[0].message).toBe("a label must not be blank");
+    const long = "l".repeat(257);
+    const over = await ask({ [long]: "", b: "" });
+    expectInvalid(over, `questions.q.criteria.${long}`);
+    expect(over.body.extra[0].message).toBe("a label is at most 256 characters");
+    // 256 characters is a label.
+    expect((await ask({ ["l".repeat(256)]: "", b: "" })).status).toBe(200);
+  });
+
   test("when two answers tokenise identically, then the engine refuses with 400 naming the question", async () => {
     const model = server.app.catalog.all().find((m) => m.id === CHAT_MODEL)!;
     const engine = server.app.engines.engineFor(model);
@@ -308,6 +323,16 @@ describe("POST /v1/decisions: bad input", () => {
   test("when the body is over 1 MiB, then 413", async () => {
     const res = await post({ model: CHAT_MODEL, state: "x".repeat(1024 * 1024 + 10), questions: { q: noul } });
     expectEnvelope(res, 413);
+  });
+
+  test("when a body under 1 MiB would be over it written back as JSON, then it is served, not 413", async () => {
+    // 50,000 × "1e20" is 250 kB as sent and 1.1 MB as JSON.stringify writes it (21 digits each).
+    const raw = `{"model": "${CHAT_MODEL}", "state": "x", "questions": {"q": {"type": "noul"}}, "note": [${Array(50_000).fill("1e20").join(",")}]}`;
+    expect(Buffer.byteLength(raw)).toBeLessThan(1024 * 1024);
+    expect(Buffer.byteLength(JSON.stringify(JSON.parse(raw)))).toBeGreaterThan(1024 * 1024);
+    const res = await post(raw);
+    expect(res.status).toBe(200);
+    expect(res.body.answers.q).toEqual({ type: "noul", noul: expect.any(Number) });
   });
 
   test("when the team has no credit, then 402 before any engine work", async () => {

@@ -136,6 +136,11 @@ export interface ScoreRequest {
    * for (`ScoreResult.promptTokens` never exceeds it). It may refuse by throwing (402).
    */
   admit?: (promptTokens: number) => Promise<void>;
+  /**
+   * Called once when scoring starts: a scoring context is taken (embedded) or the first chunk has
+   * its upstream slot; until then the request waits (activity `pending`, then `running`).
+   */
+  onStart?: () => void;
   maxQueueWaitMs: number;
   priority?: RequestPriority;
 }

@@ -60,10 +60,31 @@ export function verifyJsonDepth(_req: IncomingMessage, _res: unknown, buf: Buffe
   if (problem) throw new BodyTooDeepError(problem);
 }
 
+/** The size of each parsed request body as received (after any content decoding), bytes. */
+const receivedBytes = new WeakMap<IncomingMessage, number>();
+
 /**
  * The JSON body parser of every REST route: any content type is read as JSON (curl -d sends form
  * encoding by default), up to `limitBytes` (413 above), nested at most `MAX_JSON_DEPTH` (400).
+ * The body's size as received is kept for `bodyBytes`.
  */
 export function jsonBody(limitBytes: number): RequestHandler {
-  return express.json({ limit: limitBytes, type: () => true, verify: verifyJsonDepth });
+  return express.json({
+    limit: limitBytes,
+    type: () => true,
+    verify: (req, res, buf, encoding) => {
+      verifyJsonDepth(req, res, buf, encoding);
+      receivedBytes.set(req, buf.length);
+    },
+  });
+}
+
+/**
+ * The size of `req`'s JSON body as received, in bytes (after gzip/deflate decoding, as the
+ * parser's limit counts it); undefined when `jsonBody` did not parse one. A limit on the body
+ * (DESIGN §3 Decisions: over 1 MiB → 413) is a limit on these bytes, not on the value
+ * re-serialised, which can be larger (`1e20` is written back as 21 digits).
+ */
+export function bodyBytes(req: IncomingMessage): number | undefined {
+  return receivedBytes.get(req);
 }

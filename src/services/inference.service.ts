@@ -393,11 +393,13 @@ export class InferenceService {
     let result: ScoreResult;
     try {
       if (call.batch) type = await admitCall();
-      mark = this.track(principal, call, type, "running");
+      // `pending` while it waits for a scoring context, `running` once it scores (as generation).
+      mark = this.track(principal, call, type, "pending");
       result = await engine.scoreContinuations({
         model: call.model,
         questions: call.questions,
         signal: call.signal,
+        onStart: () => mark?.running(),
         admit: async (promptTokens) => {
           const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
           reservation = await this.credit.reserve(principal.teamId, worst);

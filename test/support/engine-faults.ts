@@ -56,6 +56,35 @@ export async function holdNextGeneration(): Promise<{ started: Promise<void>; re
 const outstanding: Array<() => void> = [];
 
 /**
+ * Holds the next `n` decision scorings once each has taken its scoring context (the embedded
+ * engine's scoring starts with `LlamaContextSequence.clearHistory`), until `release()`; then they
+ * run for real. `started` resolves when all `n` are held.
+ */
+export async function holdNextScorings(n: number): Promise<{ started: Promise<void>; release: () => void }> {
+  const proto = (await import("node-llama-cpp")).LlamaContextSequence.prototype as unknown as {
+    clearHistory: Generate;
+  };
+  const original = proto.clearHistory;
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let markStarted!: () => void;
+  const started = new Promise<void>((r) => (markStarted = r));
+  let caught = 0;
+  const held = async function heldScoring(this: unknown, ...args: unknown[]) {
+    if (++caught >= n) proto.clearHistory = original;
+    if (caught === n) markStarted();
+    await gate;
+    return original.apply(this, args);
+  };
+  proto.clearHistory = held;
+  outstanding.push(() => {
+    if (proto.clearHistory === held) proto.clearHistory = original;
+    release();
+  });
+  return { started, release };
+}
+
+/**
  * Releases every hold a test left (a failed assertion before its `release()`), and removes holds
  * that never caught a generation: one failing test then fails alone instead of stalling the
  * engine, and every later test of its file, until their timeouts. Call it in `afterEach`.

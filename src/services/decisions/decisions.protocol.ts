@@ -61,10 +61,6 @@ function reservedKeys(value: unknown, ctx: z.RefinementCtx, what: string): void 
 // eslint-disable-next-line no-control-regex -- NUL is what it looks for
 const UNSTORABLE = /[\u0000\p{Cs}]/u;
 
-const label = z
-  .string()
-  .max(MAX_LABEL_CHARS, `at most ${MAX_LABEL_CHARS} characters`)
-  .refine((s) => s.trim().length > 0, "must not be blank");
 const text = z.string();
 const instructions = z.string().nullish();
 
@@ -75,7 +71,9 @@ const choiceQuestion = z.object({
     .unknown()
     .superRefine((c, ctx) => reservedKeys(c, ctx, "a label"))
     .pipe(
-      z.record(label, text).superRefine((c, ctx) => {
+      // Labels are checked in the refinement, not as the record's key schema: a key that fails its
+      // schema gives only zod's "Invalid key in record", not the rule it broke.
+      z.record(z.string(), text).superRefine((c, ctx) => {
         const labels = Object.keys(c);
         const n = labels.length;
         if (n < MIN_ANSWERS || n > MAX_ANSWERS) {
@@ -84,6 +82,10 @@ const choiceQuestion = z.object({
         // Labels that are the same text once encoded (lone surrogates become U+FFFD) are the same answer.
         const seen = new Map<string, string>();
         for (const l of labels) {
+          if (l.length > MAX_LABEL_CHARS) {
+            ctx.addIssue({ code: "custom", path: [l], message: `a label is at most ${MAX_LABEL_CHARS} characters` });
+          }
+          if (l.trim().length === 0) ctx.addIssue({ code: "custom", path: [l], message: "a label must not be blank" });
           // Review 11b, finding H1: a label is what the client looks up in `probabilities`, so it must
           // survive every store unchanged (jsonb and PostgreSQL text turn these into U+FFFD or refuse them).
           if (UNSTORABLE.test(l)) {

@@ -28,6 +28,11 @@ export interface DecisionRun {
   /** A batch item (activity `type: batch`); see `RequestInfo.batch`. */
   batch?: { batchId: string; customId: string | null };
   onFailure?: (err: unknown) => FailureRecord | null;
+  /**
+   * The body's size as the client sent it, bytes (REST: what the route's parser read); without it
+   * the body is measured as JSON (GraphQL arguments, batch items). See `prepareDecision`.
+   */
+  bodyBytes?: number;
   /** Overrides the body's `max_queue_wait_s` (batch items). */
   maxQueueWaitS?: number;
   /** The metadata the record keeps (batch items drop webhooks and streams); default: the body's. */
@@ -42,15 +47,19 @@ export interface DecisionOutcome {
 
 /**
  * Validates a decisions body and resolves its model for `teamId`.
- * @throws AppError 413 over 1 MiB (as JSON); 400 naming the offending field (`questions.<name>…`
+ * @param bodyBytes the body's size as sent, bytes, when known (REST); else it is measured as
+ *   compact JSON (GraphQL, batch items). Re-serialising is no measure of a body that was sent:
+ *   `1e20` comes back as 21 digits, so a body under 1 MiB could measure over it.
+ * @throws AppError 413 over 1 MiB; 400 naming the offending field (`questions.<name>…`
  *   for a question); 404 unknown model; 400 when the model does not serve decisions.
  */
 export function prepareDecision(
   catalog: ModelCatalogService,
   teamId: string,
   raw: unknown,
+  bodyBytes?: number,
 ): { request: DecisionRequest; model: CatalogModel } {
-  if (Buffer.byteLength(JSON.stringify(raw) ?? "") > DECISION_BODY_LIMIT_BYTES) {
+  if ((bodyBytes ?? Buffer.byteLength(JSON.stringify(raw) ?? "")) > DECISION_BODY_LIMIT_BYTES) {
     throw new AppError(ErrorCode.PayloadTooLarge, `A decisions request is at most ${DECISION_BODY_LIMIT_BYTES} bytes`);
   }
   const request = parseInput(decisionRequest, raw);
@@ -75,7 +84,7 @@ export async function runDecision(
   raw: unknown,
   run: DecisionRun = {},
 ): Promise<DecisionOutcome> {
-  const { request, model } = prepareDecision(catalog, requirePrincipal(ctx).teamId, raw);
+  const { request, model } = prepareDecision(catalog, requirePrincipal(ctx).teamId, raw, run.bodyBytes);
   const state = stateText(request.state);
   const out = await inference.score(ctx, {
     requestId: run.requestId ?? uuidv7(),
@@ -102,8 +111,11 @@ export class DecisionsService {
     private readonly catalog: ModelCatalogService,
   ) {}
 
-  /** See `runDecision`. */
-  decide(ctx: RequestContext, raw: unknown, signal?: AbortSignal): Promise<DecisionOutcome> {
-    return runDecision(this.inference, this.catalog, ctx, raw, { signal });
+  /**
+   * See `runDecision`.
+   * @param bodyBytes the body's size as sent, when the caller measured it (REST; `DecisionRun.bodyBytes`).
+   */
+  decide(ctx: RequestContext, raw: unknown, signal?: AbortSignal, bodyBytes?: number): Promise<DecisionOutcome> {
+    return runDecision(this.inference, this.catalog, ctx, raw, { signal, bodyBytes });
   }
 }

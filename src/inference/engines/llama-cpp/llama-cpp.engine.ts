@@ -431,6 +431,7 @@ export class LlamaCppEngine implements InferenceEngine {
     const watch = new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
     const progress = { tokens: 0 };
     try {
+      req.onStart?.();
       const scores = await scoreOnSequence(seq, plan, watch, progress);
       return {
         scores,

@@ -361,7 +361,10 @@ export class OpenAiCompatibleEngine implements InferenceEngine {
         const scoring = { signal, maxQueueWaitMs: req.maxQueueWaitMs, priority: req.priority };
         processed += await this.dispatch(route, scoring, async (endpoint, waitedMs) => {
           queueMs += waitedMs;
-          watch ??= new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
+          if (!watch) {
+            watch = new ScoringWatch(req.signal, this.opts.scoringTimeLimitMs ?? DEFAULT_SCORING_TIME_LIMIT_MS);
+            req.onStart?.();
+          }
           inFlight = chunkTokenBound(chunk);
           const res = await endpoint.pool.request({
             method: "POST",
