@@ -272,6 +272,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       config.groupCommitMaxRows,
       config.authCacheTtlMs,
       credit.holder,
+      config.durability,
     );
     cleanup.push(["metering", () => metering.drainAll()]);
     drainAfterEngines = () => metering.drainAll();

@@ -346,6 +346,15 @@ export const configSchema = z.object({
    */
   activityInFlightAfterMs: intFromEnv(0, 3_600_000).default(1000),
   /**
+   * When a metered request may be answered (issue 12, item 1; README "Durability"):
+   * `database` (default) — its record (activity row, ledger charge, event) is committed and
+   * flushed to disk first, so it survives a crash of Switchyard, PostgreSQL or the machine;
+   * `process` — committed first but written to disk by PostgreSQL within a fraction of a second
+   * (`synchronous_commit = off` for the group commit only): it survives a crash of Switchyard,
+   * and a crash of PostgreSQL or the machine may lose the last ~0.6 s of records.
+   */
+  durability: z.enum(["database", "process"]).default("database"),
+  /**
    * Payment-provider calls (top-up sessions, invoices) one team may have running at once in a
    * process, and all teams together (issue 10 review, finding 1); one more is refused with 429.
    */
@@ -460,6 +469,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   dedicatedSlots: "SWITCHYARD_DEDICATED_SLOTS",
   bodyRetentionDays: "SWITCHYARD_BODY_RETENTION_DAYS",
   activityInFlightAfterMs: "SWITCHYARD_ACTIVITY_IN_FLIGHT_AFTER_MS",
+  durability: "SWITCHYARD_DURABILITY",
   providerCallsPerTeam: "SWITCHYARD_PROVIDER_CALLS_PER_TEAM",
   providerCallsPerProcess: "SWITCHYARD_PROVIDER_CALLS_PER_PROCESS",
   teamDedicatedSlots: "SWITCHYARD_TEAM_DEDICATED_SLOTS",

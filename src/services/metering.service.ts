@@ -131,6 +131,12 @@ export class MeteringService {
     private readonly balanceTtlMs: number,
     /** This process's credit-lease holder (`CreditService.holder`): charges come off its lease. */
     private readonly leaseHolder: string | null = null,
+    /**
+     * `database`: a flush returns once its commit is on disk; `process`: once it is committed
+     * (PostgreSQL's `synchronous_commit = off` for the flush's transaction only). Config
+     * `SWITCHYARD_DURABILITY`; README "Durability".
+     */
+    private readonly durability: "database" | "process" = "database",
   ) {
     // Every flush announces the teams' new balances (`balance:<team>=<micros>`, in commit order).
     bus.on("balance", (key) => {
@@ -300,8 +306,9 @@ export class MeteringService {
          -- Completion events feed (issue 6, item 6): flushes take their feed positions in commit
          -- order. This transaction-level lock is taken before anything else of the flush (every
          -- CTE that locks a row reads \`input\` or waits on this one-time filter) and held until
-         -- commit; see services/completion-events.service.ts.
-         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK})
+         -- commit; see services/completion-events.service.ts. The durability of this transaction's
+         -- commit is set here too (\`synchronous_commit\` on or off, local to this transaction).
+         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK}), set_config('synchronous_commit', $6, true)
        ),
        input AS (
          -- One row per request id, even if a caller queued the same record twice in one flush.
@@ -465,7 +472,7 @@ export class MeteringService {
        )
        SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
          FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
-      [activity, responses, keyIds, this.leaseHolder, webhooks],
+      [activity, responses, keyIds, this.leaseHolder, webhooks, this.durability === "process" ? "off" : "on"],
     );
     return new Map(
       rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),
