@@ -150,7 +150,7 @@ export interface StartOptions {
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
   // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
-  const logger = withSafeErrors(opts.logger ?? pino({ level: config.logLevel, ...prettyInTerminal(config.logFormat) }));
+  const logger = withSafeErrors(opts.logger ?? createLogger(config.logLevel, config.logFormat));
   const cleanup: Array<[string, () => Promise<void>]> = [];
   const closeAll = async () => {
     for (const [name, step] of cleanup.splice(0).reverse()) {
@@ -489,6 +489,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       trustProxy: config.trustProxy,
       metrics,
       metricsToken: config.metricsToken,
+      // A person at a terminal sees one line per request (with its id); JSON logs keep it at debug.
+      accessLogLevel: usesPrettyLogs(config.logFormat) ? "info" : "debug",
     });
     // requestTimeout bounds receiving a request (headers and body), never the answer, so long
     // SSE streams are not cut; Node checks both timeouts every connectionsCheckingInterval.
@@ -680,16 +682,37 @@ async function jobQueueReading(
 }
 
 /**
- * Logs for people (issue 13, item 5): readable lines (pino-pretty, in a worker thread) when
- * stdout is a terminal and `logFormat` is `auto`, or when it is `pretty`; JSON lines otherwise.
+ * Logs for people (issue 13, item 5): readable lines (pino-pretty) when `format` is `pretty`, or
+ * `auto` with stdout a terminal; JSON lines otherwise (the default when stdout is a pipe or file).
+ * @param isTTY whether stdout is a terminal (default: `process.stdout.isTTY`).
  */
-function prettyInTerminal(format: "auto" | "json" | "pretty"): { transport?: TransportSingleOptions } {
-  const pretty = format === "pretty" || (format === "auto" && process.stdout.isTTY === true);
-  if (!pretty) return {};
-  return {
-    transport: {
+export function usesPrettyLogs(
+  format: "auto" | "json" | "pretty",
+  isTTY: boolean = process.stdout.isTTY === true,
+): boolean {
+  return format === "pretty" || (format === "auto" && isTTY);
+}
+
+/**
+ * The service's logger: JSON lines, or pino-pretty's readable lines (in a worker thread) where
+ * `usesPrettyLogs` says so. `destination`: a file instead of stdout (tests read it).
+ */
+export function createLogger(
+  level: Config["logLevel"],
+  format: "auto" | "json" | "pretty",
+  destination?: string,
+): Logger {
+  if (usesPrettyLogs(format)) {
+    const transport: TransportSingleOptions = {
       target: "pino-pretty",
-      options: { translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", singleLine: true },
-    },
-  };
+      options: {
+        translateTime: "SYS:HH:MM:ss.l",
+        ignore: "pid,hostname",
+        singleLine: true,
+        ...(destination ? { destination, mkdir: true } : {}),
+      },
+    };
+    return pino({ level, transport });
+  }
+  return destination ? pino({ level }, pino.destination({ dest: destination, sync: true })) : pino({ level });
 }
