@@ -286,6 +286,10 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       onAttempt: (outcome) => metrics.webhookAttempts.inc({ outcome }),
     });
     webhooks.start();
+    metering.onFlush = (rows, seconds) => {
+      metrics.meteringFlushRows.observe(rows);
+      metrics.meteringFlushSeconds.observe(seconds);
+    };
     metrics.counterFrom(
       "switchyard_metering_flushes_total",
       "Group commits (flushes) of finished requests",
