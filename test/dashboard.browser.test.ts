@@ -330,8 +330,12 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   }
   await page.setViewportSize(DESKTOP);
 
-  // Revoke the key: listed as revoked, and the API refuses it.
+  // Revoke the key: listed as revoked, and the API refuses it. Back on the page, the key itself is
+  // nowhere (it was shown once, at creation): only its prefix is listed.
   await open("API keys");
+  await keyRow.getByText("active").waitFor();
+  expect(await page.getByLabel("Your new API key").count()).toBe(0);
+  expect(await page.content()).not.toContain(key);
   page.once("dialog", (dialog) => void dialog.accept());
   await page.getByRole("button", { name: /^Revoke key browser test/ }).click();
   await keyRow.getByText("revoked").waitFor();
