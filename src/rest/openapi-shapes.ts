@@ -12,6 +12,7 @@ import type { chatCompletion } from "../services/protocols/openai-chat.protocol.
 import type { embeddingList } from "../services/protocols/openai-embeddings.protocol.js";
 import type { ResponseObject } from "../services/protocols/openai-responses.protocol.js";
 import type { ResponseList } from "../services/responses.service.js";
+import type * as presenters from "./control.presenters.js";
 import type { ErrorEnvelope } from "./error-envelope.js";
 
 /** Compiles only when `Actual` (what the code answers) is assignable to `Documented`. */
@@ -602,3 +603,30 @@ export const responseShapes = {
   }),
   Decision: decisionShape,
 } as const;
+
+/** What `JSON.stringify` makes of `T` as far as these shapes care: dates become ISO strings. */
+type Serialized<T> = T extends Date
+  ? string
+  : T extends Array<infer U>
+    ? Array<Serialized<U>>
+    : T extends object
+      ? { [K in keyof T]: Serialized<T[K]> }
+      : T;
+
+// The control plane's presenters, held to their shapes at compile time as well.
+export type UserFits = Fits<Serialized<ReturnType<typeof presenters.userJson>>, z.output<typeof userShape>>;
+export type MemberFits = Fits<Serialized<ReturnType<typeof presenters.memberJson>>, z.output<typeof memberShape>>;
+export type TeamFits = Fits<Serialized<Awaited<ReturnType<typeof presenters.teamJson>>>, z.output<typeof teamShape>>;
+export type ApiKeyFits = Fits<Serialized<ReturnType<typeof presenters.apiKeyJson>>, z.output<typeof apiKeyShape>>;
+export type ActivityListFits = Fits<
+  Serialized<ReturnType<typeof presenters.activityListJson>>,
+  z.output<typeof activityListShape>
+>;
+export type ActivityDetailFits = Fits<
+  Serialized<ReturnType<typeof presenters.activityDetailJson>>,
+  z.output<typeof activityDetailShape>
+>;
+export type DeploymentFits = Fits<
+  Serialized<ReturnType<typeof presenters.deploymentJson>>,
+  z.output<typeof deploymentShape>
+>;
