@@ -538,10 +538,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // graphqlMaxPayloadBytes close the socket (1009) before they are read. Errors leave through
     // the same formatter as over HTTP.
     // Internal errors leave as an opaque 500; the log keeps what happened (safe fields only).
-    const formatError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
+    // Over HTTP the failure is logged with the request id by the plugin below (issue 13, item 5);
+    // over the socket here, where no HTTP request is behind the operation.
+    const logInternal = (error: unknown, requestId?: string) =>
+      logger.error({ err: unwrapResolverError(error), requestId }, "GraphQL operation failed");
+    const formatError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError =>
+      formatGraphqlError(formatted, error);
+    const formatSocketError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
       const out = formatGraphqlError(formatted, error);
-      if (out.extensions?.code === "INTERNAL")
-        logger.error({ err: unwrapResolverError(error) }, "GraphQL operation failed");
+      if (out.extensions?.code === "INTERNAL") logInternal(error);
       return out;
     };
     const wss = new WebSocketServer({ server, path: "/graphql", maxPayload: config.graphqlMaxPayloadBytes });
@@ -565,7 +570,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
             variableValues: payload.variables,
           };
         },
-        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatError(e.toJSON(), e)),
+        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatSocketError(e.toJSON(), e)),
         context: async (ctx): Promise<RequestContext> => {
           const base = { requestId: randomUUID(), ip: clientIp(app, ctx.extra.request) };
           try {
@@ -577,7 +582,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         },
         onNext: (_ctx, _id, _payload, _args, result) =>
           "errors" in result && result.errors
-            ? { ...result, errors: result.errors.map((e) => formatError(e.toJSON(), e)) }
+            ? { ...result, errors: result.errors.map((e) => formatSocketError(e.toJSON(), e)) }
             : undefined,
       },
       wss,
@@ -595,6 +600,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       stopOnTerminationSignals: false,
       plugins: [
         ApolloServerPluginDrainHttpServer({ httpServer: server }),
+        {
+          async requestDidStart() {
+            return {
+              async didEncounterErrors({ errors, contextValue }) {
+                for (const error of errors) {
+                  if (formatGraphqlError(error.toJSON(), error).extensions?.code === "INTERNAL")
+                    logInternal(error, contextValue.requestId);
+                }
+              },
+            };
+          },
+        },
         {
           async serverWillStart() {
             return {

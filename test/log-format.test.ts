@@ -2,7 +2,8 @@
  * Logs for people (issue 13, item 5), with the real entry point (`src/main.ts`, what `npm start`
  * runs) as a child process: in a terminal (a pseudo-terminal made by util-linux `script`) it prints
  * readable lines, one per request with the request id; with stdout a pipe it prints JSON lines,
- * the access line carrying the same id.
+ * the access line carrying the same id. A failed request's error line carries its id too (REST and
+ * GraphQL over HTTP).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
@@ -12,7 +13,15 @@ import { createInterface } from "node:readline";
 import { packageRoot } from "../src/config/config.js";
 import { usesPrettyLogs } from "../src/server.js";
 import { killChildren, launchChild } from "./support/child-server.js";
-import { MODELS_DIR, createTestDatabase, eventually } from "./support/harness.js";
+import {
+  MODELS_DIR,
+  createTestCaller,
+  createTestDatabase,
+  eventually,
+  http,
+  startTestServer,
+} from "./support/harness.js";
+import { captureLogs } from "./support/log-capture.js";
 
 const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
 
@@ -109,3 +118,31 @@ test("with stdout a pipe, every line is JSON and the access line carries the req
   server.child.kill("SIGINT");
   await server.exited;
 }, 90_000);
+
+test("a request that fails (500) is logged with its request id, over REST and over GraphQL", async () => {
+  const logs = captureLogs("error");
+  const server = await startTestServer({}, undefined, { logger: logs.logger });
+  try {
+    const caller = await createTestCaller(server.url);
+    // A table gone under the service: reading streams fails inside, as a broken database would.
+    await server.db("ALTER TABLE streams RENAME TO streams_gone");
+    const rest = await http(server.url, "GET", "/v1/streams", { token: caller.key });
+    expect(rest.status).toBe(500);
+    const gql = await http(server.url, "POST", "/graphql", {
+      token: caller.token,
+      body: { query: "{ streams { id } }" },
+    });
+    expect(gql.body.errors[0].extensions.code).toBe("INTERNAL");
+    const records = logs.records();
+    expect(
+      records.find((r) => r.msg === "request failed" && r.requestId === rest.headers.get("x-request-id")),
+    ).toMatchObject({
+      path: "/v1/streams",
+    });
+    expect(
+      records.find((r) => r.msg === "GraphQL operation failed" && r.requestId === gql.headers.get("x-request-id")),
+    ).toBeDefined();
+  } finally {
+    await server.close();
+  }
+}, 60_000);
