@@ -150,7 +150,7 @@ export interface StartOptions {
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
   // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
-  const logger = withSafeErrors(opts.logger ?? pino({ level: config.logLevel, ...prettyInTerminal(config.logFormat) }));
+  const logger = withSafeErrors(opts.logger ?? createLogger(config.logLevel, config.logFormat));
   const cleanup: Array<[string, () => Promise<void>]> = [];
   const closeAll = async () => {
     for (const [name, step] of cleanup.splice(0).reverse()) {
@@ -287,6 +287,10 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       onAttempt: (outcome) => metrics.webhookAttempts.inc({ outcome }),
     });
     webhooks.start();
+    metering.onFlush = (rows, seconds) => {
+      metrics.meteringFlushRows.observe(rows);
+      metrics.meteringFlushSeconds.observe(seconds);
+    };
     metrics.counterFrom(
       "switchyard_metering_flushes_total",
       "Group commits (flushes) of finished requests",
@@ -490,6 +494,8 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       trustProxy: config.trustProxy,
       metrics,
       metricsToken: config.metricsToken,
+      // A person at a terminal sees one line per request (with its id); JSON logs keep it at debug.
+      accessLogLevel: usesPrettyLogs(config.logFormat) ? "info" : "debug",
     });
     // requestTimeout bounds receiving a request (headers and body), never the answer, so long
     // SSE streams are not cut; Node checks both timeouts every connectionsCheckingInterval.
@@ -533,10 +539,15 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // graphqlMaxPayloadBytes close the socket (1009) before they are read. Errors leave through
     // the same formatter as over HTTP.
     // Internal errors leave as an opaque 500; the log keeps what happened (safe fields only).
-    const formatError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
+    // Over HTTP the failure is logged with the request id by the plugin below (issue 13, item 5);
+    // over the socket here, where no HTTP request is behind the operation.
+    const logInternal = (error: unknown, requestId?: string) =>
+      logger.error({ err: unwrapResolverError(error), requestId }, "GraphQL operation failed");
+    const formatError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError =>
+      formatGraphqlError(formatted, error);
+    const formatSocketError = (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
       const out = formatGraphqlError(formatted, error);
-      if (out.extensions?.code === "INTERNAL")
-        logger.error({ err: unwrapResolverError(error) }, "GraphQL operation failed");
+      if (out.extensions?.code === "INTERNAL") logInternal(error);
       return out;
     };
     const wss = new WebSocketServer({ server, path: "/graphql", maxPayload: config.graphqlMaxPayloadBytes });
@@ -560,7 +571,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
             variableValues: payload.variables,
           };
         },
-        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatError(e.toJSON(), e)),
+        onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatSocketError(e.toJSON(), e)),
         context: async (ctx): Promise<RequestContext> => {
           const base = { requestId: randomUUID(), ip: clientIp(app, ctx.extra.request) };
           try {
@@ -572,7 +583,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
         },
         onNext: (_ctx, _id, _payload, _args, result) =>
           "errors" in result && result.errors
-            ? { ...result, errors: result.errors.map((e) => formatError(e.toJSON(), e)) }
+            ? { ...result, errors: result.errors.map((e) => formatSocketError(e.toJSON(), e)) }
             : undefined,
       },
       wss,
@@ -590,6 +601,18 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       stopOnTerminationSignals: false,
       plugins: [
         ApolloServerPluginDrainHttpServer({ httpServer: server }),
+        {
+          async requestDidStart() {
+            return {
+              async didEncounterErrors({ errors, contextValue }) {
+                for (const error of errors) {
+                  if (formatGraphqlError(error.toJSON(), error).extensions?.code === "INTERNAL")
+                    logInternal(error, contextValue.requestId);
+                }
+              },
+            };
+          },
+        },
         {
           async serverWillStart() {
             return {
@@ -681,16 +704,37 @@ async function jobQueueReading(
 }
 
 /**
- * Logs for people (issue 13, item 5): readable lines (pino-pretty, in a worker thread) when
- * stdout is a terminal and `logFormat` is `auto`, or when it is `pretty`; JSON lines otherwise.
+ * Logs for people (issue 13, item 5): readable lines (pino-pretty) when `format` is `pretty`, or
+ * `auto` with stdout a terminal; JSON lines otherwise (the default when stdout is a pipe or file).
+ * @param isTTY whether stdout is a terminal (default: `process.stdout.isTTY`).
  */
-function prettyInTerminal(format: "auto" | "json" | "pretty"): { transport?: TransportSingleOptions } {
-  const pretty = format === "pretty" || (format === "auto" && process.stdout.isTTY === true);
-  if (!pretty) return {};
-  return {
-    transport: {
+export function usesPrettyLogs(
+  format: "auto" | "json" | "pretty",
+  isTTY: boolean = process.stdout.isTTY === true,
+): boolean {
+  return format === "pretty" || (format === "auto" && isTTY);
+}
+
+/**
+ * The service's logger: JSON lines, or pino-pretty's readable lines (in a worker thread) where
+ * `usesPrettyLogs` says so. `destination`: a file instead of stdout (tests read it).
+ */
+export function createLogger(
+  level: Config["logLevel"],
+  format: "auto" | "json" | "pretty",
+  destination?: string,
+): Logger {
+  if (usesPrettyLogs(format)) {
+    const transport: TransportSingleOptions = {
       target: "pino-pretty",
-      options: { translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", singleLine: true },
-    },
-  };
+      options: {
+        translateTime: "SYS:HH:MM:ss.l",
+        ignore: "pid,hostname",
+        singleLine: true,
+        ...(destination ? { destination, mkdir: true } : {}),
+      },
+    };
+    return pino({ level, transport });
+  }
+  return destination ? pino({ level }, pino.destination({ dest: destination, sync: true })) : pino({ level });
 }

@@ -141,6 +141,17 @@ function micros(text: string | null): number {
   return Number(m[1].replace(/,/g, "")) * 1e6 + Number(m[2]);
 }
 
+/** The pages of the navigation: link name and heading. */
+const NAV_PAGES: Array<[string, string | RegExp]> = [
+  ["Usage", "Usage"],
+  ["API keys", "API keys"],
+  ["Credit", "Credit"],
+  ["Activity", "Activity"],
+  ["Live events", "Live events"],
+  ["Batches", "Batches"],
+  ["Team", /^Team /],
+];
+
 /** True when nothing on the page is wider than the viewport (no sideways scrolling of the page). */
 async function fitsWidth(): Promise<boolean> {
   // Evaluated in the page (strings: this file is type-checked without the DOM library).
@@ -295,23 +306,36 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   expect(await page.getByRole("region", { name: "Pending invitations" }).getByText(invitee).count()).toBe(0);
   await shot("team");
 
-  // On a phone: the pages fit the width (tables scroll inside their own region).
-  await page.setViewportSize(PHONE);
-  for (const [name, heading] of [
-    ["Usage", "Usage"],
-    ["API keys", "API keys"],
-    ["Activity", "Activity"],
-    ["Live events", "Live events"],
-  ] as const) {
-    await open(name, heading);
-    await page.waitForTimeout(200);
-    expect(await fitsWidth()).toBe(true);
-    await shot(`phone-${name.toLowerCase().replace(/\s+/g, "-")}`);
+  // Every page fits the width at 1280 px and on a phone, with its data loaded (tables scroll
+  // inside their own region); the signed-out pages are checked after signing out below.
+  for (const viewport of [DESKTOP, PHONE]) {
+    await page.setViewportSize(viewport);
+    const at = viewport === PHONE ? "phone" : "desktop";
+    for (const [name, heading] of NAV_PAGES) {
+      await open(name, heading);
+      await page.waitForLoadState("networkidle");
+      expect({ at, name, fits: await fitsWidth() }).toEqual({ at, name, fits: true });
+      if (viewport === PHONE) await shot(`phone-${name.toLowerCase().replace(/\s+/g, "-")}`);
+    }
+    await open("Activity");
+    await page.getByRole("link", { name: `Details of ${activityId}` }).click();
+    await page.getByRole("heading", { level: 1, name: "Activity record" }).waitFor();
+    await page.waitForLoadState("networkidle");
+    expect({ at, name: "Activity record", fits: await fitsWidth() }).toEqual({
+      at,
+      name: "Activity record",
+      fits: true,
+    });
+    if (viewport === PHONE) await shot("phone-activity-detail");
   }
   await page.setViewportSize(DESKTOP);
 
-  // Revoke the key: listed as revoked, and the API refuses it.
+  // Revoke the key: listed as revoked, and the API refuses it. Back on the page, the key itself is
+  // nowhere (it was shown once, at creation): only its prefix is listed.
   await open("API keys");
+  await keyRow.getByText("active").waitFor();
+  expect(await page.getByLabel("Your new API key").count()).toBe(0);
+  expect(await page.content()).not.toContain(key);
   page.once("dialog", (dialog) => void dialog.accept());
   await page.getByRole("button", { name: /^Revoke key browser test/ }).click();
   await keyRow.getByText("revoked").waitFor();
@@ -328,6 +352,18 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("alert").waitFor();
   await shot("signin-refused");
+  // The signed-out pages fit a phone too.
+  await page.setViewportSize(PHONE);
+  expect({ name: "Sign in", fits: await fitsWidth() }).toEqual({ name: "Sign in", fits: true });
+  await shot("phone-signin");
+  await page.getByRole("link", { name: "Create an account" }).click();
+  await page.getByRole("heading", { level: 1, name: "Sign up" }).waitFor();
+  expect({ name: "Sign up", fits: await fitsWidth() }).toEqual({ name: "Sign up", fits: true });
+  await shot("phone-signup");
+  await page.goBack();
+  await page.getByRole("heading", { level: 1, name: "Sign in" }).waitFor();
+  await page.setViewportSize(DESKTOP);
+  await page.getByLabel("Email").fill(email);
   await page.getByLabel("Password").fill(password);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { level: 1, name: "Usage" }).waitFor();

@@ -112,9 +112,25 @@ test("when traffic has been served, then the scrape shows it by route, status an
     );
     expect(sample(after, "switchyard_metering_flush_rows_total")).toBeGreaterThanOrEqual(2);
     expect(sample(after, "switchyard_metering_flush_seconds_total")).toBeGreaterThan(0);
+    // Flush size and latency as histograms: one observation per group commit, rows summed.
+    expect(sample(after, "switchyard_metering_flush_size_rows_count")).toBe(
+      sample(after, "switchyard_metering_flushes_total"),
+    );
+    expect(sample(after, "switchyard_metering_flush_size_rows_sum")).toBe(
+      sample(after, "switchyard_metering_flush_rows_total"),
+    );
+    expect(sample(after, "switchyard_metering_flush_duration_seconds_count")).toBe(
+      sample(after, "switchyard_metering_flushes_total"),
+    );
+    // Tokens per second by model: one observation per generation that produced tokens.
+    expect(sample(after, "switchyard_engine_tokens_per_second_count", { model: CHAT_MODEL })).toBeGreaterThan(
+      sample(before, "switchyard_engine_tokens_per_second_count", { model: CHAT_MODEL }) ?? 0,
+    );
+    expect(sample(after, "switchyard_engine_tokens_per_second_sum", { model: CHAT_MODEL })).toBeGreaterThan(0);
     expect(sample(after, "switchyard_nodejs_eventloop_lag_seconds")).toBeDefined();
     expect(sample(after, "switchyard_process_resident_memory_bytes")).toBeGreaterThan(0);
     expect(after).toContain("# TYPE switchyard_job_queue_depth gauge");
+    expect(after).toContain("# TYPE switchyard_job_queue_oldest_age_seconds gauge");
   } finally {
     await new Promise((resolve) => receiver.close(resolve));
   }

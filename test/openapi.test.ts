@@ -8,9 +8,12 @@
  * error envelope.
  */
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { compileErrors, dereference, validate } from "@readme/openapi-parser";
 import { Validator } from "@cfworker/json-schema";
 import { parse as parseYaml } from "yaml";
+import { packageRoot } from "../src/config/config.js";
 import { controlRoutes } from "../src/rest/control.routes.js";
 import { dataPlaneRoutes } from "../src/rest/data-plane.routes.js";
 import { openApiPath } from "../src/rest/openapi.js";
@@ -165,6 +168,34 @@ test("every row of both route tables is in the document, with the row's auth as 
     "stream_id",
     "wait_ms",
   ]);
+});
+
+/**
+ * `METHOD /path` pairs a Markdown file names: table rows (`| GET | /v1/x |`) and inline mentions
+ * (`POST /v1/x`), path parameters reduced to `{}` (DESIGN.md says `{id}` where the spec says
+ * `{response_id}`).
+ */
+function namedOperations(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  const found = new Set<string>();
+  const add = (method: string, p: string) =>
+    found.add(`${method.toLowerCase()} ${p.replace(/[`.,)]+$/, "").replace(/\{[^}]*\}/g, "{}")}`);
+  for (const m of text.matchAll(/^\| (GET|HEAD|POST|PATCH|PUT|DELETE) \| (\/[^\s|]+)/gm)) add(m[1], m[2]);
+  for (const m of text.matchAll(/\b(GET|HEAD|POST|PATCH|PUT|DELETE) `?(\/(?:v1|control\/v1)\/[A-Za-z0-9_{}./-]+)/g))
+    add(m[1], m[2]);
+  return [...found].sort();
+}
+
+test("every operation the spec and DESIGN.md name is in the document", () => {
+  // CI runs with ../shared beside the checkout (.ci/run), as the README says.
+  const shared = path.resolve(packageRoot, "../shared");
+  const documented = new Set(operations().map(({ path: p, method }) => `${method} ${p.replace(/\{[^}]*\}/g, "{}")}`));
+  const spec = namedOperations(path.join(shared, "spec/interface.md"));
+  const design = namedOperations(path.join(shared, "DESIGN.md"));
+  expect(spec.length).toBeGreaterThanOrEqual(54);
+  expect(design.length).toBeGreaterThanOrEqual(12);
+  expect(spec.filter((o) => !documented.has(o))).toEqual([]);
+  expect(design.filter((o) => !documented.has(o))).toEqual([]);
 });
 
 test("every documented path and method is routed: nothing answers the unknown-route 404", async () => {

@@ -1,6 +1,6 @@
 /**
  * An engine as seen by the metrics (issue 13, item 4): every `generate` and `embed` observes its
- * queue wait, engine time and tokens by model (`shared/metrics.ts`). Everything else, including
+ * queue wait, engine time and tokens by model, and a generation its tokens/s (`shared/metrics.ts`). Everything else, including
  * operations added to `InferenceEngine` later, passes through untouched (a Proxy, so the wrapped
  * engine keeps its class for `instanceof`).
  */
@@ -18,6 +18,11 @@ export function measuredEngine<E extends InferenceEngine>(engine: E, metrics: Me
       metrics.engineSeconds.inc(labels, result.engineMs / 1000);
       metrics.enginePromptTokens.inc(labels, result.usage.promptTokens);
       metrics.engineCompletionTokens.inc(labels, result.usage.completionTokens);
+      if (result.engineMs > 0 && result.usage.completionTokens > 0)
+        metrics.engineTokensPerSecond.observe(
+          { model: req.model.id },
+          result.usage.completionTokens / (result.engineMs / 1000),
+        );
       metrics.engineRequests.inc({ ...labels, outcome: result.finishReason === "cancelled" ? "cancelled" : "ok" });
       return result;
     } catch (err) {

@@ -20,13 +20,16 @@ import { mountOpenApi } from "./openapi.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
 
-/** One log line per request at `debug` (method, path, status, ms): off at the default `info`. */
-function accessLog(logger: Logger): RequestHandler {
+/**
+ * One log line per request (request id, method, path, status, ms) at `level`: `debug` for JSON
+ * logs (off at the default `info`), `info` for readable logs in a terminal (issue 13, item 5).
+ */
+function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
   return (req, res, next) => {
-    if (!logger.isLevelEnabled("debug")) return next();
+    if (!logger.isLevelEnabled(level)) return next();
     const started = performance.now();
     res.on("finish", () =>
-      logger.debug(
+      logger[level](
         {
           requestId: res.locals.requestId as string,
           method: req.method,
@@ -112,6 +115,8 @@ export interface AppOptions {
   metrics?: Metrics;
   /** Config `metricsToken`: the bearer token `/metrics` asks for; unset = loopback clients only. */
   metricsToken?: string;
+  /** Level of the one line per request: `debug` (default; JSON logs) or `info` (readable logs). */
+  accessLogLevel?: "debug" | "info";
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -215,7 +220,7 @@ export function createApp(opts: AppOptions): Express {
   app.use(timing);
   app.use(securityHeaders);
   app.use(cors(opts.corsOrigins));
-  app.use(accessLog(opts.logger));
+  app.use(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
   if (opts.metrics) {
     app.use(httpMetrics(opts.metrics));
     app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));

@@ -37,6 +37,7 @@ import { createDeploymentInput } from "../services/models/deployments.service.js
 import { oauthCompleteInput } from "../services/oauth/oauth.service.js";
 import { forgotPasswordInput, resetPasswordInput } from "../services/password-reset.service.js";
 import { updateTeamInput } from "../services/team.service.js";
+import { responseShapes } from "./openapi-shapes.js";
 import type { RouteDoc } from "./route-doc.js";
 import {
   activityDetailJson,
@@ -83,7 +84,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 201,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.signup(body as SignupInput, ctx)),
-    doc: { summary: "Sign up (a new team, or the inviting team with `invite_token`)", body: signupInput },
+    doc: {
+      response: responseShapes.SignupResponse,
+      summary: "Sign up (a new team, or the inviting team with `invite_token`)",
+      body: signupInput,
+    },
   },
   {
     method: "post",
@@ -91,7 +96,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.login(body as LoginInput, ctx)),
-    doc: { summary: "Log in: an access token", body: loginInput },
+    doc: { response: responseShapes.LoginResponse, summary: "Log in: an access token", body: loginInput },
   },
   {
     method: "get",
@@ -99,7 +104,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => userJson(await r.auth.me(ctx)),
-    doc: { summary: "The signed-in user" },
+    doc: { response: responseShapes.User, summary: "The signed-in user" },
   },
   {
     method: "get",
@@ -107,7 +112,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => apiKeyListJson(await r.apiKeys.apiKeys(ctx)),
-    doc: { summary: "The caller's API keys" },
+    doc: { response: responseShapes.ApiKeyList, summary: "The caller's API keys" },
   },
   {
     method: "post",
@@ -115,7 +120,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInput, ctx),
-    doc: { summary: "Create an API key (the key is shown this once)", body: createApiKeyInput },
+    doc: {
+      response: responseShapes.ApiKeyCreateResponse,
+      summary: "Create an API key (the key is shown this once)",
+      body: createApiKeyInput,
+    },
   },
   {
     method: "delete",
@@ -132,7 +141,10 @@ export const controlRoutes: RouteSpec[] = [
     auth: "optional",
     status: 200,
     call: (r, { params }, ctx) => r.auth.oauthAuthorize(params.provider, ctx),
-    doc: { summary: "Start an OpenID Connect sign-in: the provider URL and state" },
+    doc: {
+      response: responseShapes.OAuthAuthorizeResponse,
+      summary: "Start an OpenID Connect sign-in: the provider URL and state",
+    },
   },
   {
     method: "post",
@@ -140,7 +152,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: async (r, { body }, ctx) => withUserJson(await r.auth.oauthComplete(body as OAuthCompleteInput, ctx)),
-    doc: { summary: "Finish an OpenID Connect sign-in", body: oauthCompleteInput },
+    doc: {
+      response: responseShapes.LoginResponse,
+      summary: "Finish an OpenID Connect sign-in",
+      body: oauthCompleteInput,
+    },
   },
   {
     method: "post",
@@ -148,7 +164,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { body }, ctx) => r.auth.linkOAuth(body as OAuthCompleteInput, ctx),
-    doc: { summary: "Link an OpenID Connect account to the caller", body: oauthCompleteInput },
+    doc: {
+      response: responseShapes.LinkOAuthResponse,
+      summary: "Link an OpenID Connect account to the caller",
+      body: oauthCompleteInput,
+    },
   },
   {
     method: "get",
@@ -156,7 +176,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, _i, ctx) => r.auth.linkedAccounts(ctx),
-    doc: { summary: "The caller's linked OpenID Connect accounts" },
+    doc: { response: responseShapes.LinkedAccountsResponse, summary: "The caller's linked OpenID Connect accounts" },
   },
   {
     method: "get",
@@ -164,7 +184,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => teamJson(r, ctx, await r.teams.team(ctx)),
-    doc: { summary: "The caller's team and its members" },
+    doc: { response: responseShapes.Team, summary: "The caller's team and its members" },
   },
   {
     method: "patch",
@@ -173,6 +193,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     call: async (r, { body }, ctx) => teamJson(r, ctx, await r.teams.updateTeam(body as UpdateTeamInput, ctx)),
     doc: {
+      response: responseShapes.Team,
       summary: "Update the team (name, email domain, zero data retention, webhook signing secret)",
       body: updateTeamInput,
     },
@@ -183,7 +204,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: async (r, { body }, ctx) => invitedMemberJson(await r.teams.inviteMember(body as InviteMemberInput, ctx)),
-    doc: { summary: "Invite a member (the invitation token is shown this once)", body: inviteMemberInput },
+    doc: {
+      response: responseShapes.InvitedMember,
+      summary: "Invite a member (the invitation token is shown this once)",
+      body: inviteMemberInput,
+    },
   },
   {
     method: "patch",
@@ -192,7 +217,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     call: async (r, { params, body }, ctx) =>
       memberJson(await r.teams.updateMember(params.user_id, body as UpdateMemberInput, ctx)),
-    doc: { summary: "Change a member's role", body: updateMemberInput },
+    doc: { response: responseShapes.Member, summary: "Change a member's role", body: updateMemberInput },
   },
   {
     method: "delete",
@@ -208,7 +233,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { params }, ctx) => withUserJson(await r.teams.acceptInvitation(params.token, ctx)),
-    doc: { summary: "Accept an invitation: the caller joins the team" },
+    doc: { response: responseShapes.InvitationAccepted, summary: "Accept an invitation: the caller joins the team" },
   },
   {
     method: "post",
@@ -216,7 +241,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: (r, { body }, ctx) => r.auth.forgotPassword((body as ForgotPasswordInput | null | undefined)?.email, ctx),
-    doc: { summary: "Mail a password reset link", body: forgotPasswordInput },
+    doc: { response: responseShapes.Message, summary: "Mail a password reset link", body: forgotPasswordInput },
   },
   {
     method: "post",
@@ -227,7 +252,11 @@ export const controlRoutes: RouteSpec[] = [
       const input = body as ResetPasswordInput | null | undefined;
       return r.auth.resetPassword(input?.token, input?.password, ctx);
     },
-    doc: { summary: "Set a new password with a mailed token", body: resetPasswordInput },
+    doc: {
+      response: responseShapes.Message,
+      summary: "Set a new password with a mailed token",
+      body: resetPasswordInput,
+    },
   },
   // Models and deployments (issue 9). Query values go to the services as given (a repeated
   // parameter arrives as an array and is refused there with a 400 naming it).
@@ -237,7 +266,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, _i, ctx) => r.models.modelCatalog(ctx),
-    doc: { summary: "The platform model catalog" },
+    doc: { response: responseShapes.CatalogModelList, summary: "The platform model catalog" },
   },
   {
     method: "get",
@@ -251,7 +280,7 @@ export const controlRoutes: RouteSpec[] = [
         query.status as string | null,
         ctx,
       ),
-    doc: { summary: "Search the catalog", query: searchModelsQuery },
+    doc: { response: responseShapes.ModelSearchResults, summary: "Search the catalog", query: searchModelsQuery },
   },
   {
     method: "post",
@@ -259,7 +288,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.models.createCustomModel(body as CreateCustomModelInput, ctx),
-    doc: { summary: "Register a custom model", body: createCustomModelInput },
+    doc: { response: responseShapes.CatalogModel, summary: "Register a custom model", body: createCustomModelInput },
   },
   {
     method: "delete",
@@ -275,7 +304,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { body }, ctx) => r.models.requestDeployment(body as RequestDeploymentInput, ctx),
-    doc: { summary: "Ask for a model to be deployed", body: requestDeploymentInput },
+    doc: {
+      response: responseShapes.RequestDeploymentResponse,
+      summary: "Ask for a model to be deployed",
+      body: requestDeploymentInput,
+    },
   },
   {
     method: "get",
@@ -283,7 +316,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, _i, ctx) => ({ items: (await r.deployments.deployments(ctx)).items.map(deploymentJson) }),
-    doc: { summary: "The team's deployments" },
+    doc: { response: responseShapes.DeploymentList, summary: "The team's deployments" },
   },
   {
     method: "post",
@@ -292,7 +325,7 @@ export const controlRoutes: RouteSpec[] = [
     status: 201,
     call: async (r, { body }, ctx) =>
       deploymentJson(await r.deployments.createDeployment(body as CreateDeploymentInput, ctx)),
-    doc: { summary: "Create a deployment", body: createDeploymentInput },
+    doc: { response: responseShapes.Deployment, summary: "Create a deployment", body: createDeploymentInput },
   },
   {
     method: "delete",
@@ -309,7 +342,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { query }, ctx) => activityListJson(await r.activity.list(query, ctx)),
-    doc: { summary: "Activity records, a page at a time", query: activityListQuery },
+    doc: {
+      response: responseShapes.ActivityList,
+      summary: "Activity records, a page at a time",
+      query: activityListQuery,
+    },
   },
   {
     method: "get",
@@ -317,7 +354,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.models(query, ctx),
-    doc: { summary: "Models in the caller's activity", query: userFilterQuery },
+    doc: {
+      response: responseShapes.ActivityModels,
+      summary: "Models in the caller's activity",
+      query: userFilterQuery,
+    },
   },
   {
     method: "get",
@@ -325,7 +366,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: async (r, { params }, ctx) => activityDetailJson(await r.activity.activityRecord(params.request_id, ctx)),
-    doc: { summary: "One activity record with its bodies" },
+    doc: { response: responseShapes.ActivityDetail, summary: "One activity record with its bodies" },
   },
   {
     method: "get",
@@ -333,7 +374,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.daily(query, ctx),
-    doc: { summary: "Usage by day and model", query: usageQuery },
+    doc: { response: responseShapes.UsageDaily, summary: "Usage by day and model", query: usageQuery },
   },
   {
     method: "get",
@@ -341,7 +382,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.activity.summary(query, ctx),
-    doc: { summary: "Usage totals and by model", query: usageQuery },
+    doc: { response: responseShapes.UsageSummary, summary: "Usage totals and by model", query: usageQuery },
   },
   // Billing summary with the pricing used (issue 10, item 3).
   {
@@ -350,7 +391,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.billingSummary.summary(query, ctx),
-    doc: { summary: "Billing summary with the prices used", query: billingSummaryQuery },
+    doc: {
+      response: responseShapes.BillingSummary,
+      summary: "Billing summary with the prices used",
+      query: billingSummaryQuery,
+    },
   },
   // Billing (issue 10, items 4–6). The confirm link and the Stripe webhook carry their own proof
   // (an HMAC signature, Stripe's signature over the raw body) instead of credentials.
@@ -360,7 +405,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { query }, ctx) => r.billing.transactions(query, ctx),
-    doc: { summary: "Credit ledger transactions, newest first", query: transactionsQuery },
+    doc: {
+      response: responseShapes.TransactionList,
+      summary: "Credit ledger transactions, newest first",
+      query: transactionsQuery,
+    },
   },
   {
     method: "post",
@@ -368,7 +417,12 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { query, body }, ctx) => r.billing.topUp(query, body, ctx),
-    doc: { summary: "Start a credit top-up (idempotent by `nonce`)", query: topUpQuery, body: topUpBody },
+    doc: {
+      response: responseShapes.TopUpSession,
+      summary: "Start a credit top-up (idempotent by `nonce`)",
+      query: topUpQuery,
+      body: topUpBody,
+    },
   },
   {
     method: "get",
@@ -376,7 +430,11 @@ export const controlRoutes: RouteSpec[] = [
     auth: "none",
     status: 200,
     call: (r, { query }) => r.billing.confirmLocalTopUp(query),
-    doc: { summary: "Confirm a local (no payment provider) top-up: the signed link", query: confirmQuery },
+    doc: {
+      response: responseShapes.TopUpConfirmation,
+      summary: "Confirm a local (no payment provider) top-up: the signed link",
+      query: confirmQuery,
+    },
   },
   {
     method: "post",
@@ -385,7 +443,10 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     body: "raw",
     call: (r, { body, header }) => r.billing.stripeWebhook(body, header("stripe-signature")),
-    doc: { summary: "Stripe webhook (signed by Stripe over the raw body)" },
+    doc: {
+      response: responseShapes.StripeWebhookReceived,
+      summary: "Stripe webhook (signed by Stripe over the raw body)",
+    },
   },
   {
     method: "post",
@@ -393,7 +454,7 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 201,
     call: (r, { body }, ctx) => r.billing.invoices(body, ctx),
-    doc: { summary: "Create an invoice for a period", body: invoiceBody },
+    doc: { response: responseShapes.Invoice, summary: "Create an invoice for a period", body: invoiceBody },
   },
   {
     method: "get",
@@ -401,6 +462,6 @@ export const controlRoutes: RouteSpec[] = [
     auth: "required",
     status: 200,
     call: (r, { params }, ctx) => r.billing.invoice(params.invoice_id, ctx),
-    doc: { summary: "One invoice" },
+    doc: { response: responseShapes.Invoice, summary: "One invoice" },
   },
 ];

@@ -2,7 +2,7 @@
  * The data-plane REST table: every `/v1` path this build serves and its handler. The
  * OpenAI/Anthropic bodies are REST-native; handlers call the same services GraphQL uses.
  */
-import { DECISION_BODY_LIMIT_BYTES } from "../services/decisions/decisions.protocol.js";
+import { DECISION_BODY_LIMIT_BYTES, decisionRequest } from "../services/decisions/decisions.protocol.js";
 import type { ModelDto } from "../services/model-catalog.service.js";
 import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
@@ -26,7 +26,7 @@ import {
   getBatchResultsJsonl,
   listBatches,
 } from "./handlers/batches.handler.js";
-import { listQuery as listBatchesQuery } from "../services/batches/batches.service.js";
+import { batchCreateBody, listQuery as listBatchesQuery } from "../services/batches/batches.service.js";
 import { eventsQuery } from "../services/completion-events.service.js";
 import { messagesQuery, messagesRequest } from "../services/protocols/anthropic-messages.protocol.js";
 import { chatCompletionRequest } from "../services/protocols/openai-chat.protocol.js";
@@ -136,7 +136,11 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     path: "/v1/responses/events",
     auth: "required",
     handler: listCompletionEvents,
-    doc: { summary: "Completion events feed (cursor pages, optional long-poll with `wait_ms`)", query: eventsQuery },
+    doc: {
+      response: shape.responseShapes.CompletionEventList,
+      summary: "Completion events feed (cursor pages, optional long-poll with `wait_ms`)",
+      query: eventsQuery,
+    },
   },
   {
     method: "get",
@@ -204,35 +208,48 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     auth: "required",
     handler: createDecision,
     bodyLimitBytes: DECISION_BODY_LIMIT_BYTES,
-    doc: { summary: "Calibrated probabilities for up to 64 choice, score or yes/no questions about one input" },
+    doc: {
+      response: shape.responseShapes.Decision,
+      body: decisionRequest,
+      summary: "Calibrated probabilities for up to 64 choice, score or yes/no questions about one input",
+    },
   },
   {
     method: "post",
     path: "/v1/streams",
     auth: "required",
     handler: createStream,
-    doc: { summary: "Create a stream (a named group of completions)", body: createStreamInput, status: 201 },
+    doc: {
+      response: shape.responseShapes.Stream,
+      summary: "Create a stream (a named group of completions)",
+      body: createStreamInput,
+      status: 201,
+    },
   },
   {
     method: "get",
     path: "/v1/streams",
     auth: "required",
     handler: listStreams,
-    doc: { summary: "List streams, newest first" },
+    doc: { response: shape.responseShapes.StreamList, summary: "List streams, newest first" },
   },
   {
     method: "get",
     path: "/v1/streams/:stream_id",
     auth: "required",
     handler: getStream,
-    doc: { summary: "A stream with its counters" },
+    doc: { response: shape.responseShapes.StreamDetail, summary: "A stream with its counters" },
   },
   {
     method: "patch",
     path: "/v1/streams/:stream_id",
     auth: "required",
     handler: updateStream,
-    doc: { summary: "Rename, archive or cancel a stream", body: updateStreamInput },
+    doc: {
+      response: shape.responseShapes.StreamDetail,
+      summary: "Rename, archive or cancel a stream",
+      body: updateStreamInput,
+    },
   },
   {
     method: "post",
@@ -241,8 +258,9 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     handler: createBatch,
     body: "raw",
     doc: {
+      response: shape.responseShapes.Batch,
       summary: "Create a batch: `{requests: [{custom_id?, body}], window?, metadata?}`",
-      bodyMediaTypes: ["application/json"],
+      body: batchCreateBody,
       status: 201,
     },
   },
@@ -251,28 +269,28 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     path: "/v1/batches",
     auth: "required",
     handler: listBatches,
-    doc: { summary: "List batches, newest first", query: listBatchesQuery },
+    doc: { response: shape.responseShapes.BatchList, summary: "List batches, newest first", query: listBatchesQuery },
   },
   {
     method: "get",
     path: "/v1/batches/:batch_id",
     auth: "required",
     handler: getBatch,
-    doc: { summary: "A batch with progress and totals" },
+    doc: { response: shape.responseShapes.Batch, summary: "A batch with progress and totals" },
   },
   {
     method: "post",
     path: "/v1/batches/:batch_id/cancel",
     auth: "required",
     handler: cancelBatch,
-    doc: { summary: "Cancel a batch" },
+    doc: { response: shape.responseShapes.Batch, summary: "Cancel a batch" },
   },
   {
     method: "get",
     path: "/v1/batches/:batch_id/results",
     auth: "required",
     handler: getBatchResults,
-    doc: { summary: "A batch's results (`results` null until it ends)" },
+    doc: { response: shape.responseShapes.BatchResults, summary: "A batch's results (`results` null until it ends)" },
   },
   {
     method: "get",

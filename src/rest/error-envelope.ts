@@ -56,7 +56,11 @@ export function sendError(res: Response, err: unknown): void {
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const { status } = toEnvelope(err);
-    if (status >= 500) logger.error({ err, method: req.method, path: req.path }, "request failed");
+    if (status >= 500)
+      logger.error(
+        { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
+        "request failed",
+      );
     if (res.headersSent) {
       res.end();
       return;
@@ -73,7 +77,11 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
 export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const { status, body } = toEnvelope(err);
-    if (status >= 500) logger.error({ err, method: req.method, path: req.path }, "request failed");
+    if (status >= 500)
+      logger.error(
+        { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
+        "request failed",
+      );
     if (res.headersSent) {
       res.end();
       return;

@@ -17,7 +17,9 @@ import { stringify } from "yaml";
 import { z } from "zod";
 import { loginInput, signupInput } from "../services/account.service.js";
 import { createApiKeyInput } from "../services/api-key.service.js";
+import { batchCreateBody } from "../services/batches/batches.service.js";
 import { invoiceBody, topUpBody } from "../services/billing/billing.service.js";
+import { decisionRequest } from "../services/decisions/decisions.protocol.js";
 import { inviteMemberInput, updateMemberInput } from "../services/members.service.js";
 import { createCustomModelInput, requestDeploymentInput } from "../services/models/custom-models.service.js";
 import { createDeploymentInput } from "../services/models/deployments.service.js";
@@ -61,6 +63,8 @@ const REQUEST_NAMES: ReadonlyArray<[z.ZodType, string]> = [
   [createDeploymentInput, "DeploymentCreateRequest"],
   [topUpBody, "TopUpRequest"],
   [invoiceBody, "InvoiceCreateRequest"],
+  [decisionRequest, "DecisionRequest"],
+  [batchCreateBody, "BatchCreateRequest"],
 ];
 
 /** A row of either table, as the document needs it. */
@@ -191,11 +195,10 @@ export function buildOpenApiDocument(): Json {
         content[type] = {
           schema: type.includes("json") && !type.includes("x-ndjson") ? GENERIC_OBJECT : { type: "string" },
         };
-      if (Object.keys(content).length === 0)
-        content[row.raw ? "application/octet-stream" : "application/json"] = {
-          schema: row.raw ? { type: "string" } : GENERIC_OBJECT,
-        };
-      op.requestBody = { required: Boolean(doc?.body) || row.raw, content };
+      if (row.raw && Object.keys(content).length === 0)
+        content["application/octet-stream"] = { schema: { type: "string" } };
+      // A POST that reads nothing but its path (cancel, accept) documents no body.
+      if (Object.keys(content).length) op.requestBody = { required: Boolean(doc?.body) || row.raw, content };
     }
 
     const responses: Record<string, Json> = {};
@@ -323,8 +326,8 @@ function extraPaths(): Record<string, Record<string, Json>> {
       },
     },
   };
-  const open = (summary: string, tag: string, type: string, description?: string): Json => ({
-    operationId: `get${summary.replace(/[^A-Za-z0-9]+/g, "")}`,
+  const open = (operationId: string, summary: string, tag: string, type: string, description?: string): Json => ({
+    operationId,
     summary,
     tags: [tag],
     security: [],
@@ -366,12 +369,21 @@ function extraPaths(): Record<string, Record<string, Json>> {
         },
       },
     },
-    "/schema/openapi.json": { get: open("OpenAPI document JSON", "operations", "application/json", "This document.") },
+    "/schema/openapi.json": {
+      get: open("getSchemaOpenapiJson", "OpenAPI document JSON", "operations", "application/json", "This document."),
+    },
     "/schema/openapi.yaml": {
-      get: open("OpenAPI document YAML", "operations", "application/yaml", "This document, as YAML."),
+      get: open(
+        "getSchemaOpenapiYaml",
+        "OpenAPI document YAML",
+        "operations",
+        "application/yaml",
+        "This document, as YAML.",
+      ),
     },
     "/docs": {
       get: open(
+        "getDocs",
         "API reference page",
         "operations",
         "text/html",

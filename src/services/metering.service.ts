@@ -122,6 +122,8 @@ export class MeteringService {
   private readonly keysTouched = new Map<string, number>();
   /** Flushes done, rows written and time spent writing (ms), for logs and benchmarks. */
   readonly stats = { flushes: 0, rows: 0, flushMs: 0 };
+  /** Called after each group commit with its rows and time (seconds): the metrics' histograms. */
+  onFlush?: (rows: number, seconds: number) => void;
 
   constructor(
     private readonly ds: DataSource,
@@ -264,7 +266,9 @@ export class MeteringService {
   private settle(batch: Pending[], charges: Map<string, MeteredCharge>, started: number): void {
     this.stats.flushes++;
     this.stats.rows += batch.length;
-    this.stats.flushMs += performance.now() - started;
+    const ms = performance.now() - started;
+    this.stats.flushMs += ms;
+    this.onFlush?.(batch.length, ms / 1000);
     // A team's balance after the flush is the lowest `balance_after` of its charges (they only
     // go down); other processes learn it from the flush's NOTIFY.
     const lowest = new Map<string, bigint>();

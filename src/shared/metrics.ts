@@ -9,6 +9,10 @@
  * - `switchyard_engine_seconds_total`, `switchyard_engine_prompt_tokens_total`,
  *   `switchyard_engine_completion_tokens_total` `{model,operation}`: tokens/s by model is
  *   `rate(completion_tokens) / rate(engine_seconds)`; `switchyard_engine_requests_total{model,operation,outcome}`;
+ * - `switchyard_engine_tokens_per_second{model}` (histogram): each generation's completion tokens
+ *   over its engine time, so the spread of tokens/s by model is read directly;
+ * - `switchyard_metering_flush_size_rows` and `switchyard_metering_flush_duration_seconds`
+ *   (histograms): each group commit's rows and time;
  * - `switchyard_webhook_attempts_total{outcome}` (delivered, retry, failed);
  * - read at scrape time (`counterFrom`, `gaugeFrom`): the group commit's flushes, rows and
  *   seconds, job queue depth and oldest age;
@@ -18,6 +22,11 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 
 /** Seconds buckets from 1 ms to 60 s. */
 const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/** Tokens per second buckets: 1 to 5,000. */
+const RATE_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+/** Rows per group commit: 1 to 2,000. */
+const ROWS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000];
 
 /** A scrape-time reading: it sets gauges or counters of its own before the registry renders. */
 export type MetricsCollector = () => Promise<void> | void;
@@ -33,6 +42,9 @@ export class Metrics {
   readonly engineCompletionTokens: Counter<"model" | "operation">;
   readonly engineRequests: Counter<"model" | "operation" | "outcome">;
   readonly webhookAttempts: Counter<"outcome">;
+  readonly engineTokensPerSecond: Histogram<"model">;
+  readonly meteringFlushRows: Histogram;
+  readonly meteringFlushSeconds: Histogram;
   private readonly collectors: MetricsCollector[] = [];
 
   constructor() {
@@ -85,6 +97,25 @@ export class Metrics {
       name: "switchyard_webhook_attempts_total",
       help: "Webhook delivery attempts by outcome: delivered, retry (failed, tried again later), failed (for good)",
       labelNames: ["outcome"],
+      registers,
+    });
+    this.engineTokensPerSecond = new Histogram({
+      name: "switchyard_engine_tokens_per_second",
+      help: "Completion tokens per second of engine time, one observation per generation, by model",
+      labelNames: ["model"],
+      buckets: RATE_BUCKETS,
+      registers,
+    });
+    this.meteringFlushRows = new Histogram({
+      name: "switchyard_metering_flush_size_rows",
+      help: "Requests written by one group commit (flush size)",
+      buckets: ROWS_BUCKETS,
+      registers,
+    });
+    this.meteringFlushSeconds = new Histogram({
+      name: "switchyard_metering_flush_duration_seconds",
+      help: "Time one group commit took (flush latency), seconds",
+      buckets: SECONDS_BUCKETS,
       registers,
     });
     collectDefaultMetrics({ register: this.registry, prefix: "switchyard_" });

@@ -41,7 +41,8 @@ export const MAX_CUSTOM_ID_CHARS = 512;
 /** How long an item waits for an engine slot before it is put back and retried, seconds. */
 const ITEM_QUEUE_WAIT_S = 60;
 
-const itemShape = z
+/** One item of a batch create (`requests[i]`): validated one by one as the body is scanned. */
+export const itemShape = z
   .object({
     custom_id: z.string().max(MAX_CUSTOM_ID_CHARS).nullish(),
     url: z.string().nullish(),
