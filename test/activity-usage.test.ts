@@ -172,6 +172,23 @@ describe("GET /control/v1/activity/{request_id}", () => {
     expectEnvelope(await get(`/control/v1/activity/${randomUUID()}`, caller.token), 404);
     expectInvalid(await get("/control/v1/activity/not-a-uuid", caller.token), "request_id");
   });
+
+  test("when pages of records are listed, then their bodies are not read (detail only; REST and GraphQL)", async () => {
+    // A page holds up to 100 records whose bodies may be 8 MiB each: the list reads none of them
+    // (a page of 100 read them all, ~1.6 GB for REST to throw away and GraphQL to send).
+    const caller = await createTestCaller(server.url);
+    await chat(caller.key, "list-bodies");
+    const gql = (query: string) => http(server.url, "POST", "/graphql", { token: caller.token, body: { query } });
+    const list = await gql(`{ activityRecords { items { id customId bodyJson resultJson } } }`);
+    expect(list.body.errors).toBeUndefined();
+    const [item] = list.body.data.activityRecords.items;
+    expect(item).toEqual({ id: expect.any(String), customId: "list-bodies", bodyJson: null, resultJson: null });
+    const rest = await get("/control/v1/activity", caller.token);
+    expect(rest.body.items[0]).not.toHaveProperty("body_json");
+    const detail = await gql(`{ activityRecord(id: "${item.id}") { bodyJson resultJson } }`);
+    expect(detail.body.data.activityRecord.bodyJson).toMatchObject({ model: CHAT_MODEL, max_tokens: 2 });
+    expect(detail.body.data.activityRecord.resultJson).not.toBeNull();
+  });
 });
 
 describe("member scope", () => {

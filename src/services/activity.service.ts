@@ -19,7 +19,7 @@
  *   `service_tier` is the tier the request was served at (`flex` for Responses that asked for it,
  *   else `default`); `by_model` has one item per model and tier.
  */
-import { And, type DataSource, type FindOptionsWhere, LessThan, MoreThan } from "typeorm";
+import { And, type DataSource, type FindOptionsSelect, type FindOptionsWhere, LessThan, MoreThan } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../db/sql.js";
 import { ActivityEntity } from "../entities/activity.entity.js";
@@ -183,7 +183,8 @@ export class ActivityService {
   constructor(private readonly ds: DataSource) {}
 
   /**
-   * `GET /control/v1/activity`: newest first, filtered, one page.
+   * `GET /control/v1/activity`: newest first, filtered, one page; the records come without their
+   * bodies (`bodyJson`, `resultJson` undefined: the detail shows them).
    * @throws AppError 400 naming a bad query field; 401; 403 when a member names another user.
    */
   async list(ctx: RequestContext, query: unknown): Promise<ActivityList> {
@@ -210,11 +211,34 @@ export class ActivityService {
     };
     const repo = this.ds.getRepository(ActivityEntity);
     const [items, total] = await Promise.all([
-      repo.find({ where, order: { createdAt: "DESC", id: "DESC" }, skip: (page - 1) * pageSize, take: pageSize }),
+      repo.find({
+        select: this.listColumns(),
+        where,
+        order: { createdAt: "DESC", id: "DESC" },
+        skip: (page - 1) * pageSize,
+        take: pageSize,
+      }),
       this.total(scope, q, () => repo.count({ where })),
     ]);
     return { items, page, page_size: pageSize, total };
   }
+
+  /**
+   * Every column of a record but its bodies (`body_json`, `result_json`: up to the 8 MiB request
+   * limit each), which only the detail shows: a page of 100 read them all for nothing.
+   */
+  private listColumns(): FindOptionsSelect<ActivityEntity> {
+    this.columns ??= Object.fromEntries(
+      this.ds
+        .getMetadata(ActivityEntity)
+        .columns.map((c) => c.propertyName)
+        .filter((p) => p !== "bodyJson" && p !== "resultJson")
+        .map((p) => [p, true]),
+    ) as FindOptionsSelect<ActivityEntity>;
+    return this.columns;
+  }
+
+  private columns?: FindOptionsSelect<ActivityEntity>;
 
   /**
    * The list's `total`, exact, without counting millions of rows (issue 12, item 4):
