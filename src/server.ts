@@ -464,7 +464,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       // Activity and usage (issue 10, items 1 and 2).
       activity: new ActivityResolver(new ActivityService(ds)),
       // Billing summary with the pricing used (issue 10, item 3).
-      billingSummary: new BillingSummaryResolver(new BillingSummaryService(ds)),
+      billingSummary: new BillingSummaryResolver(new BillingSummaryService(ds, platform)),
       // Transactions, top-ups and invoices (issue 10, items 4–6).
       billing: new BillingResolver(billingService(ds, bus, logger, config)),
       // Decisions (issue 11): the same service as POST /v1/decisions.

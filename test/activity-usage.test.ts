@@ -172,6 +172,23 @@ describe("GET /control/v1/activity/{request_id}", () => {
     expectEnvelope(await get(`/control/v1/activity/${randomUUID()}`, caller.token), 404);
     expectInvalid(await get("/control/v1/activity/not-a-uuid", caller.token), "request_id");
   });
+
+  test("when pages of records are listed, then their bodies are not read (detail only; REST and GraphQL)", async () => {
+    // A page holds up to 100 records whose bodies may be 8 MiB each: the list reads none of them
+    // (a page of 100 read them all, ~1.6 GB for REST to throw away and GraphQL to send).
+    const caller = await createTestCaller(server.url);
+    await chat(caller.key, "list-bodies");
+    const gql = (query: string) => http(server.url, "POST", "/graphql", { token: caller.token, body: { query } });
+    const list = await gql(`{ activityRecords { items { id customId bodyJson resultJson } } }`);
+    expect(list.body.errors).toBeUndefined();
+    const [item] = list.body.data.activityRecords.items;
+    expect(item).toEqual({ id: expect.any(String), customId: "list-bodies", bodyJson: null, resultJson: null });
+    const rest = await get("/control/v1/activity", caller.token);
+    expect(rest.body.items[0]).not.toHaveProperty("body_json");
+    const detail = await gql(`{ activityRecord(id: "${item.id}") { bodyJson resultJson } }`);
+    expect(detail.body.data.activityRecord.bodyJson).toMatchObject({ model: CHAT_MODEL, max_tokens: 2 });
+    expect(detail.body.data.activityRecord.resultJson).not.toBeNull();
+  });
 });
 
 describe("member scope", () => {
@@ -292,6 +309,39 @@ describe("usage", () => {
     ).toEqual([
       [CHAT_MODEL, "default", 1],
       [CHAT_MODEL, "flex", 1],
+    ]);
+  });
+
+  test("when a request is in flight, then usage counts it as the activity list and the billing summary do (no tokens yet)", async () => {
+    const caller = await createTestCaller(server.url);
+    await chat(caller.key, "ended");
+    // A request in flight: its early row (services/in-flight-activity.ts), pending, no usage yet.
+    await server.db(
+      `INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
+                             model, custom_id, prompt_tokens, completion_tokens, total_tokens, cached_prompt_tokens,
+                             cost_micros, created_at, service_tier)
+       SELECT gen_random_uuid(), team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, 'pending', endpoint,
+              model, 'in-flight', 0, 0, 0, 0, 0, now(), 'flex'
+         FROM activity WHERE team_id = $1`,
+      [caller.teamId],
+    );
+    const list = (await get("/control/v1/activity", caller.token)).body;
+    expect(list.total).toBe(2);
+    const tokens = list.items.reduce((t: number, i: { total_tokens: number }) => t + i.total_tokens, 0);
+    const billing = (await get("/control/v1/billing/summary?days=1", caller.token)).body;
+    expect(billing.summary.total_requests).toBe(2);
+
+    const summary = (await get("/control/v1/usage/summary?days=1", caller.token)).body;
+    expect(summary.summary.total_requests).toBe(2);
+    expect(summary.summary.total_tokens).toBe(tokens);
+    expect(summary.by_model.map((m: any) => [m.model, m.service_tier, m.total_requests, m.total_tokens])).toEqual([
+      [CHAT_MODEL, "default", 1, tokens],
+      [CHAT_MODEL, "flex", 1, 0],
+    ]);
+    const daily = (await get("/control/v1/usage/daily?days=1", caller.token)).body;
+    const today = new Date().toISOString().slice(0, 10);
+    expect(daily.items).toEqual([
+      expect.objectContaining({ date: today, model: CHAT_MODEL, request_count: 2, total_tokens: tokens }),
     ]);
   });
 

@@ -49,7 +49,19 @@ afterAll(async () => {
 });
 
 const topUp = (token: string, nonce: string, amount: string) =>
-  http(server.url, "POST", `/control/v1/billing/topups?nonce=${nonce}`, { token, body: { amount_usd: amount } });
+  http(server.url, "POST", `/control/v1/billing/topups?nonce=${encodeURIComponent(nonce)}`, {
+    token,
+    body: { amount_usd: amount },
+  });
+
+/** The id of the team's top-up session opened for `nonce`. */
+async function topUpRowId(teamId: string, nonce: string): Promise<string> {
+  const [row] = await server.db<{ id: string }>("SELECT id FROM topup_sessions WHERE team_id = $1 AND nonce = $2", [
+    teamId,
+    nonce,
+  ]);
+  return row.id;
+}
 
 /** A `checkout.session.completed` (paid unless told) of a session the fake opened, signed as Stripe does. */
 function completedEvent(sessionId: string, paymentStatus = "paid"): string {
@@ -88,7 +100,7 @@ describe("Stripe top-ups", () => {
     const calls = checkoutCalls().slice(before);
     expect(calls).toHaveLength(1);
     expect(calls[0].headers.authorization).toBe("Bearer sk_test_switchyard");
-    expect(calls[0].headers["idempotency-key"]).toBe(`topup:${owner.teamId}:${nonce}`);
+    expect(calls[0].headers["idempotency-key"]).toBe(`topup:${await topUpRowId(owner.teamId, nonce)}`);
     expect(calls[0].form).toMatchObject({
       mode: "payment",
       "line_items[0][quantity]": "1",
@@ -97,6 +109,24 @@ describe("Stripe top-ups", () => {
     });
     expectEnvelope(await topUp(owner.token, nonce, "43.00"), 409);
     expect(checkoutCalls().length).toBe(before + 1);
+  });
+
+  test("when the nonce is 255 characters or not ASCII, then the Checkout Session opens (Stripe's idempotency key is short ASCII)", async () => {
+    // Stripe refuses idempotency keys over 255 characters, and an HTTP header cannot carry
+    // non-ASCII text: a key built from the caller's nonce failed (502) for every such nonce.
+    const owner = await createTestUser(server.url);
+    for (const nonce of ["n".repeat(255), `café-${randomUUID()}-日本`]) {
+      const before = checkoutCalls().length;
+      const res = await topUp(owner.token, nonce, "5.00");
+      expect(res.status).toBe(201);
+      expect(res.body.payment_session_id).toMatch(/^cs_test_/);
+      const calls = checkoutCalls().slice(before);
+      expect(calls).toHaveLength(1);
+      expect(calls[0].headers["idempotency-key"]).toBe(`topup:${await topUpRowId(owner.teamId, nonce)}`);
+      // The same nonce again answers the same session, with no second call.
+      expect((await topUp(owner.token, nonce, "5.00")).body.payment_session_id).toBe(res.body.payment_session_id);
+      expect(checkoutCalls().length).toBe(before + 1);
+    }
   });
 
   test("when checkout.session.completed is delivered twice, then the session is credited once", async () => {

@@ -107,6 +107,27 @@ async function raceAndCheck(): Promise<void> {
   expect(BigInt(end.lowest)).toBeGreaterThanOrEqual(0n);
   expect(BigInt(end.ledger)).toBe(BigInt(end.balance));
   expect(BigInt(end.balance)).toBe(BigInt(balance) - total);
+
+  // The transactions list, walked with its cursor, is the ledger in the order it was applied:
+  // each entry's balance_after is the older one's plus its amount, the newest's is the balance.
+  const items: Array<{ amount_micros: number; balance_after_micros: number }> = [];
+  let after: string | null = null;
+  do {
+    const page: any = await http(
+      a.url,
+      "GET",
+      `/control/v1/billing/transactions?limit=100${after ? `&starting_after=${after}` : ""}`,
+      { token: caller.token },
+    );
+    expect(page.status).toBe(200);
+    items.push(...page.body.items);
+    after = page.body.next_starting_after;
+  } while (after);
+  expect(items).toHaveLength(usage.n + 2); // the signup grant and the balance set above
+  expect(BigInt(items[0].balance_after_micros)).toBe(BigInt(end.balance));
+  for (let i = 0; i + 1 < items.length; i++) {
+    expect(items[i].balance_after_micros).toBe(items[i + 1].balance_after_micros + items[i].amount_micros);
+  }
 }
 
 test("when 200 chat requests race for a balance that covers about 100, then the balance ends ≥ 0, each charged request has exactly one usage transaction and the transactions sum to the balance", async () => {

@@ -54,13 +54,13 @@ export class ActivityEntity {
   /** The request as received; null under zero data retention. Shown by the detail only. */
   @Field(() => JSONObjectScalar, {
     nullable: true,
-    description: "The request (detail; null under zero data retention).",
+    description: "The request (detail only: null in lists; null under zero data retention).",
   })
   @Column({ name: "body_json", type: "jsonb", nullable: true })
   bodyJson!: unknown;
   @Field(() => JSONObjectScalar, {
     nullable: true,
-    description: "The answer (detail; null under zero data retention).",
+    description: "The answer (detail only: null in lists; null under zero data retention).",
   })
   @Column({ name: "result_json", type: "jsonb", nullable: true })
   resultJson!: unknown;

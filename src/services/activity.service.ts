@@ -13,13 +13,16 @@
  *   must come before `created_before` (else 400). Usage windows are whole UTC days: `days` = N covers today
  *   and the N − 1 days before it.
  * - Usage and the models used are read from `usage_daily`, the per-day roll-up a trigger keeps
- *   of every activity row (migration 1764770000000), so they cost the same at any table size.
+ *   of every ended activity row (migration 1764770000000), so they cost the same at any table
+ *   size; rows still in flight (`pending`, `running`: no tokens or cost yet) are counted from
+ *   `activity` through its partial in-flight index, in the same statement (one snapshot).
  * - Usage counts every recorded request (failed and cancelled ones carry their real tokens and
- *   cost, usually zero), so sums equal the sums of the activity records in the same window.
+ *   cost, usually zero; those in flight count as requests), so sums equal the sums of the
+ *   activity records in the same window, as the billing summary's do.
  *   `service_tier` is the tier the request was served at (`flex` for Responses that asked for it,
  *   else `default`); `by_model` has one item per model and tier.
  */
-import { And, type DataSource, type FindOptionsWhere, LessThan, MoreThan } from "typeorm";
+import { And, type DataSource, type FindOptionsSelect, type FindOptionsWhere, LessThan, MoreThan } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../db/sql.js";
 import { ActivityEntity } from "../entities/activity.entity.js";
@@ -178,12 +181,40 @@ export function usageWindowStart(param: string): string {
 /** The `days` window's first UTC day, `days − 1` days before today: `usageWindowStart` as a date, for `usage_daily`. */
 const WINDOW_START = `(now() AT TIME ZONE 'UTC')::date - ($3::int - 1)`;
 
+/**
+ * The scope's requests in flight inside the `days` window (`$1` team, `$2` user or null, `$3`
+ * days), by UTC day, model and tier, as a second branch of a usage statement: `part` 'f', zero
+ * tokens and cost (they are charged when they end, and then counted by `usage_daily`).
+ */
+const IN_FLIGHT_PART = `SELECT 'f' AS part, to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS date,
+         model, service_tier, '0' AS prompt_tokens, '0' AS completion_tokens, '0' AS total_tokens,
+         '0' AS cached_prompt_tokens, count(*)::text AS request_count, '0' AS cost_micros
+    FROM activity
+   WHERE status IN ('pending', 'running') AND created_at >= ${usageWindowStart("$3")}
+     AND team_id = $1 AND ($2::uuid IS NULL OR user_id = $2)
+   GROUP BY 2, 3, 4`;
+
+const TOTAL_KEYS = [
+  "prompt_tokens",
+  "completion_tokens",
+  "total_tokens",
+  "cached_prompt_tokens",
+  "request_count",
+  "cost_micros",
+] as const satisfies ReadonlyArray<keyof UsageTotals>;
+
+/** Adds `b`'s totals into `a`. */
+function addTotals(a: UsageTotals, b: UsageTotals): void {
+  for (const k of TOTAL_KEYS) a[k] += b[k];
+}
+
 /** Reads of the caller's activity records and usage. */
 export class ActivityService {
   constructor(private readonly ds: DataSource) {}
 
   /**
-   * `GET /control/v1/activity`: newest first, filtered, one page.
+   * `GET /control/v1/activity`: newest first, filtered, one page; the records come without their
+   * bodies (`bodyJson`, `resultJson` undefined: the detail shows them).
    * @throws AppError 400 naming a bad query field; 401; 403 when a member names another user.
    */
   async list(ctx: RequestContext, query: unknown): Promise<ActivityList> {
@@ -210,11 +241,34 @@ export class ActivityService {
     };
     const repo = this.ds.getRepository(ActivityEntity);
     const [items, total] = await Promise.all([
-      repo.find({ where, order: { createdAt: "DESC", id: "DESC" }, skip: (page - 1) * pageSize, take: pageSize }),
+      repo.find({
+        select: this.listColumns(),
+        where,
+        order: { createdAt: "DESC", id: "DESC" },
+        skip: (page - 1) * pageSize,
+        take: pageSize,
+      }),
       this.total(scope, q, () => repo.count({ where })),
     ]);
     return { items, page, page_size: pageSize, total };
   }
+
+  /**
+   * Every column of a record but its bodies (`body_json`, `result_json`: up to the 8 MiB request
+   * limit each), which only the detail shows: a page of 100 read them all for nothing.
+   */
+  private listColumns(): FindOptionsSelect<ActivityEntity> {
+    this.columns ??= Object.fromEntries(
+      this.ds
+        .getMetadata(ActivityEntity)
+        .columns.map((c) => c.propertyName)
+        .filter((p) => p !== "bodyJson" && p !== "resultJson")
+        .map((p) => [p, true]),
+    ) as FindOptionsSelect<ActivityEntity>;
+    return this.columns;
+  }
+
+  private columns?: FindOptionsSelect<ActivityEntity>;
 
   /**
    * The list's `total`, exact, without counting millions of rows (issue 12, item 4):
@@ -333,17 +387,29 @@ export class ActivityService {
   async daily(ctx: RequestContext, query: unknown): Promise<{ items: UsageDailyItemDto[] }> {
     const q = parseInput(usageQuery, query ?? {});
     const scope = usageScope(ctx, q.user_id);
-    const rows = await queryRows<TotalsRow & { date: string; model: string }>(
+    const rows = await queryRows<TotalsRow & { part: string; date: string; model: string }>(
       this.ds,
       // Grouped by the date itself (not its text), in the covering index's order (team, day,
       // model): the sums stream out of an index-only scan with no hash or sort (bench/NOTES.md).
-      `SELECT to_char(day, 'YYYY-MM-DD') AS date, model, ${TOTALS}
-         FROM usage_daily
-        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
-        GROUP BY day, model ORDER BY day, model`,
+      // The requests in flight follow as a second branch, added in below.
+      `(SELECT 'u' AS part, to_char(day, 'YYYY-MM-DD') AS date, model, NULL AS service_tier, ${TOTALS}
+          FROM usage_daily
+         WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
+         GROUP BY day, model ORDER BY day, model)
+       UNION ALL (${IN_FLIGHT_PART})`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );
-    return { items: rows.map((r) => ({ date: r.date, model: r.model, ...totals(r) })) };
+    const items = new Map<string, UsageDailyItemDto>();
+    for (const r of rows) {
+      const key = `${r.date}\u0000${r.model}`;
+      const item = items.get(key);
+      if (item) addTotals(item, totals(r));
+      else items.set(key, { date: r.date, model: r.model, ...totals(r) });
+    }
+    const sorted = [...items.values()].sort((a, b) =>
+      a.date === b.date ? (a.model < b.model ? -1 : a.model > b.model ? 1 : 0) : a.date < b.date ? -1 : 1,
+    );
+    return { items: sorted };
   }
 
   /**
@@ -356,8 +422,15 @@ export class ActivityService {
     const rows = await queryRows<TotalsRow & { model: string; service_tier: string }>(
       this.ds,
       `SELECT model, service_tier, ${TOTALS}
-         FROM usage_daily
-        WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
+         FROM (SELECT model, service_tier, prompt_tokens, completion_tokens, total_tokens, cached_prompt_tokens,
+                      request_count, cost_micros
+                 FROM usage_daily
+                WHERE team_id = $1 AND ($2::uuid IS NULL OR user_id = $2) AND day >= ${WINDOW_START}
+               UNION ALL
+               SELECT model, service_tier, 0, 0, 0, 0, 1, 0
+                 FROM activity
+                WHERE status IN ('pending', 'running') AND created_at >= ${usageWindowStart("$3")}
+                  AND team_id = $1 AND ($2::uuid IS NULL OR user_id = $2)) u
         GROUP BY model, service_tier ORDER BY model, service_tier`,
       [scope.teamId, scope.userId, q.days ?? 30],
     );

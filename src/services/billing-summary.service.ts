@@ -14,6 +14,11 @@
  *   charges by), so when a model's price changed inside the window it shows one item per price,
  *   each with the `pricing` its requests paid. Items are ordered by model, tier, `effective_from`.
  *   A model with no stored version (not in any catalog since the history began) has `pricing` null.
+ * - A team's custom model is charged its reference model's versions (`PriceBook.pricesAt` by
+ *   `limitKey`), so its items are split by and show those (`pricing.model` names the reference
+ *   model), never versions stored under the custom model's own id (a platform model dropped from
+ *   the catalog that shared its name). The reference is the custom model's as it stands now
+ *   (`customPriceModelId`); the records of a custom model deleted since are priced by their own id.
  * - Sums are the activity records' sums: every recorded request counts (failed and cancelled
  *   ones carry their real tokens and cost, usually zero); `estimated_cost_micros` is the sum of
  *   their `cost_micros` (what was charged, before any cap at the balance).
@@ -22,9 +27,11 @@
 import type { DataSource } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../db/sql.js";
+import { CustomModelEntity } from "../entities/custom-model.entity.js";
 import { parseInput } from "../shared/errors.js";
 import { usageWindowStart } from "./activity.service.js";
 import type { RequestContext } from "./context.js";
+import { type PlatformModels, customPriceModelId } from "./models/model-sources.js";
 import { authorize } from "./policy.js";
 import { optionalQuery, queryInt } from "./validation.js";
 
@@ -71,6 +78,7 @@ export interface BillingSummaryDto {
 interface Row {
   model: string;
   service_tier: string;
+  price_model: string | null;
   effective_from: Date | null;
   input_per_million_micros: string | null;
   output_per_million_micros: string | null;
@@ -118,28 +126,42 @@ const SUMMARY_SQL = `
   WITH all_versions AS (${VERSIONS}),
   -- Only versions in force at some instant of the window.
   versions AS (SELECT * FROM all_versions WHERE effective_to IS NULL OR effective_to > ${WINDOW_START}),
-  -- The (model, UTC day) pairs of the window on which a version took effect after midnight.
-  split_days AS (
-    SELECT DISTINCT model_id AS model, (effective_from AT TIME ZONE 'UTC')::date AS day
+  -- The team's custom models and the model whose versions price them ($3, $4: parallel arrays).
+  aliases AS (SELECT * FROM unnest($3::text[], $4::text[]) AS x(model, price_model)),
+  -- The (price model, UTC day) pairs of the window on which a version took effect after midnight.
+  split_price_days AS (
+    SELECT DISTINCT model_id AS price_model, (effective_from AT TIME ZONE 'UTC')::date AS day
       FROM model_prices
      WHERE effective_from >= ${WINDOW_START}
        AND effective_from <> ${midnight("(effective_from AT TIME ZONE 'UTC')::date")}
   ),
+  -- The same as (activity model, day): the price model itself unless a custom model took its
+  -- name, and every custom model it prices.
+  split_days AS (
+    SELECT DISTINCT m.model, s.day
+      FROM split_price_days s
+      CROSS JOIN LATERAL (
+        SELECT s.price_model AS model WHERE NOT EXISTS (SELECT 1 FROM aliases al WHERE al.model = s.price_model)
+        UNION ALL
+        SELECT al.model FROM aliases al WHERE al.price_model = s.price_model
+      ) m
+  ),
   -- Each part is summed per model, tier and version on its own (a few dozen rows each), so the
   -- final sum and sort handle only those instead of every roll-up and activity row.
   parts AS (
-    SELECT u.model, u.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           ${PART_SUMS("u", "u.request_count")}
+    SELECT u.model, u.service_tier, v.model_id, v.effective_from, v.input_per_million_micros,
+           v.output_per_million_micros, ${PART_SUMS("u", "u.request_count")}
       FROM usage_daily u
+      LEFT JOIN aliases al ON al.model = u.model
       LEFT JOIN versions v
-        ON v.model_id = u.model AND v.effective_from <= ${midnight("u.day")}
+        ON v.model_id = COALESCE(al.price_model, u.model) AND v.effective_from <= ${midnight("u.day")}
        AND (v.effective_to IS NULL OR v.effective_to > ${midnight("u.day")})
      WHERE u.team_id = $1 AND u.day >= ${WINDOW_START_DAY}
        AND NOT EXISTS (SELECT 1 FROM split_days s WHERE s.model = u.model AND s.day = u.day)
-     GROUP BY 1, 2, 3, 4, 5
+     GROUP BY 1, 2, 3, 4, 5, 6
     UNION ALL
-    SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           ${PART_SUMS("a", "1")}
+    SELECT a.model, a.service_tier, v.model_id, v.effective_from, v.input_per_million_micros,
+           v.output_per_million_micros, ${PART_SUMS("a", "1")}
       FROM split_days s
       -- One index range per split model-day; OFFSET 0 keeps the planner from flattening this into
       -- a hash join over the team's whole history (it cannot know split_days has a row or two).
@@ -150,36 +172,49 @@ const SUMMARY_SQL = `
            AND a.status IN ${ENDED}
         OFFSET 0
       ) a
+      LEFT JOIN aliases al ON al.model = a.model
       LEFT JOIN versions v
-        ON v.model_id = a.model AND a.created_at >= v.effective_from
+        ON v.model_id = COALESCE(al.price_model, a.model) AND a.created_at >= v.effective_from
        AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
-     GROUP BY 1, 2, 3, 4, 5
+     GROUP BY 1, 2, 3, 4, 5, 6
     UNION ALL
-    SELECT a.model, a.service_tier, v.effective_from, v.input_per_million_micros, v.output_per_million_micros,
-           ${PART_SUMS("a", "1")}
+    SELECT a.model, a.service_tier, v.model_id, v.effective_from, v.input_per_million_micros,
+           v.output_per_million_micros, ${PART_SUMS("a", "1")}
       FROM activity a
+      LEFT JOIN aliases al ON al.model = a.model
       LEFT JOIN versions v
-        ON v.model_id = a.model AND a.created_at >= v.effective_from
+        ON v.model_id = COALESCE(al.price_model, a.model) AND a.created_at >= v.effective_from
        AND (v.effective_to IS NULL OR a.created_at < v.effective_to)
      WHERE a.team_id = $1 AND a.status IN ${IN_FLIGHT} AND a.created_at >= ${WINDOW_START}
-     GROUP BY 1, 2, 3, 4, 5
+     GROUP BY 1, 2, 3, 4, 5, 6
   )
-  SELECT model, service_tier, effective_from, input_per_million_micros, output_per_million_micros,
-         COALESCE(sum(prompt_tokens), 0)::bigint::text AS prompt_tokens,
+  SELECT model, service_tier, model_id AS price_model, effective_from, input_per_million_micros,
+         output_per_million_micros, COALESCE(sum(prompt_tokens), 0)::bigint::text AS prompt_tokens,
          COALESCE(sum(completion_tokens), 0)::bigint::text AS completion_tokens,
          COALESCE(sum(total_tokens), 0)::bigint::text AS total_tokens,
          COALESCE(sum(cached_prompt_tokens), 0)::bigint::text AS cached_prompt_tokens,
          COALESCE(sum(request_count), 0)::bigint::text AS request_count,
          COALESCE(sum(cost_micros), 0)::text AS cost_micros
     FROM parts
-   GROUP BY model, service_tier, effective_from, input_per_million_micros, output_per_million_micros
+   GROUP BY model, service_tier, model_id, effective_from, input_per_million_micros, output_per_million_micros
    -- A model-tier-version whose requests all ended up netting to nothing is not shown (as before: no rows).
   HAVING sum(request_count) <> 0
    ORDER BY model, service_tier, effective_from NULLS FIRST`;
 
 /** Reads of the team's billing summary. */
 export class BillingSummaryService {
-  constructor(private readonly ds: DataSource) {}
+  constructor(
+    private readonly ds: DataSource,
+    /** The platform catalog custom models are priced by (`customPriceModelId`). */
+    private readonly platform?: PlatformModels,
+  ) {}
+
+  /** The team's custom model ids and the model each is priced by (parallel arrays). */
+  private async aliases(teamId: string): Promise<[string[], string[]]> {
+    if (!this.platform) return [[], []];
+    const rows = await this.ds.getRepository(CustomModelEntity).findBy({ teamId });
+    return [rows.map((r) => r.modelId), rows.map((r) => customPriceModelId(r, this.platform!))];
+  }
 
   /**
    * `GET /control/v1/billing/summary`: see the rules above.
@@ -190,7 +225,8 @@ export class BillingSummaryService {
     const principal = authorize(ctx, "billing.manage");
     const q = parseInput(billingSummaryQuery, query ?? {});
     const days = q.days ?? 30;
-    const rows = await queryRows<Row>(this.ds, SUMMARY_SQL, [principal.teamId, days]);
+    const [customIds, priceIds] = await this.aliases(principal.teamId);
+    const rows = await queryRows<Row>(this.ds, SUMMARY_SQL, [principal.teamId, days, customIds, priceIds]);
     const [team] = await queryRows<{ balance: string }>(
       this.ds,
       "SELECT credit_balance_micros::text AS balance FROM teams WHERE id = $1",
@@ -209,7 +245,7 @@ export class BillingSummaryService {
         r.effective_from === null
           ? null
           : {
-              model: r.model,
+              model: r.price_model ?? r.model,
               prompt_token_price_micros: Number(r.input_per_million_micros),
               completion_token_price_micros: Number(r.output_per_million_micros),
               effective_from: new Date(r.effective_from).toISOString(),

@@ -415,7 +415,10 @@ export class MeteringService {
        ),
        billable AS (
          SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,
-                sum(ins.cost_micros) OVER (PARTITION BY ins.team_id ORDER BY ins.id) AS running
+                -- In ledger id order, the order the entries are inserted in below: their created_at
+                -- (clock_timestamp() per row) then follows their balance_after, and the
+                -- transactions list (created_at, id) shows the balance step by step.
+                sum(ins.cost_micros) OVER (PARTITION BY ins.team_id ORDER BY input.ledger_id) AS running
            FROM ins JOIN input USING (id)
           WHERE ins.cost_micros > 0
        ),
@@ -436,6 +439,7 @@ export class MeteringService {
                 model || ' ' || endpoint ||
                 CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)' ELSE '' END
            FROM charges
+          ORDER BY team_id, ledger_id
          RETURNING source_id
        ),
        balances AS (

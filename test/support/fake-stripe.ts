@@ -191,6 +191,19 @@ export async function startFakeStripe(): Promise<FakeStripe> {
         return;
       }
       const key = req.headers["idempotency-key"];
+      if (typeof key === "string" && key.length > 255) {
+        // As Stripe: idempotency keys are up to 255 characters.
+        res.writeHead(400, { "content-type": "application/json", "request-id": `req_${seq}` });
+        res.end(
+          JSON.stringify({
+            error: {
+              type: "idempotency_error",
+              message: "Keys for idempotent requests can only be up to 255 characters long.",
+            },
+          }),
+        );
+        return;
+      }
       const idemKey = typeof key === "string" ? `${call.method} ${call.path} ${key}` : undefined;
       let out = idemKey ? byIdempotencyKey.get(idemKey) : undefined;
       if (!out) {

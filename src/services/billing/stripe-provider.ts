@@ -2,8 +2,10 @@
  * The Stripe payment provider (issue 10, items 5–6), through the official `stripe` SDK.
  *
  * - Top-up: a Checkout Session (`mode: payment`, one `usd` line of the amount in cents), with our
- *   session id as `client_reference_id` and in `metadata`, and `topup:<team>:<nonce>` as the
- *   Stripe idempotency key (a retried create after a lost answer opens no second session).
+ *   session id as `client_reference_id` and in `metadata`, and `topup:<session id>` as the
+ *   Stripe idempotency key (a retried create after a lost answer opens no second session; the
+ *   session row is one per team and nonce, so the key is too, and stays short ASCII whatever the
+ *   nonce holds).
  * - Crediting: `POST /control/v1/billing/stripe/webhook` verifies the `Stripe-Signature` header
  *   over the raw body with `webhooks.constructEvent` (config `stripeWebhookSecret`) and credits on
  *   `checkout.session.completed` with `payment_status: paid` when amount, currency and metadata
@@ -91,7 +93,10 @@ export class StripePaymentProvider implements PaymentProvider {
           success_url: `${this.opts.publicUrl}/billing/topups/success?session_id={CHECKOUT_SESSION_ID}`,
           cancel_url: `${this.opts.publicUrl}/billing/topups/cancelled`,
         },
-        { idempotencyKey: `topup:${req.teamId}:${req.nonce}` },
+        // The top-up row's id, one per (team, nonce) and kept when a lapsed claim is taken over:
+        // a key from the caller's nonce (up to 255 characters of any text) could be longer than
+        // Stripe's 255 or not fit in an HTTP header, and fail every time.
+        { idempotencyKey: `topup:${req.sessionId}` },
       ),
     );
     if (!session.url) throw new AppError(ErrorCode.ProviderFailure, "Stripe answered a Checkout Session without a URL");

@@ -202,6 +202,23 @@ export function customCatalogModel(
   };
 }
 
+/**
+ * The model whose price versions a custom model is charged by (`CatalogModel.limitKey`, which
+ * `PriceBook.pricesAt` reads): its reference model, else the default model of its modality. Its
+ * engine is the reconciler's choice once made, else the choice it would make when the file is
+ * present (as `customCatalogItem` shows it). Read by the billing summary to show the pricing its
+ * requests paid (issue 10, item 3).
+ */
+export function customPriceModelId(
+  row: CustomModelFields & { engine?: EngineSpec | null },
+  platform: PlatformModels,
+): string {
+  const file = row.engine ? undefined : localFileName(row);
+  const guess = file ? platform.usingFile(file, row.modality)?.engine : undefined;
+  const engine = row.engine ?? guess ?? { type: "openai_compatible" };
+  return (platform.referenceOf(row, engine) ?? platform.defaultFor(row.modality)).id;
+}
+
 /** `provider` of every custom model. */
 export const CUSTOM_PROVIDER = "custom";
 
