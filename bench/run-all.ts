@@ -24,7 +24,8 @@ const TIMEOUT_S = Number(process.env.BENCH_TIMEOUT_S ?? 3600);
 
 /** Small sizes per bench for BENCH_QUICK (each bench reads these variables; see its header). */
 const QUICK: Record<string, Record<string, string>> = {
-  "chat-completions": { BENCH_SECONDS: "2", BENCH_CONCURRENCY: "1" },
+  "chat-completions": { BENCH_SECONDS: "2", BENCH_CONCURRENCY: "1", BENCH_MAX_TOKENS: "16" },
+  flush: { BENCH_CALLS: "50" },
   activity: { BENCH_ROWS: "20000", BENCH_CALLS: "5" },
   background: { BENCH_REQUESTS: "40", BENCH_CONCURRENCY: "4" },
   batches: { BENCH_ITEMS: "100", BENCH_RESULT_ITEMS: "1000", BENCH_UPLOAD_ITEMS: "1000" },

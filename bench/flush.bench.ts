@@ -1,0 +1,145 @@
+/**
+ * Benchmark (issue 12, item 1): what one metering group commit costs PostgreSQL, by the way it is
+ * sent. Starts Switchyard (embedded PostgreSQL, fsync on, as `npm start` runs), meters one real
+ * chat completion to capture the flush statement and its parameters, then runs that statement
+ * (with fresh request ids each time, so every run inserts and charges one new request) on one
+ * connection of its own, the four ways interleaved call by call:
+ *
+ * - plain: parsed and planned by PostgreSQL on every call (the code before issue 12)
+ * - prepared: a named prepared statement (what `MeteringService` sends now)
+ * - plain + async commit, prepared + async commit: `synchronous_commit = off` for the flush's own
+ *   transaction (`SWITCHYARD_DURABILITY=process`)
+ *
+ * Prints p50/p90 latency per way with the ratio to the plain one (the baseline, measured in the
+ * same run), and the `BENCH_JSON` line for `npm run bench`.
+ *
+ *   npm run bench:flush
+ *   BENCH_CALLS=1000 npm run bench:flush
+ */
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import { v7 as uuidv7 } from "uuid";
+import { loadConfig, packageRoot } from "../src/config/config.js";
+import { startSwitchyard } from "../src/server.js";
+import { type BenchFigure, percentile, printFigures, printJson } from "./report.js";
+
+const CALLS = Number(process.env.BENCH_CALLS ?? 500);
+
+interface Captured {
+  text: string;
+  values: unknown[];
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-flush-"));
+  const config = loadConfig(process.env, {
+    port: 0,
+    host: "127.0.0.1",
+    dataDir,
+    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
+    logLevel: "warn",
+    allowModelDownload: false,
+  });
+  const app = await startSwitchyard(config);
+  // The service's own pool (its connection settings for a client of the bench's own).
+  const pool = (
+    app.dataSource.driver as unknown as {
+      master: { query: (...a: unknown[]) => Promise<unknown>; options: pg.ClientConfig };
+    }
+  ).master;
+  const client = new pg.Client(pool.options);
+  try {
+    // The flush statement, as the metering service sends it, caught on the pool.
+    let captured: Captured | undefined;
+    const original = pool.query.bind(pool);
+    pool.query = (cfg: unknown, ...rest: unknown[]) => {
+      const c = cfg as { name?: string; text?: string; values?: unknown[] };
+      if (c?.name === "switchyard_group_commit") captured = { text: c.text!, values: c.values! };
+      return original(cfg, ...rest);
+    };
+    const json = (r: Response) => r.json() as Promise<Record<string, string>>;
+    const post = (url: string, body: unknown, token?: string) =>
+      fetch(`${app.url}${url}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: JSON.stringify(body),
+      });
+    const signup = await post("/control/v1/auth/signup", {
+      email: `bench-${Date.now()}@example.com`,
+      password: "bench-password",
+    }).then(json);
+    const key = await post("/control/v1/auth/api-keys", { name: "bench" }, signup.access_token).then(json);
+    const model = app.catalog.all()[0].id;
+    const chat = await post(
+      "/v1/chat/completions",
+      { model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 8 },
+      key.plaintext,
+    );
+    await chat.text();
+    await app.metering.drainAll();
+    pool.query = original;
+    if (!captured) throw new Error("no group commit was seen");
+    const flush = captured;
+
+    await client.connect();
+    const fresh = (commit: "on" | "off"): unknown[] => {
+      const rows = JSON.parse(flush.values[0] as string) as Array<Record<string, unknown>>;
+      const renewed = rows.map((r) => ({ ...r, id: uuidv7(), ledger_id: uuidv7(), completion_id: uuidv7() }));
+      return [JSON.stringify(renewed), ...flush.values.slice(1, 5), commit];
+    };
+    const ways: Array<{ name: string; run: () => Promise<unknown> }> = [
+      { name: "plain", run: () => client.query(flush.text, fresh("on")) },
+      { name: "prepared", run: () => client.query({ name: "flush", text: flush.text, values: fresh("on") }) },
+      { name: "plain + async commit", run: () => client.query(flush.text, fresh("off")) },
+      {
+        name: "prepared + async commit",
+        run: () => client.query({ name: "flush", text: flush.text, values: fresh("off") }),
+      },
+    ];
+    // Interleaved (one call of each way in turn), so a change in the machine's load falls on
+    // every way alike.
+    for (let i = 0; i < 20; i++) for (const way of ways) await way.run();
+    const ms: number[][] = ways.map(() => []);
+    for (let i = 0; i < CALLS; i++) {
+      for (const [w, way] of ways.entries()) {
+        const t0 = performance.now();
+        await way.run();
+        ms[w].push(performance.now() - t0);
+      }
+    }
+    const results = ways.map((way, w) => {
+      const sorted = ms[w].sort((a, b) => a - b);
+      return { name: way.name, p50: percentile(sorted, 50), p90: percentile(sorted, 90) };
+    });
+    const base = results[0];
+    console.log(
+      `\nOne group commit of one request, ${CALLS} calls per way, one connection, ${os.cpus().length} cores\n`,
+    );
+    printFigures(results, ["way", "p50 ms", "p90 ms", "p50 vs plain"], (r) => [
+      r.name,
+      r.p50.toFixed(2),
+      r.p90.toFixed(2),
+      (r.p50 / base.p50).toFixed(2),
+    ]);
+    const figures: BenchFigure[] = results.slice(1).map((r) => ({
+      figure: `group commit p50, ${r.name} (vs plain)`,
+      unit: "ms",
+      baseline: base.p50,
+      value: r.p50,
+      ratio: r.p50 / base.p50,
+      target: "—",
+      met: null,
+    }));
+    printJson("flush", figures);
+  } finally {
+    await client.end().catch(() => undefined);
+    await app.close();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
