@@ -35,6 +35,7 @@ import {
 } from "./support/harness.js";
 import { type TestOidcProvider, startOidcProvider } from "./support/oidc-provider.js";
 import { freshEmail, invite, joinTeam } from "./support/teams.js";
+import { schemaExample } from "./support/schema-example.js";
 
 type Json = Record<string, any>;
 
@@ -412,33 +413,7 @@ function schemaErrors(schema: Json, value: unknown): string[] {
   return result.errors.map((e) => `${e.instanceLocation}: ${e.error}`);
 }
 
-/** The smallest instance of a JSON Schema: required properties only, the first choice of a union. */
-function example(schema: Json): unknown {
-  if (schema.const !== undefined) return schema.const;
-  if (schema.default !== undefined) return schema.default;
-  if (Array.isArray(schema.enum)) return schema.enum[0];
-  if (schema.anyOf) return example((schema.anyOf as Json[]).find((s) => s.type !== "null") ?? schema.anyOf[0]);
-  const type = Array.isArray(schema.type) ? schema.type.find((t: string) => t !== "null") : schema.type;
-  switch (type) {
-    case "object": {
-      const out: Json = {};
-      for (const name of (schema.required as string[] | undefined) ?? []) out[name] = example(schema.properties[name]);
-      return out;
-    }
-    case "array":
-      return Array.from({ length: schema.minItems ?? 1 }, () => example(schema.items ?? {}));
-    case "integer":
-    case "number":
-      return Math.max(schema.minimum ?? 1, Math.min(1, schema.maximum ?? 1));
-    case "boolean":
-      return false;
-    case "string":
-      if (schema.format === "uuid") return randomUUID();
-      return "Hi".padEnd(schema.minLength ?? 2, "i");
-    default:
-      return {};
-  }
-}
+const example = (schema: Json): unknown => schemaExample(schema, { useDefaults: true });
 
 /** The operation's JSON request schema, when it has one. */
 function bodySchema(op: Json): Json | undefined {

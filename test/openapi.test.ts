@@ -26,6 +26,7 @@ import {
   http as call,
 } from "./support/harness.js";
 import { startTestServer } from "./support/harness.js";
+import { schemaExample } from "./support/schema-example.js";
 
 type Json = Record<string, any>;
 
@@ -68,35 +69,7 @@ function schemaErrors(schema: Json, value: unknown): string[] {
   return result.errors.map((e) => `${e.instanceLocation}: ${e.error}`);
 }
 
-/**
- * A small instance of a JSON Schema: required properties only, the first choice of a union (a
- * `user` role where there is one), minimal lengths and bounds. `overrides` replace top-level fields.
- */
-function example(schema: Json): unknown {
-  if (schema.const !== undefined) return schema.const;
-  if (Array.isArray(schema.enum)) return schema.enum.includes("user") ? "user" : schema.enum[0];
-  if (schema.anyOf) return example((schema.anyOf as Json[]).find((s) => s.type !== "null") ?? schema.anyOf[0]);
-  const type = Array.isArray(schema.type) ? schema.type.find((t: string) => t !== "null") : schema.type;
-  switch (type) {
-    case "object": {
-      const out: Json = {};
-      for (const name of (schema.required as string[] | undefined) ?? []) out[name] = example(schema.properties[name]);
-      return out;
-    }
-    case "array":
-      return Array.from({ length: schema.minItems ?? 1 }, () => example(schema.items ?? {}));
-    case "integer":
-    case "number":
-      return Math.max(schema.minimum ?? 1, Math.min(1, schema.maximum ?? 1));
-    case "boolean":
-      return false;
-    case "string":
-      if (schema.format === "uuid") return randomUUID();
-      return "Hi".padEnd(schema.minLength ?? 2, "i");
-    default:
-      return {};
-  }
-}
+const example = (schema: Json): unknown => schemaExample(schema, { preferEnum: "user" });
 
 test("the served document is OpenAPI 3.1.0 and validates as such; the YAML is the same document", async () => {
   expect(document.openapi).toBe("3.1.0");
