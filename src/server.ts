@@ -248,7 +248,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     logModelBanner(
       logger,
       served,
-      offered.filter((m) => !served.includes(m)),
+      offered.filter((m) => !served.includes(m)).map((m) => ({ model: m, reason: platform.unavailable(m) })),
       // Starting llama.cpp only to name its backend costs ~2 s when no embedded model loaded.
       served.some((m) => m.engine.type === "llama_cpp") ? await embedded.backend() : "idle",
     );

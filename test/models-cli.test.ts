@@ -166,6 +166,35 @@ describe("npm run models -- pull", () => {
     expect(sha256Of(path.join(dirs.modelsDir, "hub-tiny.gguf"))).toBe(SHA256);
   });
 
+  test("when the pull is interrupted (Ctrl-C), then it exits 130 keeping what arrived, and the next pull resumes it", async () => {
+    const dirs = folders();
+    const held = hub.holdNextAfter(500_000);
+    try {
+      const pull = startCli(["pull", "hub-tiny"], dirs);
+      await held.sent;
+      const part = partOf(dirs, "hub-tiny.gguf");
+      expect(await eventually(async () => existsSync(part) && statSync(part).size === 500_000)).toBe(true);
+      pull.child.kill("SIGINT");
+      const first = await pull.done;
+      expect(first.code).toBe(130);
+      expect(first.stderr).toBe("switchyard models: hub-tiny: interrupted; run the pull again to resume\n");
+      expect(existsSync(path.join(dirs.modelsDir, "hub-tiny.gguf"))).toBe(false);
+      expect(statSync(part).size).toBe(500_000);
+      // The lock went with the pull: the next one neither waits nor takes anything over.
+      expect(existsSync(`${part}.lock`)).toBe(false);
+    } finally {
+      held.release();
+    }
+
+    const before = hubGets(HUB_PATH).length;
+    const second = await runCli(["pull", "hub-tiny"], dirs);
+    expect(second.stderr).toBe("");
+    expect(second.code).toBe(0);
+    expect(second.stdout).toContain("(resumed at 500.0 kB)");
+    expect(hubGets(HUB_PATH).slice(before)).toEqual([expect.objectContaining({ range: "bytes=500000-", status: 206 })]);
+    expect(sha256Of(path.join(dirs.modelsDir, "hub-tiny.gguf"))).toBe(SHA256);
+  });
+
   test("when the repository is private, then the pull needs HF_TOKEN, which is sent as a bearer token", async () => {
     const dirs = folders();
     const refused = await runCli(["pull", "hub-private"], dirs);

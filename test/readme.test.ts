@@ -1,14 +1,17 @@
 /**
  * The README's quick start, run as a new user would: its curl block (signup, API key, chat
  * completion) through bash, then its `openai` example file through node, against a real server.
- * Only the base URL is swapped for the test server's.
+ * Only the base URL is swapped for the test server's. The "Use a real model" curl and openai
+ * examples (issue 17, item 6) run the same way, with the test model's file standing in for the
+ * real models' (which cannot be downloaded here).
  */
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { packageRoot } from "../src/config/config.js";
-import { type TestServer, startTestServer } from "./support/harness.js";
+import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
+import { writeEditedCatalog } from "./support/test-catalog.js";
 
 const run = promisify(execFile);
 const readme = readFileSync(path.join(packageRoot, "README.md"), "utf8");
@@ -48,4 +51,52 @@ test("when the README's curl block runs, then it signs up, creates a key and get
   const lines = out.stdout.trim().split("\n");
   expect(lines.at(-1)).toBe("64 dimensions");
   expect(lines[0].length).toBeGreaterThan(10);
+});
+
+describe("the README's 'Use a real model' examples", () => {
+  // The real models' files cannot be downloaded here: the test model's file stands in for them
+  // under their ids, so what is checked is that the README's curl and openai code runs as written.
+  const standIn = writeEditedCatalog((c) => {
+    for (const m of c.models) {
+      if (m.id !== "qwen2.5-0.5b-instruct" && m.id !== "nomic-embed-text-v1.5") continue;
+      m.engine = { type: "llama_cpp", file: "stories260K.gguf", context_size: 512 };
+      if (m.id === "nomic-embed-text-v1.5") (m.capabilities as { dimensions: number }).dimensions = 64;
+    }
+  });
+  let real: TestServer;
+  beforeAll(async () => {
+    real = await startTestServer({ catalogPath: standIn });
+  });
+  afterAll(() => real.close());
+
+  test("when its curl and openai examples run, then the chat answers and the embeddings come back", async () => {
+    const { key } = await createTestCaller(real.url);
+    const section = readme.slice(readme.indexOf("## Use a real model"), readme.indexOf("## Dashboard"));
+    const curl = /```sh\n(curl [\s\S]*?)```/.exec(section)?.[1];
+    expect(curl).toContain('"model":"qwen2.5-0.5b-instruct"');
+    const { stdout } = await run(
+      "bash",
+      ["-euo", "pipefail", "-c", curl!.replaceAll("http://localhost:8080", real.url)],
+      {
+        timeout: 30_000,
+        env: { ...process.env, KEY: key },
+      },
+    );
+    const completion = JSON.parse(stdout);
+    expect(completion).toMatchObject({ object: "chat.completion", model: "qwen2.5-0.5b-instruct" });
+
+    const js = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+    expect(js).toContain('model: "nomic-embed-text-v1.5"');
+    const dir = mkdtempSync(path.join(packageRoot, ".readme-real-"));
+    try {
+      const file = path.join(dir, "example.mjs");
+      writeFileSync(file, js!.replaceAll("http://localhost:8080", real.url));
+      const out = await run("node", [file], { timeout: 60_000, env: { ...process.env, SWITCHYARD_API_KEY: key } });
+      const lines = out.stdout.trim().split("\n");
+      expect(lines.at(-1)).toBe("[ 64, 64 ]"); // 768 each with the real model
+      expect(out.stdout).toContain("prompt_tokens");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });

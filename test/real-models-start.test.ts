@@ -335,5 +335,22 @@ describe("real models present, the test model absent, one file damaged (review f
     expectEnvelope(refused, 404);
     expect(refused.body.detail).toBe(`Model 'hub-garbage' is ${byId.get("hub-garbage").status_reason}`);
     expect(refused.text).not.toMatch(/\n\s+at /);
+
+    // The banner does not call a damaged file "not downloaded": it lists it apart, with its reason.
+    const banner = logs.records().find((r) => Array.isArray(r.served))!;
+    expect((banner.notDownloaded as Array<{ id: string }>).map((n) => n.id)).toEqual([
+      CHAT_MODEL,
+      EMBED_MODEL,
+      QWEN,
+      NOMIC,
+    ]);
+    expect(banner.notUsable).toEqual([
+      { id: "hub-garbage", reason: byId.get("hub-garbage").status_reason },
+      { id: "hub-short", reason: byId.get("hub-short").status_reason },
+    ]);
+    expect(banner.msg).toContain(
+      "; file not usable: hub-garbage, hub-short (their status_reason says why); replace with " +
+        "npm run models -- pull hub-garbage / npm run models -- pull hub-short",
+    );
   });
 });

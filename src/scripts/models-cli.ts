@@ -15,7 +15,7 @@
  */
 import { type Catalog, type CatalogModel, loadCatalog } from "../config/catalog.js";
 import { type Config, ConfigError, loadConfig } from "../config/config.js";
-import { type DownloadProgress, DownloadError } from "../inference/engines/llama-cpp/hub-download.js";
+import { DownloadError } from "../inference/engines/llama-cpp/hub-download.js";
 import {
   type ModelDirs,
   installDir,
@@ -23,6 +23,7 @@ import {
   pullModel,
   removeModel,
 } from "../inference/engines/llama-cpp/model-store.js";
+import { ProgressReporter, formatBytes } from "./pull-progress.js";
 
 const USAGE = `usage: npm run models -- list | pull <id…> | rm <id…>`;
 
@@ -171,65 +172,6 @@ async function pull(
     process.removeListener("SIGINT", onSigint);
   }
   return failures > 0 ? 1 : 0;
-}
-
-/**
- * Download progress for people: on a terminal a bar redrawn in place (percentage, MB/s, ETA) at
- * most 10 times a second; otherwise one line each time another 10 % has arrived.
- */
-class ProgressReporter {
-  private readonly started = performance.now();
-  private lastDraw = 0;
-  private lastTenth = -1;
-  private drawn = false;
-
-  constructor(
-    private readonly id: string,
-    private readonly out: NodeJS.WriteStream,
-  ) {}
-
-  update(p: DownloadProgress): void {
-    const elapsedS = (performance.now() - this.started) / 1000;
-    const speed = elapsedS > 0 ? (p.received - p.resumedFrom) / elapsedS : 0;
-    const fraction = p.total > 0 ? Math.min(1, p.received / p.total) : 0;
-    const eta = speed > 0 && p.total > 0 ? (p.total - p.received) / speed : undefined;
-    const stats =
-      `${(fraction * 100).toFixed(0).padStart(3)} %  ${formatBytes(p.received)} / ${p.total > 0 ? formatBytes(p.total) : "?"}` +
-      `  ${(speed / 1e6).toFixed(1)} MB/s  ETA ${eta === undefined ? "?" : formatDuration(eta)}` +
-      (p.resumedFrom > 0 ? `  (resumed at ${formatBytes(p.resumedFrom)})` : "");
-    if (this.out.isTTY) {
-      const now = performance.now();
-      if (now - this.lastDraw < 100 && fraction < 1) return;
-      this.lastDraw = now;
-      const width = 30;
-      const filled = Math.round(fraction * width);
-      this.out.write(`\r${this.id} [${"#".repeat(filled)}${".".repeat(width - filled)}] ${stats}\x1b[K`);
-      this.drawn = true;
-      return;
-    }
-    const tenth = Math.floor(fraction * 10);
-    if (tenth === this.lastTenth) return;
-    this.lastTenth = tenth;
-    this.out.write(`${this.id}: ${stats}\n`);
-  }
-
-  finish(): void {
-    if (this.drawn) this.out.write("\n");
-    this.drawn = false;
-  }
-}
-
-function formatBytes(n: number): string {
-  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} GB`;
-  if (n >= 1e6) return `${(n / 1e6).toFixed(1)} MB`;
-  if (n >= 1e3) return `${(n / 1e3).toFixed(1)} kB`;
-  return `${n} B`;
-}
-
-function formatDuration(s: number): string {
-  const total = Math.ceil(s);
-  const m = Math.floor(total / 60);
-  return m > 0 ? `${m}:${String(total % 60).padStart(2, "0")}` : `${total} s`;
 }
 
 runModelsCli(process.argv.slice(2)).then(

@@ -19,6 +19,7 @@ test("when nothing is set, then the documented defaults apply", () => {
     signupCreditMicros: 5_000_000n,
     logLevel: "info",
     publicUrl: "http://localhost:8080",
+    gpu: "auto", // issue 17, item 5: the GPU build when a usable GPU is present
   });
   expect(cfg.databaseUrl).toBeUndefined();
   expect(cfg.dataDir).toBe(dataDir);
@@ -42,6 +43,8 @@ test("when a setting is invalid, then ConfigError names the environment variable
     /SWITCHYARD_ENGINE_THREADS/,
   );
   expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
+  expect(() => loadConfig({ SWITCHYARD_GPU: "cuda", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/SWITCHYARD_GPU/);
+  expect(loadConfig({ SWITCHYARD_GPU: "off", SWITCHYARD_DATA_DIR: tmp() }).gpu).toBe("off");
 });
 
 test("when a config file is named, then it is read and the environment overrides it", () => {

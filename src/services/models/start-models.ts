@@ -13,7 +13,8 @@
  *   (a damaged file) is marked not usable, with the reason as its `status_reason`, and the start
  *   goes on (finding 7).
  * - **Banner.** One log line lists the models served, where the engine computes (CPU or GPU),
- *   and the pull command of each model whose file is not here.
+ *   the pull command of each model whose file is not here, and the models whose file is here
+ *   but not usable.
  */
 import type { Logger } from "pino";
 import type { Catalog, CatalogModel } from "../../config/catalog.js";
@@ -24,6 +25,7 @@ import {
   type LocalModelFiles,
   type ModelDirs,
   type PullWait,
+  notDownloadedReason,
   pullCommand,
   pullModel,
 } from "../../inference/engines/llama-cpp/model-store.js";
@@ -154,28 +156,41 @@ export async function loadServedModels(
 /**
  * The start banner (one log line): the models served, the engine's backend (`cpu`, a GPU
  * backend, or `idle` when no embedded model loaded: llama.cpp is not started just to name it),
- * and the pull command of each catalog model whose file is not here.
+ * the pull command of each catalog model whose file is not here, and each model whose file is
+ * here but not usable (wrong size, failed to load) with why and the pull that replaces it.
+ * `notServed` pairs each offered model that is not served with its `status_reason`
+ * (`notDownloadedReason` or `notUsableReason`). Log fields: `served` (ids), `notDownloaded`
+ * (`{id, pull}`), `notUsable` (`{id, reason}`), `engine`.
  */
 export function logModelBanner(
   logger: Logger,
   served: CatalogModel[],
-  notDownloaded: CatalogModel[],
+  notServed: Array<{ model: CatalogModel; reason: string | undefined }>,
   backend: string,
 ): void {
+  const notDownloaded = notServed.filter((n) => n.reason === undefined || n.reason === notDownloadedReason(n.model.id));
+  const notUsable = notServed.filter((n) => !notDownloaded.includes(n));
   const parts = [
     `serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ` +
       (backend === "idle" ? "(embedded engine not started: no model file here)" : `(embedded engine on ${backend})`),
   ];
   if (notDownloaded.length > 0) {
     parts.push(
-      `not downloaded: ${notDownloaded.map((m) => m.id).join(", ")}; pull with ` +
-        notDownloaded.map((m) => pullCommand(m.id)).join(" / "),
+      `not downloaded: ${notDownloaded.map((n) => n.model.id).join(", ")}; pull with ` +
+        notDownloaded.map((n) => pullCommand(n.model.id)).join(" / "),
+    );
+  }
+  if (notUsable.length > 0) {
+    parts.push(
+      `file not usable: ${notUsable.map((n) => n.model.id).join(", ")} (their status_reason says why); replace with ` +
+        notUsable.map((n) => pullCommand(n.model.id)).join(" / "),
     );
   }
   logger.info(
     {
       served: served.map((m) => m.id),
-      notDownloaded: notDownloaded.map((m) => ({ id: m.id, pull: pullCommand(m.id) })),
+      notDownloaded: notDownloaded.map((n) => ({ id: n.model.id, pull: pullCommand(n.model.id) })),
+      notUsable: notUsable.map((n) => ({ id: n.model.id, reason: n.reason })),
       engine: backend,
     },
     parts.join("; "),
