@@ -87,6 +87,8 @@ interface Measured {
   /** Streamed chat: time to the first content token, one request at a time (ms). */
   ttftP50: number;
   ttftP99: number;
+  /** Streamed requests that failed or sent no content (Portkey answers this upstream's streams with an error). */
+  ttftErrors: number;
   /** Requests in the closed and open runs the CPU figures cover. */
   requests: number;
   rssMb: number;
@@ -390,7 +392,8 @@ async function measure(
     rps: closed.rps,
     closedErrors: closed.errors,
     ...open,
-    openErrors: open.errors + idle.errors + ttft.errors,
+    openErrors: open.errors + idle.errors,
+    ttftErrors: ttft.errors,
     idleP50: idle.p50,
     idleP99: idle.p99,
     ttftP50: ttft.p50,
@@ -716,6 +719,11 @@ async function main(): Promise<void> {
       "  RSS and CPU ms/req are each target's own process over its closed and open runs; DB CPU ms/req is\n" +
         "  Switchyard's embedded PostgreSQL (its metering and ledger writes), not in RSS.",
     );
+    for (const r of results.filter((x) => x.ttftErrors > 0)) {
+      console.log(
+        `  ${r.target.name}: ${r.ttftErrors} of ${STREAM_REQUESTS} streamed requests failed (TTFT from the rest)`,
+      );
+    }
     printJson("gateway", figures);
     if (CPU_PROF) {
       switchyard.child.kill("SIGTERM");
