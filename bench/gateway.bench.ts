@@ -24,6 +24,7 @@
  *   npm run bench:gateway
  *   BENCH_SECONDS=20 BENCH_RATE=1000 npm run bench:gateway
  *   BENCH_CPU_PROF=1 npm run bench:gateway   # also profiles Switchyard and prints its top costs
+ *   BENCH_PORTKEY=0 …                         # without Portkey (quicker before/after runs)
  *
  * On 2 cores the load generator, the upstream and the gateway share the CPU: absolute numbers are
  * floors; the ratios are what to compare.
@@ -170,7 +171,7 @@ function waitForLine<T>(child: ChildProcess, match: (entry: Record<string, unkno
 }
 
 async function startUpstream(): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, [path.join(root, "dist-bench/bench/gateway-upstream.js")], {
+  const child = spawn(process.execPath, [path.join(here, "gateway-upstream.js")], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   const port = await waitForLine(child, (e) => (typeof e.port === "number" ? e.port : undefined));
@@ -197,7 +198,7 @@ async function startSwitchyard(upstreamPort: number, dir: string): Promise<{ chi
       ],
     }),
   );
-  const args = [path.join(root, "dist-bench/bench/gateway-switchyard.js")];
+  const args = [path.join(here, "gateway-switchyard.js")];
   if (CPU_PROF) args.unshift("--cpu-prof", `--cpu-prof-dir=${path.join(dir, "profile")}`);
   const child = spawn(process.execPath, args, {
     cwd: dir,
@@ -461,7 +462,7 @@ function topCosts(file: string, n: number): { busyS: number; functions: string[]
     busy++;
     const url = f.url.replace(/^file:\/\//, "");
     const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1];
-    const where = pkg ? `${pkg}:${url.split(`${pkg}/`)[1]}` : url.replace(/.*dist-bench\//, "");
+    const where = pkg ? `${pkg}:${url.split(`${pkg}/`)[1]}` : url.replace(/.*\/dist-[^/]+\//, "");
     const fn = `${f.functionName || "(anonymous)"} ${where ? `${where}:${f.lineNumber + 1}` : ""}`.trim();
     self.set(fn, (self.get(fn) ?? 0) + 1);
     // Node's own modules by folder (`node:internal/streams`), ours by file, packages by name.
@@ -497,7 +498,7 @@ async function main(): Promise<void> {
       { name: "bench" },
       signup.access_token,
     );
-    const portkey = await startPortkey();
+    const portkey = process.env.BENCH_PORTKEY === "0" ? "skipped (BENCH_PORTKEY=0)" : await startPortkey();
     if (typeof portkey !== "string") children.push(portkey.child);
 
     const jsonHeaders = { "content-type": "application/json" };
