@@ -3,7 +3,7 @@
  * with an API key (`sk_…`) or an access token, or `x-api-key`. API-key and user lookups are cached
  * in memory (hot path) and evicted on NOTIFY when a key is revoked or a user changes.
  */
-import { createHash } from "node:crypto";
+import { createHash, hash as oneShotHash } from "node:crypto";
 import type { DataSource } from "typeorm";
 import type { TeamRole } from "../entities/user.entity.js";
 import type { CacheBus } from "./cache-bus.js";
@@ -37,6 +37,11 @@ const UNKNOWN_KEY_TTL_MS = 5_000;
 /** SHA-256 of an API key, the only form in which keys are stored. */
 export function hashApiKey(key: string): Buffer {
   return createHash("sha256").update(key).digest();
+}
+
+/** `hashApiKey(key)` as lowercase hex, in one call (no Hash object; Node ≥ 20.12). */
+function hashHex(key: string): string {
+  return oneShotHash("sha256", key, "hex");
 }
 
 /** Authenticates API keys and access tokens, with in-memory caches kept honest by NOTIFY. */
@@ -94,8 +99,8 @@ export class CredentialService {
   }
 
   private async fromApiKey(key: string): Promise<Principal> {
-    const hash = hashApiKey(key);
-    const hex = hash.toString("hex");
+    // One-shot digest straight to hex (the cache key); the bytes only for a database look-up.
+    const hex = hashHex(key);
     const now = Date.now();
     let entry = this.keys.get(hex);
     if (!entry && now - (this.unknownKeys.get(hex) ?? -Infinity) < UNKNOWN_KEY_TTL_MS) {
@@ -120,7 +125,7 @@ export class CredentialService {
           -- A key works only while its user is in the key's team (issue 8: a removed member's keys
           -- are revoked too; this holds even for one a revoke missed).
           WHERE k.key_hash = $1 AND u.team_id = k.team_id`,
-        [hash],
+        [Buffer.from(hex, "hex")],
       );
       const row = rows[0];
       if (!row) {

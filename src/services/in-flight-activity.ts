@@ -106,9 +106,12 @@ export class InFlightActivity {
 
   /**
    * Starts tracking a request admitted now. `record` is the request's record as it would be
-   * written with no usage yet (id, principal, type, endpoint, model, labels, body, created_at).
+   * written with no usage yet (id, principal, type, endpoint, model, labels, body, created_at), or
+   * a function that builds it: called only when the row is written (most requests end first).
    */
-  track(record: UsageRecord, status: InFlightStatus): InFlightMark {
+  track(record: UsageRecord | (() => UsageRecord), status: InFlightStatus): InFlightMark {
+    let built: UsageRecord | undefined = typeof record === "function" ? undefined : record;
+    const recordNow = (): UsageRecord => (built ??= (record as () => UsageRecord)());
     let current: InFlightStatus = status;
     let written: InFlightStatus | null = null;
     let inserted = false;
@@ -117,7 +120,7 @@ export class InFlightActivity {
     let chain: Promise<void> = Promise.resolve();
     const enqueue = (op: () => Promise<void>): Promise<void> => {
       const run = chain.then(op).catch((err: unknown) => {
-        this.logger.warn({ err, request_id: record.id }, "could not write the in-flight activity row");
+        this.logger.warn({ err, request_id: recordNow().id }, "could not write the in-flight activity row");
       });
       chain = run;
       this.writes.add(run);
@@ -129,8 +132,8 @@ export class InFlightActivity {
       const next = current;
       written = next;
       enqueue(async () => {
-        const result = await inFlightInsert(this.ds, [{ ...record, status: next, completedAt: null }]);
-        if (result.get(record.id)) inserted = true;
+        const result = await inFlightInsert(this.ds, [{ ...recordNow(), status: next, completedAt: null }]);
+        if (result.get(recordNow().id)) inserted = true;
         this.stats.written++;
       });
     };
@@ -148,7 +151,9 @@ export class InFlightActivity {
         if (recorded || written === null) return;
         await enqueue(async () => {
           if (!inserted) return;
-          await this.ds.query(`DELETE FROM activity WHERE id = $1 AND status IN ('pending', 'running')`, [record.id]);
+          await this.ds.query(`DELETE FROM activity WHERE id = $1 AND status IN ('pending', 'running')`, [
+            recordNow().id,
+          ]);
           this.stats.deleted++;
         });
       },

@@ -549,7 +549,8 @@ export class InferenceService {
     type: ActivityType,
     status: InFlightStatus,
   ): InFlightMark | undefined {
-    return this.inFlight?.track({ ...usageRecord(principal, call, type), status, completedAt: null }, status);
+    // Built only if the row is written (after `afterMs`): most requests end before.
+    return this.inFlight?.track(() => ({ ...usageRecord(principal, call, type), status, completedAt: null }), status);
   }
 }
 
