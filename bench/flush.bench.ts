@@ -56,7 +56,7 @@ async function main(): Promise<void> {
     const original = pool.query.bind(pool);
     pool.query = (cfg: unknown, ...rest: unknown[]) => {
       const c = cfg as { name?: string; text?: string; values?: unknown[] };
-      if (c?.name === "switchyard_group_commit") captured = { text: c.text!, values: c.values! };
+      if (c?.name?.startsWith("switchyard_group_commit_")) captured = { text: c.text!, values: c.values! };
       return original(cfg, ...rest);
     };
     const json = (r: Response) => r.json() as Promise<Record<string, string>>;

@@ -1,4 +1,5 @@
 /** Thin helpers for the raw SQL the services run through TypeORM managers. */
+import { createHash } from "node:crypto";
 
 /** Anything that runs SQL: a DataSource, an EntityManager or a QueryRunner. */
 export interface Queryable {
@@ -22,16 +23,28 @@ interface NamedStatementPool {
   query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
 }
 
+/** Statement names by text: `<name>_<12 hex of the text's SHA-256>`. */
+const statementNames = new Map<string, string>();
+
 /**
- * Runs `text` as the named prepared statement `name` on a connection of `db`'s pool (a TypeORM
+ * Runs `text` as a named prepared statement on a connection of `db`'s pool (a TypeORM
  * DataSource on PostgreSQL): each connection parses and plans it once, later calls only bind and
  * execute. For the large statements of the hot path (the metering group commit: 2.5 ms through a
- * plain query against 0.8 ms prepared, measured in bench/NOTES.md, issue 12 item 1). `name` must
- * always be used with the same `text`. Other `Queryable`s (a transaction's manager) run it plainly.
+ * plain query against 0.8 ms prepared, measured in bench/NOTES.md, issue 12 item 1). The name
+ * sent is `name` plus a hash of `text`, so one name can never stand for two texts (a changed
+ * statement after a deploy, behind a pooler that keeps server connections). Other `Queryable`s
+ * (a transaction's manager) run it plainly, inside their transaction.
+ * Note: node-postgres closes a pool connection whose query failed, so a failed call costs a
+ * reconnect and a new parse on the next one.
  */
 export async function queryPrepared<T>(db: Queryable, name: string, text: string, params: unknown[]): Promise<T[]> {
   const pool = (db as { driver?: { master?: unknown } }).driver?.master as NamedStatementPool | undefined;
   if (typeof pool?.query !== "function") return queryRows<T>(db, text, params);
-  const result = await pool.query({ name, text, values: params });
+  let named = statementNames.get(text);
+  if (named === undefined) {
+    named = `${name}_${createHash("sha256").update(text).digest("hex").slice(0, 12)}`;
+    statementNames.set(text, named);
+  }
+  const result = await pool.query({ name: named, text, values: params });
   return result.rows as T[];
 }

@@ -38,8 +38,9 @@ export interface InFlightMark {
   /**
    * The request is over. `recorded`: its terminal record was written (the row, if any, was
    * updated by it); otherwise a row this mark inserted is deleted.
-   * @returns once that delete is done (at once when there is none): a refusal awaits it before
-   *   it is answered, so a request answered 4xx never shows in the activity list afterwards.
+   * @returns once that delete is done (at once when there is none), or after `END_WAIT_MS` at
+   *   the most: a refusal awaits it before it is answered, so a request answered 4xx or 503 does
+   *   not show in the activity list afterwards, unless the database is that slow.
    */
   end(recorded: boolean): Promise<void>;
 }
@@ -52,6 +53,9 @@ export interface InFlightOptions {
   /** How often worker processes sweep, ms. */
   sweepEveryMs: number;
 }
+
+/** Longest a refusal waits for its early row's delete before it is answered, ms. */
+export const END_WAIT_MS = 2_000;
 
 const DEFAULTS: InFlightOptions = { afterMs: 1000, staleAfterMs: 6 * 3_600_000, sweepEveryMs: 600_000 };
 
@@ -149,13 +153,19 @@ export class InFlightActivity {
         ended = true;
         clearTimeout(timer);
         if (recorded || written === null) return;
-        await enqueue(async () => {
+        const deleted = enqueue(async () => {
           if (!inserted) return;
           await this.ds.query(`DELETE FROM activity WHERE id = $1 AND status IN ('pending', 'running')`, [
             recordNow().id,
           ]);
           this.stats.deleted++;
         });
+        // A slow or locked database must not hold a load-shedding answer (429, 402) for long:
+        // past END_WAIT_MS the answer goes and the delete finishes on its own (or the sweep ends
+        // the row).
+        let timeout: NodeJS.Timeout | undefined;
+        await Promise.race([deleted, new Promise<void>((r) => (timeout = setTimeout(r, END_WAIT_MS).unref()))]);
+        clearTimeout(timeout);
       },
     };
   }

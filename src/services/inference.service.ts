@@ -304,7 +304,7 @@ export class InferenceService {
       return { result, body: rendered.body, costMicros: cost };
     } finally {
       reservation?.release(); // no-op once settled
-      void mark?.end(recorded);
+      await mark?.end(recorded);
     }
   }
 
@@ -365,7 +365,7 @@ export class InferenceService {
       return { result, costMicros: cost, body };
     } finally {
       reservation?.release();
-      void mark?.end(recorded);
+      await mark?.end(recorded);
     }
   }
 
@@ -438,7 +438,7 @@ export class InferenceService {
       return { result, body, costMicros: cost };
     } finally {
       reservation?.release();
-      void mark?.end(recorded);
+      await mark?.end(recorded);
     }
   }
 

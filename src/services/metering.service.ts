@@ -135,8 +135,9 @@ export class MeteringService {
     /** This process's credit-lease holder (`CreditService.holder`): charges come off its lease. */
     private readonly leaseHolder: string | null = null,
     /**
-     * `database`: a flush returns once its commit is on disk; `process`: once it is committed
-     * (PostgreSQL's `synchronous_commit = off` for the flush's transaction only). Config
+     * `database`: a flush commits as the server's `synchronous_commit` says (on disk before it
+     * returns, by PostgreSQL's default); `process`: once it is committed (`synchronous_commit =
+     * off` for the flush's transaction only). Config
      * `SWITCHYARD_DURABILITY`; README "Durability".
      */
     private readonly durability: "database" | "process" = "database",
@@ -312,8 +313,10 @@ export class MeteringService {
          -- order. This transaction-level lock is taken before anything else of the flush (every
          -- CTE that locks a row reads \`input\` or waits on this one-time filter) and held until
          -- commit; see services/completion-events.service.ts. The durability of this transaction's
-         -- commit is set here too (\`synchronous_commit\` on or off, local to this transaction).
-         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK}), set_config('synchronous_commit', $6, true)
+         -- commit is set here too: \`synchronous_commit\` off, local to this transaction, in the
+         -- \`process\` mode; in \`database\` mode the server's own setting stands.
+         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK}),
+                CASE WHEN $6::text = 'off' THEN set_config('synchronous_commit', 'off', true) END
        ),
        input AS (
          -- One row per request id, even if a caller queued the same record twice in one flush.
