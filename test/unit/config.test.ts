@@ -14,8 +14,8 @@ test("when nothing is set, then the documented defaults apply", () => {
   const cfg = loadConfig({ SWITCHYARD_DATA_DIR: dataDir });
   expect(cfg).toMatchObject({
     port: 8080,
-    engineThreads: 1,
-    engineSequences: 8,
+    engineThreads: "auto",
+    engineSequences: "auto",
     signupCreditMicros: 5_000_000n,
     logLevel: "info",
     publicUrl: "http://localhost:8080",
@@ -42,6 +42,26 @@ test("when a setting is invalid, then ConfigError names the environment variable
     /SWITCHYARD_ENGINE_THREADS/,
   );
   expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
+});
+
+test("when engine threads or sequences are neither auto nor a whole number in range, then ConfigError says what is allowed", () => {
+  for (const [name, value] of [
+    ["SWITCHYARD_ENGINE_THREADS", "0"],
+    ["SWITCHYARD_ENGINE_THREADS", "two"],
+    ["SWITCHYARD_ENGINE_THREADS", "1.5"],
+    ["SWITCHYARD_ENGINE_SEQUENCES", "257"],
+    ["SWITCHYARD_ENGINE_SEQUENCES", "Auto"],
+  ]) {
+    expect(() => loadConfig({ [name]: value, SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+      new RegExp(`${name}: expected auto or a whole number from 1 to 256`),
+    );
+  }
+  const cfg = loadConfig({
+    SWITCHYARD_ENGINE_THREADS: "2",
+    SWITCHYARD_ENGINE_SEQUENCES: "auto",
+    SWITCHYARD_DATA_DIR: tmp(),
+  });
+  expect(cfg).toMatchObject({ engineThreads: 2, engineSequences: "auto" });
 });
 
 test("when a config file is named, then it is read and the environment overrides it", () => {

@@ -19,6 +19,7 @@ import type { Logger } from "pino";
 import type { Catalog, CatalogModel } from "../../config/catalog.js";
 import { ConfigError } from "../../config/config.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
+import type { EngineTuning } from "../../inference/engines/llama-cpp/engine-tuning.js";
 import { DownloadError, redactUrl } from "../../inference/engines/llama-cpp/hub-download.js";
 import {
   type LocalModelFiles,
@@ -154,18 +155,23 @@ export async function loadServedModels(
 /**
  * The start banner (one log line): the models served, the engine's backend (`cpu`, a GPU
  * backend, or `idle` when no embedded model loaded: llama.cpp is not started just to name it),
- * and the pull command of each catalog model whose file is not here.
+ * the engine's threads and sequences (issue 12, item 3: measured, cached or configured, with the
+ * measured tokens/s), and the pull command of each catalog model whose file is not here.
  */
 export function logModelBanner(
   logger: Logger,
   served: CatalogModel[],
   notDownloaded: CatalogModel[],
   backend: string,
+  tuning?: EngineTuning,
 ): void {
-  const parts = [
-    `serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ` +
-      (backend === "idle" ? "(embedded engine not started: no model file here)" : `(embedded engine on ${backend})`),
-  ];
+  const engine =
+    backend === "idle"
+      ? "(embedded engine not started: no model file here)"
+      : `(embedded engine on ${backend}` +
+        (tuning ? `, ${tuning.threads} thread(s), ${tuning.sequences} sequences ${tuning.source}` : "") +
+        ")";
+  const parts = [`serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ${engine}`];
   if (notDownloaded.length > 0) {
     parts.push(
       `not downloaded: ${notDownloaded.map((m) => m.id).join(", ")}; pull with ` +
@@ -177,6 +183,7 @@ export function logModelBanner(
       served: served.map((m) => m.id),
       notDownloaded: notDownloaded.map((m) => ({ id: m.id, pull: pullCommand(m.id) })),
       engine: backend,
+      ...(tuning ? { tuning } : {}),
     },
     parts.join("; "),
   );
