@@ -217,6 +217,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       threads: config.engineThreads,
       sequences: config.engineSequences,
       embeddingContexts: config.engineEmbeddingContexts,
+      batchWhileInteractive: config.batchWhileInteractive,
       modelsDir: config.modelsDir,
       dataDir: config.dataDir,
       gpu: config.gpu,

@@ -239,6 +239,12 @@ export const configSchema = z.object({
    * − 1 (at least 1), so a slot stays free for interactive requests (DESIGN §3 Batches).
    */
   batchConcurrency: intFromEnv(1, 1024).optional(),
+  /**
+   * Batch items one generation model decodes at once while interactive traffic is on (an
+   * interactive request decoding, or one in the last second; issue 12, item 3); more wait until
+   * it is quiet. 0 pauses batch work meanwhile; 256 lifts the bound.
+   */
+  batchWhileInteractive: intFromEnv(0, 256).default(1),
   /** Mail (issue 8): `smtp://user:pass@host:port` or `smtps://…`; unset: mail goes to the `mail_outbox` table only. */
   smtpUrl: z
     .string()
@@ -462,6 +468,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   batchMaxBytes: "SWITCHYARD_BATCH_MAX_BYTES",
   batchMaxItems: "SWITCHYARD_BATCH_MAX_ITEMS",
   batchConcurrency: "SWITCHYARD_BATCH_CONCURRENCY",
+  batchWhileInteractive: "SWITCHYARD_BATCH_WHILE_INTERACTIVE",
   smtpUrl: "SMTP_URL",
   mailFrom: "SWITCHYARD_MAIL_FROM",
   passwordResetUrl: "SWITCHYARD_PASSWORD_RESET_URL",

@@ -12,7 +12,7 @@
  *    together for S in 1, 2, 4, 8 (at most the former fixed default: memory is not measured,
  *    and each sequence holds a KV cache of the model's whole context); the smallest S giving ≥ `SEQUENCE_GAIN_FLOOR` of the best
  *    aggregate tokens/s wins (more sequences than that only add memory and per-request latency),
- *    never below 2 (the batch runner runs sequences − 1 items, keeping one for interactive
+ *    the best of `SEQUENCE_ROUNDS` interleaved rounds per count; never below 2 (the batch runner runs sequences − 1 items, keeping one for interactive
  *    requests: DESIGN §3, issue 7).
  *
  * The result is cached in `<dataDir>/engine-tuning.json` by model file (name, size, mtime) and
@@ -35,6 +35,8 @@ const WARMUP_TOKENS = 4;
 export const PROBE_SEQUENCE_STEPS = 16;
 /** Sequence counts tried (bounded: each sequence holds a KV cache of the model's whole context). */
 export const SEQUENCE_CANDIDATES = [1, 2, 4, 8] as const;
+/** Measurements per sequence count (interleaved; the best counts). */
+export const SEQUENCE_ROUNDS = 3;
 /** The smallest sequence count reaching this share of the best aggregate tokens/s is kept. */
 export const SEQUENCE_GAIN_FLOOR = 0.85;
 /** Fewest sequences chosen by `auto` (one for interactive requests beside the batch runner's). */
@@ -103,7 +105,7 @@ export async function chooseTuning(model: LlamaModel, modelPath: string, opts: T
         // A count already 3× slower than the best is cut short (2 threads took ~0.25 s a token here).
         const budget = best > 0 ? (3 * (WARMUP_TOKENS + PROBE_TOKENS) * 1000) / best : PROBE_BUDGET_MS;
         const rate = await decodeRate(model, t, 1, PROBE_TOKENS, Math.min(budget, PROBE_BUDGET_MS));
-        rates[t] = round(rate);
+        rates[t] = round1(rate);
         if (rate > best) {
           best = rate;
           threads = t;
@@ -117,10 +119,17 @@ export async function chooseTuning(model: LlamaModel, modelPath: string, opts: T
     // Sequences measured with other threads than these are measured again.
     else if (entry.sequences !== undefined && entry.sequencesThreads === threads) sequences = entry.sequences;
     else {
+      // Rounds interleaved over the candidates, the best of each kept: other load on the machine
+      // only ever slows a measurement, so the best is the least disturbed one (one round picked
+      // 2, 4 or 8 from run to run here).
       const rates: Record<string, number> = {};
-      for (const s of SEQUENCE_CANDIDATES) {
-        rates[s] = round(await decodeRate(model, threads, s, PROBE_SEQUENCE_STEPS, PROBE_BUDGET_MS));
+      for (let round = 0; round < SEQUENCE_ROUNDS; round++) {
+        for (const s of SEQUENCE_CANDIDATES) {
+          const rate = await decodeRate(model, threads, s, PROBE_SEQUENCE_STEPS, PROBE_BUDGET_MS);
+          rates[s] = Math.max(rates[s] ?? 0, rate);
+        }
       }
+      for (const s of SEQUENCE_CANDIDATES) rates[s] = round1(rates[s]);
       const best = Math.max(...Object.values(rates));
       const enough = SEQUENCE_CANDIDATES.find((s) => rates[s] >= SEQUENCE_GAIN_FLOOR * best);
       sequences = Math.max(MIN_AUTO_SEQUENCES, enough ?? MIN_AUTO_SEQUENCES);
@@ -256,6 +265,6 @@ function writeCache(dataDir: string, cache: Cache, logger: Logger): void {
   }
 }
 
-function round(n: number): number {
+function round1(n: number): number {
   return Math.round(n * 10) / 10;
 }

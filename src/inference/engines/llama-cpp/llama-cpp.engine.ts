@@ -69,6 +69,15 @@ export interface LlamaCppEngineOptions extends ModelFileSettings {
   /** Embedding contexts per embedding model. */
   embeddingContexts: number;
   /**
+   * Batch items a generation runtime decodes at once while interactive traffic is on: an
+   * interactive request decoding, or one in the last `INTERACTIVE_QUIET_MS`
+   * (`SWITCHYARD_BATCH_WHILE_INTERACTIVE`, issue 12 item 3; default unbounded here, 1 in the
+   * config). On 2 cores a batch at full width slowed interactive chat ~3× at p50 through the CPU
+   * its items take (bench/NOTES.md). With no interactive traffic, batch work uses every slot the
+   * batch runner gives it.
+   */
+  batchWhileInteractive?: number;
+  /**
    * GPU use (issue 17, `SWITCHYARD_GPU`): `auto` takes node-llama-cpp's GPU build when a usable
    * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (the default
    * here; the config's default is `auto`) the CPU.
@@ -110,6 +119,9 @@ interface ScoringContexts {
   contexts: LlamaContext[];
   pool: SlotPool<LlamaContextSequence>;
 }
+
+/** How long after the last interactive request batch work stays bounded (see `batchWhileInteractive`), ms. */
+export const INTERACTIVE_QUIET_MS = 1_000;
 
 /** Scoring contexts per generation runtime (each one sequence; see `LlamaCppEngine.scoringPool`). */
 const SCORING_CONTEXTS = 2;
@@ -614,7 +626,7 @@ export class LlamaCppEngine implements InferenceEngine {
       file: spec.file,
       model: llamaModel,
       context,
-      pool: new SlotPool(sequences),
+      pool: new SlotPool(sequences, this.opts.batchWhileInteractive, INTERACTIVE_QUIET_MS),
       contextSize: context.contextSize,
       maxPromptChars: maxCharsFor(
         context.contextSize,
