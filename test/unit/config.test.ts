@@ -16,6 +16,7 @@ test("when nothing is set, then the documented defaults apply", () => {
     port: 8080,
     engineThreads: "auto",
     engineSequences: "auto",
+    batchWhileInteractive: 1,
     signupCreditMicros: 5_000_000n,
     logLevel: "info",
     publicUrl: "http://localhost:8080",
@@ -56,6 +57,9 @@ test("when engine threads or sequences are neither auto nor a whole number in ra
       new RegExp(`${name}: expected auto or a whole number from 1 to 256`),
     );
   }
+  expect(() => loadConfig({ SWITCHYARD_BATCH_WHILE_INTERACTIVE: "-1", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_BATCH_WHILE_INTERACTIVE/,
+  );
   const cfg = loadConfig({
     SWITCHYARD_ENGINE_THREADS: "2",
     SWITCHYARD_ENGINE_SEQUENCES: "auto",
