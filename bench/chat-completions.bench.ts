@@ -4,7 +4,7 @@
  * in-process, at the same concurrency, in one run. Prints requests/s, latency percentiles (ms) and
  * the server/engine throughput ratio.
  *
- *   npm run bench                       # 8 s per row, concurrency 1 and 8
+ *   npm run bench                       # 8 s per row, concurrency 1, 8 and 32 (issue 12, items 1 and 3)
  *   BENCH_SECONDS=20 BENCH_CONCURRENCY=1,4,16 npm run bench
  *   BENCH_MAX_TOKENS=128 npm run bench:chat    # the issue's second size
  *
@@ -22,7 +22,7 @@ import { startSwitchyard } from "../src/server.js";
 import { type BenchFigure, printJson } from "./report.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
-const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8").split(",").map(Number);
+const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 16);
 const CLIENT_WORKERS = Number(process.env.BENCH_CLIENT_WORKERS ?? 0);
 const PROMPT = "Once upon a time";
@@ -169,8 +169,9 @@ async function main(): Promise<void> {
         baseline: base.rps,
         value: served.rps,
         ratio,
-        target: "≥ 0.85 × engine in-process",
-        met: ratio >= 0.85,
+        // Issue 12 item 1 holds concurrency 1 and 8 to 0.85; item 3 asks for 32 to be reported.
+        target: base.concurrency <= 8 ? "≥ 0.85 × engine in-process" : "— (reported, issue 12 item 3)",
+        met: base.concurrency <= 8 ? ratio >= 0.85 : null,
       });
     }
     const [activity] = await app.dataSource.query("SELECT count(*)::int AS n FROM activity");

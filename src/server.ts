@@ -107,6 +107,7 @@ import { BillingService } from "./services/billing/billing.service.js";
 import { LocalPaymentProvider, warnOfLocalPayments } from "./services/billing/payment-provider.js";
 import { StripePaymentProvider } from "./services/billing/stripe-provider.js";
 import { AuthThrottle } from "./services/throttle.js";
+import { DEFAULT_ENGINE_SEQUENCES } from "./inference/engines/llama-cpp/engine-tuning.js";
 import { TokenService } from "./services/tokens.js";
 import { WebhookDispatcher } from "./services/webhooks/webhook-dispatcher.js";
 
@@ -216,6 +217,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       threads: config.engineThreads,
       sequences: config.engineSequences,
       embeddingContexts: config.engineEmbeddingContexts,
+      batchWhileInteractive: config.batchWhileInteractive,
       modelsDir: config.modelsDir,
       dataDir: config.dataDir,
       gpu: config.gpu,
@@ -245,17 +247,23 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       logger,
     );
     logger.info({ ms: Date.now() - loadStarted, models: served.length }, "models loaded");
+    // Engine scheduling (issue 12, item 3): threads and sequences as measured for the first
+    // generation model (or configured); the batch runner and custom models size themselves by it.
+    const tuning = embedded.chosenTuning();
+    const engineSequences =
+      config.engineSequences === "auto" ? (tuning?.sequences ?? DEFAULT_ENGINE_SEQUENCES) : config.engineSequences;
     logModelBanner(
       logger,
       served,
       offered.filter((m) => !served.includes(m)).map((m) => ({ model: m, reason: platform.unavailable(m) })),
       // Starting llama.cpp only to name its backend costs ~2 s when no embedded model loaded.
       served.some((m) => m.engine.type === "llama_cpp") ? await embedded.backend() : "idle",
+      tuning,
     );
 
     // Issue 9: each team's custom models and deployments, in memory (NOTIFY keeps them fresh), so
     // the catalog resolves a team's models without a database round trip per request.
-    const customSlots = { generation: config.engineSequences, embedding: config.engineEmbeddingContexts };
+    const customSlots = { generation: engineSequences, embedding: config.engineEmbeddingContexts };
     const teamModels = new TeamModelDirectory(ds, bus, platform, engines, logger, customSlots);
     await teamModels.start();
     const catalog = new ModelCatalogService(platform, teamModels);
@@ -369,7 +377,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     });
     if (runsWorkers) {
       const runner = new BatchRunner(ds, inference, catalog, batches, jobs, bus, logger, {
-        concurrency: config.batchConcurrency ?? Math.max(1, config.engineSequences - 1),
+        concurrency: config.batchConcurrency ?? Math.max(1, engineSequences - 1),
       });
       await workBatches(jobs, runner, batches);
       runner.start();

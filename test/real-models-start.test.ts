@@ -60,7 +60,7 @@ describe("the shipped catalog without the real models' files", () => {
       { id: NOMIC, pull: `npm run models -- pull ${NOMIC}` },
     ]);
     expect(banner!.msg).toBe(
-      `serving ${CHAT_MODEL}, ${EMBED_MODEL} (embedded engine on cpu); not downloaded: ${QWEN}, ${NOMIC}; ` +
+      `serving ${CHAT_MODEL}, ${EMBED_MODEL} (embedded engine on cpu, 1 thread(s), 8 sequences config); not downloaded: ${QWEN}, ${NOMIC}; ` +
         `pull with npm run models -- pull ${QWEN} / npm run models -- pull ${NOMIC}`,
     );
     // Nothing tried to load (or download) them.

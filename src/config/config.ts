@@ -24,6 +24,17 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
+/**
+ * `auto` (measured from the machine, issue 12 item 3) or a whole number in [min, max]; anything
+ * else fails naming both forms.
+ */
+const autoOrInt = (min: number, max: number) => {
+  const error = `expected auto or a whole number from ${min} to ${max}`;
+  return z.union([z.literal("auto"), z.coerce.number().int({ error }).min(min, { error }).max(max, { error })], {
+    error,
+  });
+};
+
 /** True for `localhost`, 127.0.0.0/8 and `[::1]`: the only hosts plain `http` is allowed for. */
 export function isLoopbackHost(hostname: string): boolean {
   return hostname === "localhost" || /^127(\.\d{1,3}){3}$/.test(hostname) || hostname === "[::1]";
@@ -142,10 +153,13 @@ export const configSchema = z.object({
   jwtSecret: z.string().min(32).optional(),
   /** Access-token lifetime in seconds (DESIGN §3: 24 h). */
   accessTokenTtlS: intFromEnv(60, 30 * 24 * 3600).default(24 * 3600),
-  /** CPU threads per embedded-engine context (1 is right for small models on 2 cores). */
-  engineThreads: intFromEnv(1, 256).default(1),
-  /** Parallel sequences per generation model (concurrent requests decoded in one batch). */
-  engineSequences: intFromEnv(1, 256).default(8),
+  /**
+   * CPU threads per embedded-engine context; `auto` measures them per model file and machine at
+   * first load (`engine-tuning.ts`, cached in `<dataDir>/engine-tuning.json`).
+   */
+  engineThreads: autoOrInt(1, 256).default("auto"),
+  /** Parallel sequences per generation model (concurrent requests decoded in one batch); `auto` as above. */
+  engineSequences: autoOrInt(1, 256).default("auto"),
   /** Embedding contexts per embedding model. */
   engineEmbeddingContexts: intFromEnv(1, 64).default(2),
   /** Default wait for a free engine slot before answering 429, in seconds. */
@@ -225,6 +239,12 @@ export const configSchema = z.object({
    * − 1 (at least 1), so a slot stays free for interactive requests (DESIGN §3 Batches).
    */
   batchConcurrency: intFromEnv(1, 1024).optional(),
+  /**
+   * Batch items one generation model decodes at once while interactive traffic is on (an
+   * interactive request decoding, or one in the last second; issue 12, item 3); more wait until
+   * it is quiet. 0 pauses batch work meanwhile; 256 lifts the bound.
+   */
+  batchWhileInteractive: intFromEnv(0, 256).default(1),
   /** Mail (issue 8): `smtp://user:pass@host:port` or `smtps://…`; unset: mail goes to the `mail_outbox` table only. */
   smtpUrl: z
     .string()
@@ -448,6 +468,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   batchMaxBytes: "SWITCHYARD_BATCH_MAX_BYTES",
   batchMaxItems: "SWITCHYARD_BATCH_MAX_ITEMS",
   batchConcurrency: "SWITCHYARD_BATCH_CONCURRENCY",
+  batchWhileInteractive: "SWITCHYARD_BATCH_WHILE_INTERACTIVE",
   smtpUrl: "SMTP_URL",
   mailFrom: "SWITCHYARD_MAIL_FROM",
   passwordResetUrl: "SWITCHYARD_PASSWORD_RESET_URL",

@@ -74,6 +74,9 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
     SWITCHYARD_MODELS_DIR: MODELS_DIR,
     SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
     SWITCHYARD_GPU: "off",
+    // Pinned as in the harness: no tuning probe per start (issue 12, item 3).
+    SWITCHYARD_ENGINE_THREADS: "1",
+    SWITCHYARD_ENGINE_SEQUENCES: "8",
     SWITCHYARD_JWT_SECRET: "child-server-test-secret-child-server-test",
   };
   delete env.DATABASE_URL;

@@ -106,6 +106,8 @@ export async function startTestServer(
       allowModelDownload: false,
       // No GPU probe (about a second per server); tests that want SWITCHYARD_GPU=auto say so.
       gpu: "off",
+      // Pinned: no tuning probe per server (issue 12, item 3); test/engine-tuning.test.ts probes.
+      engineThreads: 1,
       engineSequences: 8,
       ...overrides,
     },

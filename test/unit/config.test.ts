@@ -14,8 +14,9 @@ test("when nothing is set, then the documented defaults apply", () => {
   const cfg = loadConfig({ SWITCHYARD_DATA_DIR: dataDir });
   expect(cfg).toMatchObject({
     port: 8080,
-    engineThreads: 1,
-    engineSequences: 8,
+    engineThreads: "auto",
+    engineSequences: "auto",
+    batchWhileInteractive: 1,
     signupCreditMicros: 5_000_000n,
     logLevel: "info",
     publicUrl: "http://localhost:8080",
@@ -45,6 +46,29 @@ test("when a setting is invalid, then ConfigError names the environment variable
   expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
   expect(() => loadConfig({ SWITCHYARD_GPU: "cuda", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/SWITCHYARD_GPU/);
   expect(loadConfig({ SWITCHYARD_GPU: "off", SWITCHYARD_DATA_DIR: tmp() }).gpu).toBe("off");
+});
+
+test("when engine threads or sequences are neither auto nor a whole number in range, then ConfigError says what is allowed", () => {
+  for (const [name, value] of [
+    ["SWITCHYARD_ENGINE_THREADS", "0"],
+    ["SWITCHYARD_ENGINE_THREADS", "two"],
+    ["SWITCHYARD_ENGINE_THREADS", "1.5"],
+    ["SWITCHYARD_ENGINE_SEQUENCES", "257"],
+    ["SWITCHYARD_ENGINE_SEQUENCES", "Auto"],
+  ]) {
+    expect(() => loadConfig({ [name]: value, SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+      new RegExp(`${name}: expected auto or a whole number from 1 to 256`),
+    );
+  }
+  expect(() => loadConfig({ SWITCHYARD_BATCH_WHILE_INTERACTIVE: "-1", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_BATCH_WHILE_INTERACTIVE/,
+  );
+  const cfg = loadConfig({
+    SWITCHYARD_ENGINE_THREADS: "2",
+    SWITCHYARD_ENGINE_SEQUENCES: "auto",
+    SWITCHYARD_DATA_DIR: tmp(),
+  });
+  expect(cfg).toMatchObject({ engineThreads: 2, engineSequences: "auto" });
 });
 
 test("when a config file is named, then it is read and the environment overrides it", () => {

@@ -69,6 +69,50 @@ test("when batch work waits, then a free slot is not taken by a newer batch requ
   expect(await pool.acquire(10, undefined, undefined, true)).toBe("b");
 });
 
+test("when an interactive request holds a slot, then batch work holds at most the pool's bound and the rest starts when it is done (issue 12, item 3)", async () => {
+  const pool = new SlotPool(["a", "b", "c", "d"], 1);
+  const started: string[] = [];
+  const batch = (name: string) => pool.acquire(1000, undefined, undefined, true).then((s) => (started.push(name), s));
+  // No interactive request: batch work takes every free slot.
+  const b1 = await batch("b1");
+  const b2 = await batch("b2");
+  pool.release(b1);
+  pool.release(b2);
+  started.length = 0;
+
+  const interactive = await pool.acquire(1000);
+  const first = await batch("first"); // one batch slot beside it
+  const waiting = [batch("second"), batch("third")];
+  await new Promise((r) => setImmediate(r));
+  expect(started).toEqual(["first"]);
+  expect(pool.available).toBe(2); // free slots, held back from batch work
+  // An interactive request still gets a free slot at once.
+  const other = await pool.acquire(10);
+  pool.release(first); // a batch slot back: the next batch item may take it (one beside interactive)
+  await new Promise((r) => setImmediate(r));
+  expect(started).toEqual(["first", "second"]);
+  pool.release(other);
+  await new Promise((r) => setImmediate(r));
+  expect(started).toEqual(["first", "second"]);
+  pool.release(interactive); // no interactive request left: the rest start
+  await Promise.all(waiting);
+  expect(started).toEqual(["first", "second", "third"]);
+});
+
+test("when an interactive request gave its slot back less than the quiet period ago, then batch work stays bounded until the period ends", async () => {
+  const pool = new SlotPool(["a", "b", "c"], 1, 50);
+  const interactive = await pool.acquire(1000);
+  const first = await pool.acquire(1000, undefined, undefined, true);
+  let second = false;
+  const waiting = pool.acquire(1000, undefined, undefined, true).then((s) => ((second = true), s));
+  pool.release(interactive);
+  await new Promise((r) => setImmediate(r));
+  expect(second).toBe(false); // interactive traffic was just here
+  await waiting; // started by the quiet-period timer
+  expect(second).toBe(true);
+  pool.release(first);
+});
+
 test("when a pool is closed (a deleted deployment, issue 9), then waiters and later requests are refused, and whenIdle waits for the slots in use", async () => {
   const pool = new SlotPool(["a", "b"]);
   const a = await pool.acquire(1000);

@@ -20,6 +20,7 @@ import type { Logger } from "pino";
 import type { Catalog, CatalogModel } from "../../config/catalog.js";
 import { ConfigError } from "../../config/config.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
+import type { EngineTuning } from "../../inference/engines/llama-cpp/engine-tuning.js";
 import { DownloadError, redactUrl } from "../../inference/engines/llama-cpp/hub-download.js";
 import {
   type LocalModelFiles,
@@ -156,9 +157,10 @@ export async function loadServedModels(
 /**
  * The start banner (one log line): the models served, the engine's backend (`cpu`, a GPU
  * backend, or `idle` when no embedded model loaded: llama.cpp is not started just to name it),
- * the pull command of each catalog model whose file is not here, and each model whose file is
- * here but not usable (wrong size, failed to load) with why and the pull that replaces it.
- * `notServed` pairs each offered model that is not served with its `status_reason`
+ * the engine's threads and sequences (issue 12, item 3: measured, cached or configured, with the
+ * measured tokens/s), the pull command of each catalog model whose file is not here, and each
+ * model whose file is here but not usable (wrong size, failed to load) with why and the pull that
+ * replaces it. `notServed` pairs each offered model that is not served with its `status_reason`
  * (`notDownloadedReason` or `notUsableReason`). Log fields: `served` (ids), `notDownloaded`
  * (`{id, pull}`), `notUsable` (`{id, reason}`), `engine`.
  */
@@ -167,13 +169,17 @@ export function logModelBanner(
   served: CatalogModel[],
   notServed: Array<{ model: CatalogModel; reason: string | undefined }>,
   backend: string,
+  tuning?: EngineTuning,
 ): void {
   const notDownloaded = notServed.filter((n) => n.reason === undefined || n.reason === notDownloadedReason(n.model.id));
   const notUsable = notServed.filter((n) => !notDownloaded.includes(n));
-  const parts = [
-    `serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ` +
-      (backend === "idle" ? "(embedded engine not started: no model file here)" : `(embedded engine on ${backend})`),
-  ];
+  const engine =
+    backend === "idle"
+      ? "(embedded engine not started: no model file here)"
+      : `(embedded engine on ${backend}` +
+        (tuning ? `, ${tuning.threads} thread(s), ${tuning.sequences} sequences ${tuning.source}` : "") +
+        ")";
+  const parts = [`serving ${served.length > 0 ? served.map((m) => m.id).join(", ") : "no model"} ${engine}`];
   if (notDownloaded.length > 0) {
     parts.push(
       `not downloaded: ${notDownloaded.map((n) => n.model.id).join(", ")}; pull with ` +
@@ -192,6 +198,7 @@ export function logModelBanner(
       notDownloaded: notDownloaded.map((n) => ({ id: n.model.id, pull: pullCommand(n.model.id) })),
       notUsable: notUsable.map((n) => ({ id: n.model.id, reason: n.reason })),
       engine: backend,
+      ...(tuning ? { tuning } : {}),
     },
     parts.join("; "),
   );

@@ -53,17 +53,30 @@ import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
 import { planScoring, scoreOnSequence } from "./llama-cpp.scoring.js";
+import { type EngineTuning, type TuningSetting, chooseTuning } from "./engine-tuning.js";
 
 /** The node-llama-cpp module (an ES module loaded on first use). */
 type NodeLlamaCpp = typeof NodeLlamaCppModule;
 
 export interface LlamaCppEngineOptions extends ModelFileSettings {
-  /** CPU threads per context (1 for small models on few cores). */
-  threads: number;
-  /** Parallel sequences per generation model. */
-  sequences: number;
+  /**
+   * CPU threads per context, or `auto`: measured per model file at its first load
+   * (`engine-tuning.ts`, issue 12 item 3; cached in `<dataDir>/engine-tuning.json`).
+   */
+  threads: TuningSetting;
+  /** Parallel sequences per generation model (platform runtimes), or `auto` as for `threads`. */
+  sequences: TuningSetting;
   /** Embedding contexts per embedding model. */
   embeddingContexts: number;
+  /**
+   * Batch items a generation runtime decodes at once while interactive traffic is on: an
+   * interactive request decoding, or one in the last `INTERACTIVE_QUIET_MS`
+   * (`SWITCHYARD_BATCH_WHILE_INTERACTIVE`, issue 12 item 3; default unbounded here, 1 in the
+   * config). On 2 cores a batch at full width slowed interactive chat ~3× at p50 through the CPU
+   * its items take (bench/NOTES.md). With no interactive traffic, batch work uses every slot the
+   * batch runner gives it.
+   */
+  batchWhileInteractive?: number;
   /**
    * GPU use (issue 17, `SWITCHYARD_GPU`): `auto` takes node-llama-cpp's GPU build when a usable
    * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (the default
@@ -96,6 +109,8 @@ interface GenerationRuntime {
   /** Extra end-of-turn tokens from the catalog, as llama.cpp stop triggers. */
   endTriggers: Token[][];
   formatPrompt: (messages: ChatMessage[]) => Prompt;
+  /** CPU threads of its contexts (the file's tuning). */
+  threads: number;
   /** Contexts of one sequence each for scoring (decisions), made on first use; see `scoringPool`. */
   scoring?: Promise<ScoringContexts>;
 }
@@ -104,6 +119,9 @@ interface ScoringContexts {
   contexts: LlamaContext[];
   pool: SlotPool<LlamaContextSequence>;
 }
+
+/** How long after the last interactive request batch work stays bounded (see `batchWhileInteractive`), ms. */
+export const INTERACTIVE_QUIET_MS = 1_000;
 
 /** Scoring contexts per generation runtime (each one sequence; see `LlamaCppEngine.scoringPool`). */
 const SCORING_CONTEXTS = 2;
@@ -133,6 +151,12 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly fileUsers = new Map<string, number>();
   /** Keys of unloaded dedicated runtimes: never built again (their deployment is gone). */
   private readonly retired = new Set<string>();
+  /** Threads and sequences per model file (issue 12, item 3), chosen once per file per process. */
+  private readonly tunings = new Map<string, Promise<EngineTuning>>();
+  /** Where each loaded model file was found (the tuning cache keys on its size and mtime). */
+  private readonly paths = new Map<string, string>();
+  /** The first generation model's tuning: the default for batches and custom models. */
+  private firstGenerationTuning?: EngineTuning;
 
   constructor(private readonly opts: LlamaCppEngineOptions) {}
 
@@ -465,9 +489,7 @@ export class LlamaCppEngine implements InferenceEngine {
     rt.scoring ??= (async () => {
       const contexts: LlamaContext[] = [];
       for (let i = 0; i < SCORING_CONTEXTS; i++) {
-        contexts.push(
-          await rt.model.createContext({ contextSize: rt.contextSize, sequences: 1, threads: this.opts.threads }),
-        );
+        contexts.push(await rt.model.createContext({ contextSize: rt.contextSize, sequences: 1, threads: rt.threads }));
       }
       this.opts.logger.info({ model: model.id, contexts: contexts.length }, "scoring contexts ready");
       return { contexts, pool: new SlotPool(contexts.map((c) => c.getSequence())) };
@@ -564,10 +586,12 @@ export class LlamaCppEngine implements InferenceEngine {
   private async buildRuntime(model: CatalogModel, spec: LlamaCppEngineSpec): Promise<Runtime> {
     const llamaModel = await this.modelFile(model, spec);
     const contextSize = Math.min(spec.context_size, llamaModel.trainContextSize);
+    const tuning = await this.tuningFor(model, spec, llamaModel);
+    const threads = tuning.threads;
     if (model.modality === "text_embedding") {
       const contexts: LlamaEmbeddingContext[] = [];
       for (let i = 0; i < (model.runtime?.slots ?? this.opts.embeddingContexts); i++) {
-        contexts.push(await llamaModel.createEmbeddingContext({ contextSize, threads: this.opts.threads }));
+        contexts.push(await llamaModel.createEmbeddingContext({ contextSize, threads }));
       }
       const vocabulary = llamaModel.fileInfo.metadata.tokenizer?.ggml?.tokens as string[] | undefined;
       const vocabularySize = vocabulary?.length ?? Number.MAX_SAFE_INTEGER;
@@ -582,8 +606,9 @@ export class LlamaCppEngine implements InferenceEngine {
         vocabularySize,
       };
     }
-    const slots = model.runtime?.slots ?? this.opts.sequences;
-    const context = await llamaModel.createContext({ contextSize, sequences: slots, threads: this.opts.threads });
+    this.firstGenerationTuning ??= tuning;
+    const slots = model.runtime?.slots ?? tuning.sequences;
+    const context = await llamaModel.createContext({ contextSize, sequences: slots, threads });
     const sequences = Array.from({ length: slots }, () => context.getSequence());
     const bosCount = llamaModel.tokens.shouldPrependBosToken && llamaModel.tokens.bos != null ? 1 : 0;
     this.opts.logger.info(
@@ -592,7 +617,7 @@ export class LlamaCppEngine implements InferenceEngine {
         runtime: model.runtime?.key,
         contextSize: context.contextSize,
         sequences: sequences.length,
-        threads: this.opts.threads,
+        threads,
       },
       "generation model ready",
     );
@@ -601,7 +626,7 @@ export class LlamaCppEngine implements InferenceEngine {
       file: spec.file,
       model: llamaModel,
       context,
-      pool: new SlotPool(sequences),
+      pool: new SlotPool(sequences, this.opts.batchWhileInteractive, INTERACTIVE_QUIET_MS),
       contextSize: context.contextSize,
       maxPromptChars: maxCharsFor(
         context.contextSize,
@@ -610,7 +635,44 @@ export class LlamaCppEngine implements InferenceEngine {
       bosCount,
       endTriggers: spec.eog_token_ids.map((id) => [id as Token]),
       formatPrompt: this.promptFormatter(llamaModel, spec),
+      threads,
     };
+  }
+
+  /**
+   * The threads and sequences for `spec.file` (issue 12, item 3): configured numbers, or `auto`
+   * ones measured by a short probe at the file's first load (cached on disk by file and machine;
+   * see `engine-tuning.ts`). Logged once per file with the measured figures.
+   */
+  private tuningFor(model: CatalogModel, spec: LlamaCppEngineSpec, llamaModel: LlamaModel): Promise<EngineTuning> {
+    let tuning = this.tunings.get(spec.file);
+    if (!tuning) {
+      tuning = chooseTuning(llamaModel, this.paths.get(spec.file) ?? resolveModelPath(model, spec, this.opts), {
+        threads: this.opts.threads,
+        sequences: this.opts.sequences,
+        dataDir: this.opts.dataDir,
+        logger: this.opts.logger,
+      }).then((t) => {
+        this.opts.logger.info(
+          { file: spec.file, ...t },
+          `engine tuning for ${spec.file}: ${t.threads} thread(s), ${t.sequences} sequences (${t.source}` +
+            (t.source === "measured" ? ` in ${t.probeMs} ms` : "") +
+            ")",
+        );
+        return t;
+      });
+      this.tunings.set(spec.file, tuning);
+    }
+    return tuning;
+  }
+
+  /**
+   * The threads and sequences chosen for the first generation model loaded (undefined before
+   * one loads): what the start banner shows, and the default of the batch runner's concurrency
+   * (sequences − 1) and of custom models' slots when the configuration says `auto`.
+   */
+  chosenTuning(): EngineTuning | undefined {
+    return this.firstGenerationTuning;
   }
 
   /**
@@ -650,6 +712,7 @@ export class LlamaCppEngine implements InferenceEngine {
     if (!file) {
       file = (async () => {
         const modelPath = resolveModelPath(model, spec, this.opts);
+        this.paths.set(key, modelPath);
         const llama = await this.llamaInstance();
         this.opts.logger.info({ model: model.id, path: modelPath }, "loading model file");
         return llama.loadModel({ modelPath });

@@ -1,0 +1,296 @@
+/**
+ * Benchmark: engine scheduling (issue 12, item 3). Starts an embedded PostgreSQL and Switchyard as
+ * a child process (`node dist-bench/src/main.js`, threads and sequences `auto` unless
+ * SWITCHYARD_ENGINE_THREADS / _SEQUENCES are set), and prints one table:
+ *
+ * 1. The engine's choice: threads and sequences, and the tokens/s the start-up probe measured for
+ *    each (from the server's `engine tuning` log line).
+ * 2. Interactive latency: BENCH_INTERACTIVE (default 300) chat completions (tinystories-260k,
+ *    max_tokens 16) from one client, back to back, on the idle server; then the same client while
+ *    one batch of BENCH_ITEMS (default 5,000) chat completions (max_tokens 16) runs, until the
+ *    batch ends. Target: p99 during the batch ≤ 2 × idle p99.
+ *
+ * Throughput at concurrency 1, 8 and 32 (server and in-process engine) is the chat-completions
+ * bench's (BENCH_CONCURRENCY default 1,8,32).
+ *
+ *   npm run bench:scheduling
+ *   BENCH_ITEMS=500 BENCH_INTERACTIVE=100 npm run bench:scheduling     # quick
+ *   SWITCHYARD_BATCH_CONCURRENCY=3 npm run bench:scheduling            # another batch concurrency
+ *
+ * Model files from SWITCHYARD_MODELS_DIR (default ../shared/models). Client, PostgreSQL and server
+ * share the machine's cores.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { percentile, printFigures, printJson } from "./report.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, "../..");
+
+const ITEMS = Number(process.env.BENCH_ITEMS ?? 5_000);
+const INTERACTIVE = Number(process.env.BENCH_INTERACTIVE ?? 300);
+const MAX_TOKENS = 16;
+const MODEL = "tinystories-260k";
+/** The target: interactive p99 during the batch at most this many times the idle p99. */
+const TARGET_RATIO = 2;
+
+/** The fields of the server's `engine tuning for <file>` log line (`EngineTuning`). */
+interface TuningLine {
+  threads?: number;
+  sequences?: number;
+  source?: string;
+  probeMs?: number;
+  threadsTokensPerS?: Record<string, number>;
+  sequencesTokensPerS?: Record<string, number>;
+}
+
+interface Server {
+  child: ChildProcess;
+  base: string;
+  /** The server's `engine tuning` log record. */
+  tuning?: TuningLine;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+
+function request(base: string, method: string, pathName: string, body?: string, key?: string) {
+  return new Promise<{ status: number; text: string }>((resolve, reject) => {
+    const req = http.request(
+      base + pathName,
+      {
+        method,
+        agent,
+        headers: {
+          ...(body !== undefined
+            ? { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+            : {}),
+          ...(key ? { authorization: `Bearer ${key}` } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+async function json<T>(answer: ReturnType<typeof request>, expected: number, what: string): Promise<T> {
+  const a = await answer;
+  if (a.status !== expected) throw new Error(`${what} answered ${a.status}: ${a.text.slice(0, 300)}`);
+  return JSON.parse(a.text) as T;
+}
+
+function startServer(databaseUrl: string, dataDir: string): Promise<Server> {
+  const child = spawn(process.execPath, [path.join(root, "dist-bench/src/main.js")], {
+    env: {
+      ...process.env,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      DATABASE_URL: databaseUrl,
+      SWITCHYARD_DATA_DIR: dataDir,
+      SWITCHYARD_MODELS_DIR: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(root, "../shared/models"),
+      SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
+      SWITCHYARD_GPU: "off",
+      LOG_LEVEL: "info",
+    },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const server: Partial<Server> = { child };
+  return new Promise((resolve, reject) => {
+    let buffered = "";
+    child.stdout!.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split("\n");
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        if (line.includes('"msg":"engine tuning for')) server.tuning = JSON.parse(line) as TuningLine;
+        if (line.includes("Switchyard listening")) {
+          server.base = (JSON.parse(line) as { url: string }).url;
+          resolve(server as Server);
+        }
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`server exited with ${code}`)));
+  });
+}
+
+async function stopServer(server: Server): Promise<void> {
+  if (server.child.exitCode !== null) return;
+  const exited = new Promise((r) => server.child.once("exit", r));
+  server.child.kill("SIGTERM");
+  await exited;
+}
+
+async function signup(base: string): Promise<string> {
+  const { access_token } = await json<{ access_token: string }>(
+    request(
+      base,
+      "POST",
+      "/control/v1/auth/signup",
+      JSON.stringify({ email: `scheduling-${Date.now()}@example.com`, password: "bench-password" }),
+    ),
+    201,
+    "signup",
+  );
+  const { plaintext } = await json<{ plaintext: string }>(
+    request(base, "POST", "/control/v1/auth/api-keys", JSON.stringify({ name: "bench" }), access_token),
+    201,
+    "api key",
+  );
+  return plaintext;
+}
+
+function chatBody(i: number): Record<string, unknown> {
+  return {
+    model: MODEL,
+    messages: [{ role: "user", content: `Once upon a time, story ${i}` }],
+    max_tokens: MAX_TOKENS,
+  };
+}
+
+/** One interactive chat completion; its latency, ms. */
+async function interactive(base: string, key: string, i: number): Promise<number> {
+  const t0 = performance.now();
+  await json(request(base, "POST", "/v1/chat/completions", JSON.stringify(chatBody(i)), key), 200, "chat completion");
+  return performance.now() - t0;
+}
+
+interface BatchObject {
+  id: string;
+  status: string;
+  created_at: string;
+  completed_at: string | null;
+  request_counts: { total: number; completed: number; failed: number };
+}
+
+const f1 = (n: number) => n.toFixed(1);
+const pct = (sorted: number[]) =>
+  `${f1(percentile(sorted, 50))} / ${f1(percentile(sorted, 99))} / ${f1(sorted[sorted.length - 1])}`;
+
+async function main(): Promise<void> {
+  const load0 = os.loadavg();
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-scheduling-bench-"));
+  const pgServer = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
+  let server: Server | undefined;
+  try {
+    server = await startServer(pgServer.url, dataDir);
+    const { base } = server;
+    const key = await signup(base);
+    for (let i = 0; i < 20; i++) await interactive(base, key, i); // warm-up
+
+    process.stderr.write(`idle: ${INTERACTIVE} interactive requests …\n`);
+    const idle: number[] = [];
+    for (let i = 0; i < INTERACTIVE; i++) idle.push(await interactive(base, key, i));
+    idle.sort((a, b) => a - b);
+
+    process.stderr.write(`batch of ${ITEMS} items, interactive requests alongside …\n`);
+    const created = await json<BatchObject>(
+      request(
+        base,
+        "POST",
+        "/v1/batches",
+        JSON.stringify({
+          requests: Array.from({ length: ITEMS }, (_, i) => ({
+            custom_id: `item-${i}`,
+            url: "/v1/chat/completions",
+            body: chatBody(i),
+          })),
+        }),
+        key,
+      ),
+      201,
+      "batch create",
+    );
+    let batch = created;
+    let done = false;
+    const poll = (async () => {
+      while (!["completed", "failed", "cancelled", "expired"].includes(batch.status)) {
+        await new Promise((r) => setTimeout(r, 500));
+        batch = await json<BatchObject>(request(base, "GET", `/v1/batches/${created.id}`, undefined, key), 200, "poll");
+      }
+      done = true;
+    })();
+    const during: number[] = [];
+    // Only requests answered while items are running count (the first poll that sees items done).
+    while (!done) {
+      const latency = await interactive(base, key, during.length);
+      if (batch.request_counts.completed > 0 && !done) during.push(latency);
+    }
+    await poll;
+    during.sort((a, b) => a - b);
+    if (batch.request_counts.completed !== ITEMS) {
+      throw new Error(`batch ended ${batch.status} with counts ${JSON.stringify(batch.request_counts)}`);
+    }
+    const batchS = (Date.parse(batch.completed_at!) - Date.parse(batch.created_at)) / 1000;
+    const ratio = percentile(during, 99) / percentile(idle, 99);
+    const load1 = os.loadavg();
+
+    const t: TuningLine = server.tuning ?? {};
+    const rates = (r?: Record<string, number>) =>
+      r
+        ? Object.entries(r)
+            .map(([k, v]) => `${k}: ${Math.round(v)}`)
+            .join(", ")
+        : "—";
+    console.log(
+      `\nEngine scheduling bench: ${os.availableParallelism()} usable cores (${os.cpus()[0]?.model ?? "?"}); ` +
+        `load average ${load0.map(f1).join(" ")} at start, ${load1.map(f1).join(" ")} at end\n`,
+    );
+    printFigures(
+      [
+        ["engine threads", `${t.threads} (${t.source}${t.source === "measured" ? `, probe ${t.probeMs} ms` : ""})`],
+        ["decode tokens/s by threads (1 sequence)", rates(t.threadsTokensPerS)],
+        ["engine sequences", `${t.sequences}`],
+        ["aggregate decode tokens/s by sequences", rates(t.sequencesTokensPerS)],
+        ["interactive chat p50 / p99 / max ms, idle", `${pct(idle)} (${idle.length} requests)`],
+        [
+          `interactive chat p50 / p99 / max ms during a ${ITEMS}-item batch`,
+          `${pct(during)} (${during.length} requests)`,
+        ],
+        ["p99 during / idle p99", `${ratio.toFixed(2)} (target ≤ ${TARGET_RATIO})`],
+        ["batch items/s (created → completed)", `${f1(ITEMS / batchS)} (${f1(batchS)} s)`],
+      ],
+      ["measurement", "result"],
+      (r) => r,
+    );
+    printJson("scheduling", [
+      {
+        figure: `interactive chat p99 during a ${ITEMS}-item batch`,
+        unit: "ms",
+        baseline: percentile(idle, 99),
+        value: percentile(during, 99),
+        p50: percentile(during, 50),
+        ratio,
+        target: `≤ ${TARGET_RATIO} × idle p99`,
+        met: ratio <= TARGET_RATIO,
+      },
+      {
+        figure: `batch items/s alongside interactive chat (${ITEMS} items)`,
+        unit: "items/s",
+        value: ITEMS / batchS,
+        target: "— (reported)",
+        met: null,
+      },
+    ]);
+  } finally {
+    if (server) await stopServer(server).catch(() => undefined);
+    agent.destroy();
+    await pgServer.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
