@@ -14,13 +14,14 @@
  *                                  # one build, a setting of B's environment as the change
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -39,27 +40,7 @@ const STREAM_BODY = JSON.stringify({
   stream: true,
 });
 
-function cpuSeconds(pid: number): number {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-function descendants(pid: number): number[] {
-  const out: number[] = [];
-  try {
-    for (const task of readdirSync(`/proc/${pid}/task`)) {
-      const c = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
-      for (const child of c ? c.split(" ").map(Number) : []) out.push(child, ...descendants(child));
-    }
-  } catch {
-    /* gone */
-  }
-  return out;
-}
-const dbCpu = (pid: number) => descendants(pid).reduce((n, p) => n + cpuSeconds(p), 0);
+const dbCpu = descendantsCpuSeconds;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 function waitForLine<T>(child: ChildProcess, match: (e: Record<string, unknown>) => T | undefined): Promise<T> {

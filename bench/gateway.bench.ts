@@ -38,6 +38,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -121,33 +122,9 @@ function rssMb(pid: number): number {
   }
 }
 
-/** CPU seconds (user + system) `pid` has used so far; 0 when it is gone. */
-function cpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
-  } catch {
-    return 0;
-  }
-}
-
-/** Every live descendant of `pid` (e.g. an embedded PostgreSQL and its backends). */
-function descendants(pid: number): number[] {
-  const out: number[] = [];
-  try {
-    for (const task of readdirSync(`/proc/${pid}/task`)) {
-      const children = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
-      for (const child of children ? children.split(" ").map(Number) : []) out.push(child, ...descendants(child));
-    }
-  } catch {
-    /* gone */
-  }
-  return out;
-}
-
 /** CPU seconds of `pid` itself and of its descendants. */
 function cpuOf(pid: number): { own: number; children: number } {
-  return { own: cpuSeconds(pid), children: descendants(pid).reduce((n, p) => n + cpuSeconds(p), 0) };
+  return { own: cpuSeconds(pid), children: descendantsCpuSeconds(pid) };
 }
 
 /** Resolves with the first stdout line `match` accepts (its parsed JSON); rejects when the child exits first. */
