@@ -25,19 +25,25 @@
  * Model files from SWITCHYARD_MODELS_DIR (default ../shared/models). Everything (clients, prober,
  * PostgreSQL, server) shares the machine's cores: on 2 cores the numbers are floors.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import pg from "pg";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import {
+  type Answer,
+  type Server,
+  closeRequests,
+  json,
+  request,
+  signup,
+  startServer,
+  stopServer,
+} from "./child-server.js";
 import { printJson } from "./report.js";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "../..");
 const MIB = 1024 * 1024;
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 5_000);
@@ -53,119 +59,17 @@ const MODEL = "tinystories-260k";
 /** Default `SWITCHYARD_BATCH_MAX_BYTES` (200 MiB); raised when the upload body is larger. */
 const DEFAULT_BATCH_MAX_BYTES = 200 * MIB;
 
-interface Server {
-  child: ChildProcess;
-  base: string;
-  pid: number;
-}
+/** What every server of this bench runs with (on top of `child-server.ts`'s settings). */
+const serverEnv = {
+  SWITCHYARD_ENGINE_SEQUENCES: String(SEQUENCES),
+  SWITCHYARD_BATCH_CONCURRENCY: String(CONCURRENCY),
+};
 
-interface Answer {
-  status: number;
-  body: Buffer;
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY + 4 });
-
-/** One HTTP request; resolves with the status and the whole answer. */
-function request(
-  base: string,
-  method: string,
-  pathName: string,
-  opts: { body?: string | Buffer; key?: string; fresh?: boolean } = {},
-): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      base + pathName,
-      {
-        method,
-        agent: opts.fresh ? undefined : agent,
-        headers: {
-          ...(opts.body !== undefined
-            ? { "content-type": "application/json", "content-length": Buffer.byteLength(opts.body) }
-            : {}),
-          ...(opts.key ? { authorization: `Bearer ${opts.key}` } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
-    req.end(opts.body);
-  });
-}
-
-async function json<T>(answer: Promise<Answer>, expected: number, what: string): Promise<T> {
-  const a = await answer;
-  if (a.status !== expected) {
-    throw new Error(`${what} answered ${a.status}: ${a.body.toString("utf8").slice(0, 300)}`);
-  }
-  return JSON.parse(a.body.toString("utf8")) as T;
-}
-
-function startServer(databaseUrl: string, dataDir: string, extraEnv: Record<string, string>): Promise<Server> {
-  const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, path.join(root, "dist-bench/src/main.js")], {
-    env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      DATABASE_URL: databaseUrl,
-      SWITCHYARD_DATA_DIR: dataDir,
-      SWITCHYARD_MODELS_DIR: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(root, "../shared/models"),
-      SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-      SWITCHYARD_ENGINE_SEQUENCES: String(SEQUENCES),
-      SWITCHYARD_BATCH_CONCURRENCY: String(CONCURRENCY),
-      LOG_LEVEL: "info",
-      ...extraEnv,
-    },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  return new Promise((resolve, reject) => {
-    let buffered = "";
-    child.stdout!.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split("\n");
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        if (line.includes("Switchyard listening")) {
-          resolve({ child, base: (JSON.parse(line) as { url: string }).url, pid: child.pid! });
-        } else if (/"msg":"batch (state changed|progress|created)"/.test(line)) {
-          // Progress for whoever watches the run; the table comes at the end.
-          const l = JSON.parse(line) as Record<string, unknown>;
-          const { level: _l, time: _t, pid: _p, hostname: _h, msg, ...rest } = l;
-          process.stderr.write(`  server: ${String(msg)} ${JSON.stringify(rest)}\n`);
-        }
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`server exited with ${code}`)));
-  });
-}
-
-async function stopServer(server: Server): Promise<void> {
-  if (server.child.exitCode !== null) return;
-  const exited = new Promise((r) => server.child.once("exit", r));
-  server.child.kill("SIGTERM");
-  await exited;
-}
-
-async function signup(base: string): Promise<string> {
-  const { access_token } = await json<{ access_token: string }>(
-    request(base, "POST", "/control/v1/auth/signup", {
-      body: JSON.stringify({ email: `batches-${Date.now()}@example.com`, password: "bench-password" }),
-    }),
-    201,
-    "signup",
-  );
-  const { plaintext } = await json<{ plaintext: string }>(
-    request(base, "POST", "/control/v1/auth/api-keys", { body: JSON.stringify({ name: "bench" }), key: access_token }),
-    201,
-    "api key",
-  );
-  return plaintext;
+/** The server's batch progress lines, for whoever watches the run (the table comes at the end). */
+function showBatchLines(line: string): void {
+  if (!/"msg":"batch (state changed|progress|created)"/.test(line)) return;
+  const { level: _l, time: _t, pid: _p, hostname: _h, msg, ...rest } = JSON.parse(line) as Record<string, unknown>;
+  process.stderr.write(`  server: ${String(msg)} ${JSON.stringify(rest)}\n`);
 }
 
 /** The chat body of item `i` (sync requests and batch items send the same). */
@@ -441,15 +345,20 @@ async function main(): Promise<void> {
     let health: Awaited<ReturnType<typeof healthDuringUpload>> | undefined;
     let tp: Awaited<ReturnType<typeof throughput>> | undefined;
     if (SECTIONS.has(2) || SECTIONS.has(3)) {
-      server = await startServer(pgServer.url, dataDir, { SWITCHYARD_BATCH_MAX_BYTES: String(batchMaxBytes) });
-      key = await signup(server.base);
+      server = await startServer(
+        pgServer.url,
+        dataDir,
+        { ...serverEnv, SWITCHYARD_BATCH_MAX_BYTES: String(batchMaxBytes) },
+        showBatchLines,
+      );
+      key = await signup(server.base, "batches");
       if (SECTIONS.has(2)) rss = await resultsRss(server, key, db);
       if (SECTIONS.has(3)) health = await healthDuringUpload(server, key, big!);
       await stopServer(server);
     }
     if (SECTIONS.has(1)) {
-      server = await startServer(pgServer.url, dataDir, {});
-      key ||= await signup(server.base);
+      server = await startServer(pgServer.url, dataDir, serverEnv, showBatchLines);
+      key ||= await signup(server.base, "batches");
       tp = await throughput(server, key);
       await stopServer(server);
     }
@@ -556,7 +465,7 @@ async function main(): Promise<void> {
     }
   } finally {
     if (server) await stopServer(server).catch(() => undefined);
-    agent.destroy();
+    closeRequests();
     await db.end().catch(() => undefined);
     await pgServer.stop();
     rmSync(dataDir, { recursive: true, force: true });

@@ -20,17 +20,12 @@
  * Model files from SWITCHYARD_MODELS_DIR (default ../shared/models). Client, PostgreSQL and server
  * share the machine's cores.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { type Server, closeRequests, json, request, signup, startServer, stopServer } from "./child-server.js";
 import { percentile, printFigures, printJson } from "./report.js";
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "../..");
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 5_000);
 const INTERACTIVE = Number(process.env.BENCH_INTERACTIVE ?? 300);
@@ -49,107 +44,6 @@ interface TuningLine {
   sequencesTokensPerS?: Record<string, number>;
 }
 
-interface Server {
-  child: ChildProcess;
-  base: string;
-  /** The server's `engine tuning` log record. */
-  tuning?: TuningLine;
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
-
-function request(base: string, method: string, pathName: string, body?: string, key?: string) {
-  return new Promise<{ status: number; text: string }>((resolve, reject) => {
-    const req = http.request(
-      base + pathName,
-      {
-        method,
-        agent,
-        headers: {
-          ...(body !== undefined
-            ? { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
-            : {}),
-          ...(key ? { authorization: `Bearer ${key}` } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
-    req.end(body);
-  });
-}
-
-async function json<T>(answer: ReturnType<typeof request>, expected: number, what: string): Promise<T> {
-  const a = await answer;
-  if (a.status !== expected) throw new Error(`${what} answered ${a.status}: ${a.text.slice(0, 300)}`);
-  return JSON.parse(a.text) as T;
-}
-
-function startServer(databaseUrl: string, dataDir: string): Promise<Server> {
-  const child = spawn(process.execPath, [path.join(root, "dist-bench/src/main.js")], {
-    env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      DATABASE_URL: databaseUrl,
-      SWITCHYARD_DATA_DIR: dataDir,
-      SWITCHYARD_MODELS_DIR: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(root, "../shared/models"),
-      SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-      SWITCHYARD_GPU: "off",
-      LOG_LEVEL: "info",
-    },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const server: Partial<Server> = { child };
-  return new Promise((resolve, reject) => {
-    let buffered = "";
-    child.stdout!.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split("\n");
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        if (line.includes('"msg":"engine tuning for')) server.tuning = JSON.parse(line) as TuningLine;
-        if (line.includes("Switchyard listening")) {
-          server.base = (JSON.parse(line) as { url: string }).url;
-          resolve(server as Server);
-        }
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`server exited with ${code}`)));
-  });
-}
-
-async function stopServer(server: Server): Promise<void> {
-  if (server.child.exitCode !== null) return;
-  const exited = new Promise((r) => server.child.once("exit", r));
-  server.child.kill("SIGTERM");
-  await exited;
-}
-
-async function signup(base: string): Promise<string> {
-  const { access_token } = await json<{ access_token: string }>(
-    request(
-      base,
-      "POST",
-      "/control/v1/auth/signup",
-      JSON.stringify({ email: `scheduling-${Date.now()}@example.com`, password: "bench-password" }),
-    ),
-    201,
-    "signup",
-  );
-  const { plaintext } = await json<{ plaintext: string }>(
-    request(base, "POST", "/control/v1/auth/api-keys", JSON.stringify({ name: "bench" }), access_token),
-    201,
-    "api key",
-  );
-  return plaintext;
-}
-
 function chatBody(i: number): Record<string, unknown> {
   return {
     model: MODEL,
@@ -161,7 +55,11 @@ function chatBody(i: number): Record<string, unknown> {
 /** One interactive chat completion; its latency, ms. */
 async function interactive(base: string, key: string, i: number): Promise<number> {
   const t0 = performance.now();
-  await json(request(base, "POST", "/v1/chat/completions", JSON.stringify(chatBody(i)), key), 200, "chat completion");
+  await json(
+    request(base, "POST", "/v1/chat/completions", { body: JSON.stringify(chatBody(i)), key }),
+    200,
+    "chat completion",
+  );
   return performance.now() - t0;
 }
 
@@ -182,10 +80,13 @@ async function main(): Promise<void> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-scheduling-bench-"));
   const pgServer = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
   let server: Server | undefined;
+  let tuning: TuningLine | undefined;
   try {
-    server = await startServer(pgServer.url, dataDir);
+    server = await startServer(pgServer.url, dataDir, { SWITCHYARD_GPU: "off" }, (line) => {
+      if (line.includes('"msg":"engine tuning for')) tuning = JSON.parse(line) as TuningLine;
+    });
     const { base } = server;
-    const key = await signup(base);
+    const key = await signup(base, "scheduling");
     for (let i = 0; i < 20; i++) await interactive(base, key, i); // warm-up
 
     process.stderr.write(`idle: ${INTERACTIVE} interactive requests …\n`);
@@ -195,11 +96,8 @@ async function main(): Promise<void> {
 
     process.stderr.write(`batch of ${ITEMS} items, interactive requests alongside …\n`);
     const created = await json<BatchObject>(
-      request(
-        base,
-        "POST",
-        "/v1/batches",
-        JSON.stringify({
+      request(base, "POST", "/v1/batches", {
+        body: JSON.stringify({
           requests: Array.from({ length: ITEMS }, (_, i) => ({
             custom_id: `item-${i}`,
             url: "/v1/chat/completions",
@@ -207,7 +105,7 @@ async function main(): Promise<void> {
           })),
         }),
         key,
-      ),
+      }),
       201,
       "batch create",
     );
@@ -216,7 +114,7 @@ async function main(): Promise<void> {
     const poll = (async () => {
       while (!["completed", "failed", "cancelled", "expired"].includes(batch.status)) {
         await new Promise((r) => setTimeout(r, 500));
-        batch = await json<BatchObject>(request(base, "GET", `/v1/batches/${created.id}`, undefined, key), 200, "poll");
+        batch = await json<BatchObject>(request(base, "GET", `/v1/batches/${created.id}`, { key }), 200, "poll");
       }
       done = true;
     })();
@@ -235,7 +133,7 @@ async function main(): Promise<void> {
     const ratio = percentile(during, 99) / percentile(idle, 99);
     const load1 = os.loadavg();
 
-    const t: TuningLine = server.tuning ?? {};
+    const t: TuningLine = tuning ?? {};
     const rates = (r?: Record<string, number>) =>
       r
         ? Object.entries(r)
@@ -284,7 +182,7 @@ async function main(): Promise<void> {
     ]);
   } finally {
     if (server) await stopServer(server).catch(() => undefined);
-    agent.destroy();
+    closeRequests();
     await pgServer.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }
