@@ -7,7 +7,7 @@
  */
 import { type IncomingMessage, STATUS_CODES, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import type { ErrorRequestHandler, RequestHandler, Response } from "express";
+import type { ErrorRequestHandler, Request, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
 import { AppError, ErrorCode } from "../shared/errors.js";
 
@@ -52,15 +52,19 @@ export function sendError(res: Response, err: unknown): void {
   res.status(status).json(body);
 }
 
+/** The error line of a request answered 5xx: the error, its request id, method and path. */
+function logFailure(logger: Logger, err: unknown, req: Request, res: Response): void {
+  logger.error(
+    { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
+    "request failed",
+  );
+}
+
 /** Express error handler: answers the envelope; logs 5xx with the request's method and path (never bodies). */
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const { status } = toEnvelope(err);
-    if (status >= 500)
-      logger.error(
-        { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
-        "request failed",
-      );
+    if (status >= 500) logFailure(logger, err, req, res);
     if (res.headersSent) {
       res.end();
       return;
@@ -77,11 +81,7 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
 export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const { status, body } = toEnvelope(err);
-    if (status >= 500)
-      logger.error(
-        { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
-        "request failed",
-      );
+    if (status >= 500) logFailure(logger, err, req, res);
     if (res.headersSent) {
       res.end();
       return;

@@ -6,8 +6,9 @@
  * its usage and charge. A request still in flight `afterMs` after its admission (default 1 s;
  * config `SWITCHYARD_ACTIVITY_IN_FLIGHT_AFTER_MS`) gets its row early: `pending` while it waits
  * for an engine slot, `running` once generation or scoring starts (a decision waits for a
- * scoring context; an embedding has no start signal: `running` from admission). Its terminal record then updates that row in the flush
- * (`ON CONFLICT … WHERE status IN ('pending', 'running')`), so it is charged exactly once.
+ * scoring context; an embedding has no start signal: `running` from admission). Its terminal
+ * record then updates that row in the flush (`ON CONFLICT … WHERE status IN ('pending',
+ * 'running')`), so it is charged exactly once.
  * Requests that end sooner — most of them — cost nothing more: the hot path keeps one write.
  *
  * Order never matters: an early row is inserted `ON CONFLICT DO NOTHING` (it never overwrites an
