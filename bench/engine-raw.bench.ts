@@ -1,0 +1,225 @@
+/**
+ * Benchmark (issue 12, item 1): Switchyard against raw node-llama-cpp on the same model file, in
+ * one run — decode tokens/s of one stream and embeddings/s. The target is ≥ 0.9 of raw for both.
+ *
+ * - **raw**: the library alone, as its documentation shows it: `getLlama({gpu: false})`, the
+ *   model loaded once, one context with the threads Switchyard chose (same file, same context
+ *   size), `LlamaCompletion.generateCompletion` for decode, `LlamaEmbeddingContext.getEmbeddingFor`
+ *   for embeddings. No HTTP, no database.
+ * - **Switchyard**: `POST /v1/chat/completions` (`max_tokens` `BENCH_DECODE_TOKENS`, temperature 0)
+ *   and `POST /v1/embeddings` over HTTP with an API key, through the whole server (auth, credit,
+ *   validation, the engine adapter, group-commit metering), one connection.
+ *
+ * Decode tokens/s = completion tokens / wall time, over back-to-back requests (each starts from the
+ * same prompt, so both sides generate the same greedy text). Embeddings/s = inputs embedded / wall
+ * time, for requests of 1 input and of `BENCH_EMBED_BATCH` inputs; raw embeds the same inputs one
+ * call each. Rounds alternate raw and Switchyard (`BENCH_ROUNDS`, `BENCH_SECONDS` each) and the
+ * median of each side is reported, so a busy minute lands on both.
+ *
+ *   npm run bench:engine-raw
+ *   BENCH_DECODE_TOKENS=64 BENCH_ROUNDS=5 npm run bench:engine-raw
+ *
+ * Uses DATABASE_URL when set, else an embedded PostgreSQL in a temp folder; model files from
+ * SWITCHYARD_MODELS_DIR (default ../shared/models). Prints last a `BENCH_JSON` line.
+ */
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { getLlama, LlamaCompletion, LlamaLogLevel } from "node-llama-cpp";
+import { Pool } from "undici";
+import { loadConfig, packageRoot } from "../src/config/config.js";
+import type { LlamaCppEngine } from "../src/inference/engines/llama-cpp/llama-cpp.engine.js";
+import { startSwitchyard } from "../src/server.js";
+import { type BenchFigure, printFigures, printJson } from "./report.js";
+
+const QUICK = process.env.BENCH_QUICK === "1";
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 1 : 4));
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+const DECODE_TOKENS = Number(process.env.BENCH_DECODE_TOKENS ?? 256);
+const EMBED_BATCH = Number(process.env.BENCH_EMBED_BATCH ?? 32);
+const PROMPT = "Once upon a time";
+/** A paragraph of TinyStories-like text (~100 tokens for this model's vocabulary). */
+const EMBED_TEXT =
+  "Lily and her dog Max went to the park on a sunny day. They saw a big red ball near the tree. " +
+  "Max ran fast and brought the ball back to Lily. She laughed and threw it again. A little bird " +
+  "sang on a branch, and the wind made the leaves dance. When the sun went down, they walked home happy.";
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** Runs `fn` back to back for `seconds`; returns units per second (fn returns units done). */
+async function rate(seconds: number, fn: () => Promise<number>): Promise<number> {
+  const deadline = performance.now() + seconds * 1000;
+  const started = performance.now();
+  let units = 0;
+  while (performance.now() < deadline) units += await fn();
+  return units / ((performance.now() - started) / 1000);
+}
+
+async function main(): Promise<void> {
+  const modelsDir = process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models");
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-raw-"));
+  const config = loadConfig(process.env, {
+    port: 0,
+    host: "127.0.0.1",
+    dataDir,
+    modelsDir,
+    logLevel: "warn",
+    allowModelDownload: false,
+  });
+  const app = await startSwitchyard(config);
+  try {
+    const signup = await fetch(`${app.url}/control/v1/auth/signup`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ email: `bench-${Date.now()}@example.com`, password: "bench-password" }),
+    }).then((r) => r.json() as Promise<{ access_token: string }>);
+    const key = await fetch(`${app.url}/control/v1/auth/api-keys`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${signup.access_token}` },
+      body: JSON.stringify({ name: "bench" }),
+    }).then((r) => r.json() as Promise<{ plaintext: string }>);
+    const headers = { "content-type": "application/json", authorization: `Bearer ${key.plaintext}` };
+
+    const chatModel = app.catalog.all().find((m) => m.id === "tinystories-260k")!;
+    const embedModel = app.catalog.all().find((m) => m.id === "tinystories-260k-embed")!;
+    const chatBody = JSON.stringify({
+      model: chatModel.id,
+      messages: [{ role: "user", content: PROMPT }],
+      max_tokens: DECODE_TOKENS,
+      temperature: 0,
+    });
+    const embedBody = (n: number) =>
+      JSON.stringify({ model: embedModel.id, input: n === 1 ? EMBED_TEXT : Array(n).fill(EMBED_TEXT) });
+
+    // Loads both models in the server (and runs the engine probe) and tells what one request yields.
+    const first = await fetch(`${app.url}/v1/chat/completions`, { method: "POST", headers, body: chatBody });
+    const firstJson = (await first.json()) as { usage: { completion_tokens: number } };
+    if (!first.ok) throw new Error(`chat completion failed: ${JSON.stringify(firstJson)}`);
+    const tokensPerRequest = firstJson.usage.completion_tokens;
+    const firstEmbed = await fetch(`${app.url}/v1/embeddings`, { method: "POST", headers, body: embedBody(1) });
+    const embedJson = (await firstEmbed.json()) as { usage: { prompt_tokens: number } };
+    if (!firstEmbed.ok) throw new Error(`embeddings failed: ${JSON.stringify(embedJson)}`);
+
+    // Raw node-llama-cpp, with the threads Switchyard chose for this file and the catalog's context size.
+    const engine = app.engines.engineFor(chatModel) as Partial<LlamaCppEngine>;
+    const threads = engine.chosenTuning?.()?.threads ?? 1;
+    const contextSize = 512;
+    const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+    const model = await llama.loadModel({ modelPath: path.join(modelsDir, "stories260K.gguf") });
+    const context = await model.createContext({ contextSize, sequences: 1, threads });
+    const completion = new LlamaCompletion({ contextSequence: context.getSequence() });
+    const embedding = await model.createEmbeddingContext({ contextSize, threads });
+    const rawDecode = async () => {
+      let tokens = 0;
+      await completion.generateCompletion(PROMPT, {
+        maxTokens: DECODE_TOKENS,
+        temperature: 0,
+        onToken: (t) => {
+          tokens += t.length;
+        },
+      });
+      return tokens;
+    };
+    const rawEmbed = (n: number) => async () => {
+      for (let i = 0; i < n; i++) await embedding.getEmbeddingFor(EMBED_TEXT);
+      return n;
+    };
+
+    /**
+     * Switchyard: one keep-alive connection, requests back to back, `units` per answer; returns
+     * units/s. (Not autocannon: it counts whole requests in a fixed window, and a 32-input request
+     * takes ~0.6 s here, so a 4 s window would quantise the rate by ~15 %.)
+     */
+    const client = new Pool(app.url, { connections: 1 });
+    const served = (urlPath: string, body: string, units: number) => async () => {
+      const res = await client.request({ path: urlPath, method: "POST", headers, body });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw new Error(`${urlPath} answered ${res.statusCode}: ${text.slice(0, 200)}`);
+      return units;
+    };
+
+    // Warm-up of the raw side.
+    await rate(0.5, rawDecode);
+    await rate(0.5, rawEmbed(1));
+
+    const samples = {
+      rawDecode: [] as number[],
+      servedDecode: [] as number[],
+      rawEmbed1: [] as number[],
+      servedEmbed1: [] as number[],
+      rawEmbedN: [] as number[],
+      servedEmbedN: [] as number[],
+    };
+    for (let round = 0; round < ROUNDS; round++) {
+      samples.rawDecode.push(await rate(SECONDS, rawDecode));
+      samples.servedDecode.push(await rate(SECONDS, served("/v1/chat/completions", chatBody, tokensPerRequest)));
+      samples.rawEmbed1.push(await rate(SECONDS, rawEmbed(1)));
+      samples.servedEmbed1.push(await rate(SECONDS, served("/v1/embeddings", embedBody(1), 1)));
+      samples.rawEmbedN.push(await rate(SECONDS, rawEmbed(EMBED_BATCH)));
+      samples.servedEmbedN.push(await rate(SECONDS, served("/v1/embeddings", embedBody(EMBED_BATCH), EMBED_BATCH)));
+      console.log(
+        `round ${round + 1}/${ROUNDS}: decode raw ${samples.rawDecode[round].toFixed(0)} / served ` +
+          `${samples.servedDecode[round].toFixed(0)} tokens/s; embeddings ×1 raw ${samples.rawEmbed1[round].toFixed(0)} ` +
+          `/ served ${samples.servedEmbed1[round].toFixed(0)}; ×${EMBED_BATCH} raw ${samples.rawEmbedN[round].toFixed(0)} ` +
+          `/ served ${samples.servedEmbedN[round].toFixed(0)} per s`,
+      );
+    }
+
+    const rows = [
+      {
+        figure: `decode tokens/s, 1 stream, ${tokensPerRequest} tokens per request`,
+        unit: "tokens/s",
+        raw: median(samples.rawDecode),
+        served: median(samples.servedDecode),
+      },
+      {
+        figure: `embeddings/s, 1 input per request (${embedJson.usage.prompt_tokens} tokens each)`,
+        unit: "embeddings/s",
+        raw: median(samples.rawEmbed1),
+        served: median(samples.servedEmbed1),
+      },
+      {
+        figure: `embeddings/s, ${EMBED_BATCH} inputs per request (${embedJson.usage.prompt_tokens} tokens each)`,
+        unit: "embeddings/s",
+        raw: median(samples.rawEmbedN),
+        served: median(samples.servedEmbedN),
+      },
+    ];
+    console.log(
+      `\nRaw node-llama-cpp vs through Switchyard, stories260K.gguf, ${threads} thread(s), context ${contextSize}, ` +
+        `one connection, median of ${ROUNDS} alternating rounds of ${SECONDS} s, ${os.cpus().length} cores\n`,
+    );
+    printFigures(rows, ["figure", "raw node-llama-cpp", "through Switchyard", "ratio", "target", "met"], (r) => [
+      r.figure,
+      r.raw.toFixed(0),
+      r.served.toFixed(0),
+      (r.served / r.raw).toFixed(2),
+      "≥ 0.9 × raw",
+      r.served / r.raw >= 0.9 ? "yes" : "NO",
+    ]);
+    const figures: BenchFigure[] = rows.map((r) => ({
+      figure: r.figure,
+      unit: r.unit,
+      baseline: r.raw,
+      value: r.served,
+      ratio: r.served / r.raw,
+      target: "≥ 0.9 × raw node-llama-cpp",
+      met: r.served / r.raw >= 0.9,
+    }));
+    await client.close();
+    await embedding.dispose();
+    await context.dispose();
+    await model.dispose();
+    printJson("engine-raw", figures);
+  } finally {
+    await app.close();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
