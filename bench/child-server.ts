@@ -73,7 +73,8 @@ export async function json<T>(answer: Promise<Answer>, expected: number, what: s
 /**
  * Starts Switchyard (`dist-bench/src/main.js`, node arguments from BENCH_SERVER_NODE_ARGS) on
  * `databaseUrl` and `dataDir` with `env` added; `onLine` sees each JSON log line it prints.
- * Resolves once it listens. @throws when it exits first.
+ * Resolves once it listens (a `SWITCHYARD_ROLE=worker` process: once its workers started, with
+ * `base` empty). @throws when it exits first.
  */
 export function startServer(
   databaseUrl: string,
@@ -106,6 +107,8 @@ export function startServer(
         onLine(line);
         if (line.includes("Switchyard listening")) {
           resolve({ child, base: (JSON.parse(line) as { url: string }).url, pid: child.pid! });
+        } else if (line.includes("Switchyard worker started")) {
+          resolve({ child, base: "", pid: child.pid! }); // SWITCHYARD_ROLE=worker: no HTTP
         }
       }
     });

@@ -48,6 +48,8 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const RATE = Number(process.env.BENCH_RATE ?? 500);
 const WARMUP_SECONDS = 2;
 const CPU_PROF = process.env.BENCH_CPU_PROF === "1";
+/** Extra `node` options for the Switchyard process (e.g. V8 heap flags), space-separated. */
+const SWITCHYARD_NODE_ARGS = (process.env.BENCH_SWITCHYARD_NODE_ARGS ?? "").split(" ").filter(Boolean);
 const MODEL = "bench-model";
 const BODY = JSON.stringify({
   model: MODEL,
@@ -177,6 +179,7 @@ async function startSwitchyard(upstreamPort: number, dir: string): Promise<{ chi
   );
   const args = [path.join(here, "gateway-switchyard.js")];
   if (CPU_PROF) args.unshift("--cpu-prof", `--cpu-prof-dir=${path.join(dir, "profile")}`);
+  args.unshift(...SWITCHYARD_NODE_ARGS);
   const child = spawn(process.execPath, args, {
     cwd: dir,
     env: {

@@ -16,6 +16,8 @@
  *   npm run bench:scheduling
  *   BENCH_ITEMS=500 BENCH_INTERACTIVE=100 npm run bench:scheduling     # quick
  *   SWITCHYARD_BATCH_CONCURRENCY=3 npm run bench:scheduling            # another batch concurrency
+ *   BENCH_SPLIT=1 npm run bench:scheduling   # an API process and a worker process (batches run
+ *                                            # there, at SWITCHYARD_WORKER_NICE, default 10)
  *
  * Model files from SWITCHYARD_MODELS_DIR (default ../shared/models). Client, PostgreSQL and server
  * share the machine's cores.
@@ -33,6 +35,8 @@ const MAX_TOKENS = 16;
 const MODEL = "tinystories-260k";
 /** The target: interactive p99 during the batch at most this many times the idle p99. */
 const TARGET_RATIO = 2;
+/** Batches in a `SWITCHYARD_ROLE=worker` process beside an `api` one, instead of one `all` process. */
+const SPLIT = process.env.BENCH_SPLIT === "1";
 
 /** The fields of the server's `engine tuning for <file>` log line (`EngineTuning`). */
 interface TuningLine {
@@ -80,11 +84,29 @@ async function main(): Promise<void> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-scheduling-bench-"));
   const pgServer = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
   let server: Server | undefined;
+  let worker: Server | undefined;
   let tuning: TuningLine | undefined;
+  let workerNice = "—";
   try {
-    server = await startServer(pgServer.url, dataDir, { SWITCHYARD_GPU: "off" }, (line) => {
-      if (line.includes('"msg":"engine tuning for')) tuning = JSON.parse(line) as TuningLine;
-    });
+    server = await startServer(
+      pgServer.url,
+      dataDir,
+      { SWITCHYARD_GPU: "off", ...(SPLIT ? { SWITCHYARD_ROLE: "api" } : {}) },
+      (line) => {
+        if (line.includes('"msg":"engine tuning for')) tuning = JSON.parse(line) as TuningLine;
+      },
+    );
+    if (SPLIT) {
+      worker = await startServer(
+        pgServer.url,
+        dataDir,
+        { SWITCHYARD_GPU: "off", SWITCHYARD_ROLE: "worker" },
+        (line) => {
+          if (line.includes("worker CPU priority lowered"))
+            workerNice = String((JSON.parse(line) as { nice: number }).nice);
+        },
+      );
+    }
     const { base } = server;
     const key = await signup(base, "scheduling");
     for (let i = 0; i < 20; i++) await interactive(base, key, i); // warm-up
@@ -150,6 +172,7 @@ async function main(): Promise<void> {
         ["decode tokens/s by threads (1 sequence)", rates(t.threadsTokensPerS)],
         ["engine sequences", `${t.sequences}`],
         ["aggregate decode tokens/s by sequences", rates(t.sequencesTokensPerS)],
+        ["processes", SPLIT ? `api + worker (batches; nice ${workerNice})` : "one (SWITCHYARD_ROLE=all)"],
         ["interactive chat p50 / p99 / max ms, idle", `${pct(idle)} (${idle.length} requests)`],
         [
           `interactive chat p50 / p99 / max ms during a ${ITEMS}-item batch`,
@@ -163,7 +186,7 @@ async function main(): Promise<void> {
     );
     printJson("scheduling", [
       {
-        figure: `interactive chat p99 during a ${ITEMS}-item batch`,
+        figure: `interactive chat p99 during a ${ITEMS}-item batch${SPLIT ? " (api + worker process)" : ""}`,
         unit: "ms",
         baseline: percentile(idle, 99),
         value: percentile(during, 99),
@@ -173,7 +196,7 @@ async function main(): Promise<void> {
         met: ratio <= TARGET_RATIO,
       },
       {
-        figure: `batch items/s alongside interactive chat (${ITEMS} items)`,
+        figure: `batch items/s alongside interactive chat (${ITEMS} items${SPLIT ? ", api + worker process" : ""})`,
         unit: "items/s",
         value: ITEMS / batchS,
         target: "— (reported)",
@@ -181,6 +204,7 @@ async function main(): Promise<void> {
       },
     ]);
   } finally {
+    if (worker) await stopServer(worker).catch(() => undefined);
     if (server) await stopServer(server).catch(() => undefined);
     closeRequests();
     await pgServer.stop();

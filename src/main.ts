@@ -7,10 +7,19 @@
 import { ConfigError, loadConfig } from "./config/config.js";
 import { EmbeddedPostgresError } from "./db/embedded.js";
 import { startSwitchyard } from "./server.js";
+import { lowerCpuPriority } from "./shared/process-priority.js";
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  // A worker process yields the CPU to API processes (issue 12, item 3). Done here, by the
+  // process's entry point, before any thread of the engine exists (they inherit it), and never in
+  // startSwitchyard: a host process embedding Switchyard keeps its own priority.
+  const priority = config.role === "worker" && config.workerNice > 0 ? lowerCpuPriority(config.workerNice) : undefined;
   const app = await startSwitchyard(config);
+  if (priority) {
+    const level = priority.failed > 0 ? "warn" : "info";
+    app.logger[level](priority, `worker CPU priority lowered to nice ${priority.nice}`);
+  }
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

@@ -3,6 +3,8 @@
  * same transaction as their rows, roles (`api` runs no workers; `npm run worker`'s entry runs
  * workers only, against the same database), and a clean stop.
  */
+import { readFileSync, readdirSync } from "node:fs";
+import os from "node:os";
 import { pino } from "pino";
 import { v7 as uuidv7 } from "uuid";
 import { JobQueue } from "../src/jobs/job-queue.js";
@@ -32,6 +34,19 @@ function launchWorker(databaseUrl: string) {
     detached: false,
     // The entry overrides it: `npm run worker` always runs workers only.
     env: { SWITCHYARD_ROLE: "api", SWITCHYARD_JWT_SECRET: "jobs-test-secret-jobs-test-secret-0123" },
+  });
+}
+
+/** The nice value of every thread of process `pid` (`/proc/<pid>/task/<tid>/stat`, field 19). */
+function threadNices(pid: number): number[] {
+  return readdirSync(`/proc/${pid}/task`).flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      // Fields after the command's closing parenthesis start at field 3 (state).
+      return [Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19 - 3])];
+    } catch {
+      return []; // the thread ended meanwhile
+    }
   });
 }
 
@@ -116,6 +131,15 @@ describe("roles", () => {
         return status !== "in_progress";
       }, 30_000);
       expect(status).toBe("incomplete");
+      // Issue 12, item 3: the worker process yields the CPU (SWITCHYARD_WORKER_NICE, default 10) —
+      // every thread of it, including those started after its start (the engine's, for the
+      // generation it just ran) — while the api process (this one) keeps its priority.
+      // (A runner that itself runs niced keeps a lower priority: it is never raised.)
+      const own = os.getPriority();
+      const workerNices = threadNices(worker.child.pid!);
+      expect(workerNices.length).toBeGreaterThan(3);
+      expect(Math.min(...workerNices)).toBe(Math.max(10, own));
+      expect(threadNices(process.pid).every((n) => n === own)).toBe(true);
       worker.child.kill("SIGTERM");
       expect((await worker.exited).code).toBe(0);
       worker = undefined;

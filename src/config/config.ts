@@ -208,6 +208,12 @@ export const configSchema = z.object({
   /** Background responses one worker process generates at once (issue 6, item 2). */
   workerConcurrency: intFromEnv(1, 256).default(4),
   /**
+   * Nice value (0 normal … 19 lowest CPU priority) a `worker`-role process started by `npm run
+   * worker` / `main.ts` gives itself, so API processes on the same machine get the CPU first
+   * (issue 12, item 3); 0 leaves it alone. Processes of other roles are never changed.
+   */
+  workerNice: intFromEnv(0, 19).default(10),
+  /**
    * Let the start pull the default model's file from its `hf:` source when it is missing (issue
    * 17: the start downloads nothing else; `npm run models -- pull <id>` does).
    */
@@ -460,6 +466,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   logFormat: "SWITCHYARD_LOG_FORMAT",
   role: "SWITCHYARD_ROLE",
   workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
+  workerNice: "SWITCHYARD_WORKER_NICE",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
   webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
   webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",

@@ -17,6 +17,7 @@ test("when nothing is set, then the documented defaults apply", () => {
     engineThreads: "auto",
     engineSequences: "auto",
     batchWhileInteractive: 1,
+    workerNice: 10,
     signupCreditMicros: 5_000_000n,
     logLevel: "info",
     publicUrl: "http://localhost:8080",
@@ -46,6 +47,14 @@ test("when a setting is invalid, then ConfigError names the environment variable
   expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
   expect(() => loadConfig({ SWITCHYARD_GPU: "cuda", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/SWITCHYARD_GPU/);
   expect(loadConfig({ SWITCHYARD_GPU: "off", SWITCHYARD_DATA_DIR: tmp() }).gpu).toBe("off");
+  // A nice value is 0 (normal) … 19 (lowest CPU priority).
+  expect(() => loadConfig({ SWITCHYARD_WORKER_NICE: "20", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_WORKER_NICE/,
+  );
+  expect(() => loadConfig({ SWITCHYARD_WORKER_NICE: "-5", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_WORKER_NICE/,
+  );
+  expect(loadConfig({ SWITCHYARD_WORKER_NICE: "0", SWITCHYARD_DATA_DIR: tmp() }).workerNice).toBe(0);
 });
 
 test("when engine threads or sequences are neither auto nor a whole number in range, then ConfigError says what is allowed", () => {
