@@ -8,7 +8,10 @@
  * 2. Interactive latency: BENCH_INTERACTIVE (default 300) chat completions (tinystories-260k,
  *    max_tokens 16) from one client, back to back, on the idle server; then the same client while
  *    one batch of BENCH_ITEMS (default 5,000) chat completions (max_tokens 16) runs, until the
- *    batch ends. Target: p99 during the batch ≤ 2 × idle p99.
+ *    batch ends. Target: p99 during the batch ≤ 2 × idle p99. Measured in two layouts, each on a
+ *    fresh database: one `SWITCHYARD_ROLE=all` process (the batch bounded by
+ *    SWITCHYARD_BATCH_WHILE_INTERACTIVE), and an `api` process with a `worker` process beside it
+ *    that runs the batch at a lower CPU priority (SWITCHYARD_WORKER_NICE).
  *
  * Throughput at concurrency 1, 8 and 32 (server and in-process engine) is the chat-completions
  * bench's (BENCH_CONCURRENCY default 1,8,32).
@@ -16,8 +19,9 @@
  *   npm run bench:scheduling
  *   BENCH_ITEMS=500 BENCH_INTERACTIVE=100 npm run bench:scheduling     # quick
  *   SWITCHYARD_BATCH_CONCURRENCY=3 npm run bench:scheduling            # another batch concurrency
- *   BENCH_SPLIT=1 npm run bench:scheduling   # an API process and a worker process (batches run
- *                                            # there, at SWITCHYARD_WORKER_NICE, default 10)
+ *   BENCH_SPLIT=0 npm run bench:scheduling   # only one `all` process
+ *   BENCH_SPLIT=1 npm run bench:scheduling   # only an API process and a worker process (batches
+ *                                            # run there, at SWITCHYARD_WORKER_NICE, default 10)
  *
  * Model files from SWITCHYARD_MODELS_DIR (default ../shared/models). Client, PostgreSQL and server
  * share the machine's cores.
@@ -35,8 +39,11 @@ const MAX_TOKENS = 16;
 const MODEL = "tinystories-260k";
 /** The target: interactive p99 during the batch at most this many times the idle p99. */
 const TARGET_RATIO = 2;
-/** Batches in a `SWITCHYARD_ROLE=worker` process beside an `api` one, instead of one `all` process. */
-const SPLIT = process.env.BENCH_SPLIT === "1";
+/**
+ * Layouts measured, each on a fresh database: one `all` process (false) and an `api` process with
+ * a `worker` process beside it running the batch (true). BENCH_SPLIT=0 or 1 measures only one.
+ */
+const LAYOUTS = process.env.BENCH_SPLIT === "0" ? [false] : process.env.BENCH_SPLIT === "1" ? [true] : [false, true];
 
 /** The fields of the server's `engine tuning for <file>` log line (`EngineTuning`). */
 interface TuningLine {
@@ -79,7 +86,22 @@ const f1 = (n: number) => n.toFixed(1);
 const pct = (sorted: number[]) =>
   `${f1(percentile(sorted, 50))} / ${f1(percentile(sorted, 99))} / ${f1(sorted[sorted.length - 1])}`;
 
-async function main(): Promise<void> {
+/** What one layout measured. */
+interface LayoutResult {
+  split: boolean;
+  tuning: TuningLine;
+  workerNice: string;
+  idle: number[];
+  during: number[];
+  batchS: number;
+  load: number[][];
+}
+
+/**
+ * One layout on a fresh database: one `all` process, or (`split`) an `api` process with a
+ * `worker` process beside it, where the batch runs.
+ */
+async function measure(split: boolean): Promise<LayoutResult> {
   const load0 = os.loadavg();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-scheduling-bench-"));
   const pgServer = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
@@ -91,12 +113,12 @@ async function main(): Promise<void> {
     server = await startServer(
       pgServer.url,
       dataDir,
-      { SWITCHYARD_GPU: "off", ...(SPLIT ? { SWITCHYARD_ROLE: "api" } : {}) },
+      { SWITCHYARD_GPU: "off", ...(split ? { SWITCHYARD_ROLE: "api" } : {}) },
       (line) => {
         if (line.includes('"msg":"engine tuning for')) tuning = JSON.parse(line) as TuningLine;
       },
     );
-    if (SPLIT) {
+    if (split) {
       worker = await startServer(
         pgServer.url,
         dataDir,
@@ -111,12 +133,13 @@ async function main(): Promise<void> {
     const key = await signup(base, "scheduling");
     for (let i = 0; i < 20; i++) await interactive(base, key, i); // warm-up
 
-    process.stderr.write(`idle: ${INTERACTIVE} interactive requests …\n`);
+    const layout = split ? "api + worker" : "one process";
+    process.stderr.write(`${layout}: idle: ${INTERACTIVE} interactive requests …\n`);
     const idle: number[] = [];
     for (let i = 0; i < INTERACTIVE; i++) idle.push(await interactive(base, key, i));
     idle.sort((a, b) => a - b);
 
-    process.stderr.write(`batch of ${ITEMS} items, interactive requests alongside …\n`);
+    process.stderr.write(`${layout}: batch of ${ITEMS} items, interactive requests alongside …\n`);
     const created = await json<BatchObject>(
       request(base, "POST", "/v1/batches", {
         body: JSON.stringify({
@@ -152,64 +175,79 @@ async function main(): Promise<void> {
       throw new Error(`batch ended ${batch.status} with counts ${JSON.stringify(batch.request_counts)}`);
     }
     const batchS = (Date.parse(batch.completed_at!) - Date.parse(batch.created_at)) / 1000;
-    const ratio = percentile(during, 99) / percentile(idle, 99);
-    const load1 = os.loadavg();
-
-    const t: TuningLine = tuning ?? {};
-    const rates = (r?: Record<string, number>) =>
-      r
-        ? Object.entries(r)
-            .map(([k, v]) => `${k}: ${Math.round(v)}`)
-            .join(", ")
-        : "—";
-    console.log(
-      `\nEngine scheduling bench: ${os.availableParallelism()} usable cores (${os.cpus()[0]?.model ?? "?"}); ` +
-        `load average ${load0.map(f1).join(" ")} at start, ${load1.map(f1).join(" ")} at end\n`,
-    );
-    printFigures(
-      [
-        ["engine threads", `${t.threads} (${t.source}${t.source === "measured" ? `, probe ${t.probeMs} ms` : ""})`],
-        ["decode tokens/s by threads (1 sequence)", rates(t.threadsTokensPerS)],
-        ["engine sequences", `${t.sequences}`],
-        ["aggregate decode tokens/s by sequences", rates(t.sequencesTokensPerS)],
-        ["processes", SPLIT ? `api + worker (batches; nice ${workerNice})` : "one (SWITCHYARD_ROLE=all)"],
-        ["interactive chat p50 / p99 / max ms, idle", `${pct(idle)} (${idle.length} requests)`],
-        [
-          `interactive chat p50 / p99 / max ms during a ${ITEMS}-item batch`,
-          `${pct(during)} (${during.length} requests)`,
-        ],
-        ["p99 during / idle p99", `${ratio.toFixed(2)} (target ≤ ${TARGET_RATIO})`],
-        ["batch items/s (created → completed)", `${f1(ITEMS / batchS)} (${f1(batchS)} s)`],
-      ],
-      ["measurement", "result"],
-      (r) => r,
-    );
-    printJson("scheduling", [
-      {
-        figure: `interactive chat p99 during a ${ITEMS}-item batch${SPLIT ? " (api + worker process)" : ""}`,
-        unit: "ms",
-        baseline: percentile(idle, 99),
-        value: percentile(during, 99),
-        p50: percentile(during, 50),
-        ratio,
-        target: `≤ ${TARGET_RATIO} × idle p99`,
-        met: ratio <= TARGET_RATIO,
-      },
-      {
-        figure: `batch items/s alongside interactive chat (${ITEMS} items${SPLIT ? ", api + worker process" : ""})`,
-        unit: "items/s",
-        value: ITEMS / batchS,
-        target: "— (reported)",
-        met: null,
-      },
-    ]);
+    return { split, tuning: tuning ?? {}, workerNice, idle, during, batchS, load: [load0, os.loadavg()] };
   } finally {
     if (worker) await stopServer(worker).catch(() => undefined);
     if (server) await stopServer(server).catch(() => undefined);
-    closeRequests();
     await pgServer.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }
+}
+
+async function main(): Promise<void> {
+  const results: LayoutResult[] = [];
+  try {
+    for (const split of LAYOUTS) results.push(await measure(split));
+  } finally {
+    closeRequests();
+  }
+  const t = results[0].tuning;
+  const rates = (r?: Record<string, number>) =>
+    r
+      ? Object.entries(r)
+          .map(([k, v]) => `${k}: ${Math.round(v)}`)
+          .join(", ")
+      : "—";
+  console.log(
+    `\nEngine scheduling bench: ${os.availableParallelism()} usable cores (${os.cpus()[0]?.model ?? "?"}); ` +
+      `load average ${results.map((r) => r.load.map((l) => l.map(f1).join(" ")).join(" → ")).join("; ")}\n`,
+  );
+  const rows: string[][] = [
+    ["engine threads", `${t.threads} (${t.source}${t.source === "measured" ? `, probe ${t.probeMs} ms` : ""})`],
+    ["decode tokens/s by threads (1 sequence)", rates(t.threadsTokensPerS)],
+    ["engine sequences", `${t.sequences}`],
+    ["aggregate decode tokens/s by sequences", rates(t.sequencesTokensPerS)],
+  ];
+  for (const r of results) {
+    const name = r.split ? `api + worker process (nice ${r.workerNice})` : "one process (SWITCHYARD_ROLE=all)";
+    const ratio = percentile(r.during, 99) / percentile(r.idle, 99);
+    rows.push(
+      [`${name}: interactive chat p50 / p99 / max ms, idle`, `${pct(r.idle)} (${r.idle.length} requests)`],
+      [
+        `${name}: interactive chat p50 / p99 / max ms during a ${ITEMS}-item batch`,
+        `${pct(r.during)} (${r.during.length} requests)`,
+      ],
+      [`${name}: p99 during / idle p99`, `${ratio.toFixed(2)} (target ≤ ${TARGET_RATIO})`],
+      [`${name}: batch items/s (created → completed)`, `${f1(ITEMS / r.batchS)} (${f1(r.batchS)} s)`],
+    );
+  }
+  printFigures(rows, ["measurement", "result"], (r) => r);
+  printJson(
+    "scheduling",
+    results.flatMap((r) => {
+      const label = r.split ? ", api + worker process" : ", one process";
+      const ratio = percentile(r.during, 99) / percentile(r.idle, 99);
+      return [
+        {
+          figure: `interactive chat p99 during a ${ITEMS}-item batch${label}`,
+          unit: "ms",
+          baseline: percentile(r.idle, 99),
+          value: percentile(r.during, 99),
+          p50: percentile(r.during, 50),
+          ratio,
+          target: `≤ ${TARGET_RATIO} × idle p99`,
+          met: ratio <= TARGET_RATIO,
+        },
+        {
+          figure: `batch items/s alongside interactive chat (${ITEMS} items${label})`,
+          unit: "items/s",
+          value: ITEMS / r.batchS,
+          target: "— (reported)",
+          met: null,
+        },
+      ];
+    }),
+  );
 }
 
 main().catch((err: unknown) => {
