@@ -95,9 +95,11 @@ const num = (n: number | undefined, unit?: string) =>
 
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY?.split(",").map((s) => s.trim());
-  const files = readdirSync(here)
-    .filter((f) => f.endsWith(".bench.js"))
-    .map((f) => f.slice(0, -".bench.js".length))
+  // The benches are the sources (`bench/*.bench.ts`), not whatever `dist-bench` holds: a compiled
+  // file whose source was deleted stays there (tsc never removes outputs) and must not run.
+  const files = readdirSync(path.join(here, "..", "..", "bench"))
+    .filter((f) => f.endsWith(".bench.ts"))
+    .map((f) => f.slice(0, -".bench.ts".length))
     // The current headline figure first, then alphabetically.
     .sort((a, b) => (a === "chat-completions" ? -1 : b === "chat-completions" ? 1 : a.localeCompare(b)))
     .filter((b) => !only || only.includes(b));
