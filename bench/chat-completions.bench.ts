@@ -24,7 +24,15 @@ import { type BenchFigure, printJson } from "./report.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
-const MAX_TOKENS_LIST = (process.env.BENCH_MAX_TOKENS ?? "16,128").split(",").map(Number);
+const MAX_TOKENS_LIST = (process.env.BENCH_MAX_TOKENS ?? "16,128")
+  .split(",")
+  .filter((t) => t.trim() !== "")
+  .map(Number);
+if (MAX_TOKENS_LIST.length === 0 || !MAX_TOKENS_LIST.every((t) => Number.isInteger(t) && t > 0)) {
+  throw new Error(
+    `BENCH_MAX_TOKENS must list positive whole numbers, e.g. 16,128 (got ${process.env.BENCH_MAX_TOKENS})`,
+  );
+}
 const CLIENT_WORKERS = Number(process.env.BENCH_CLIENT_WORKERS ?? 0);
 const PROMPT = "Once upon a time";
 

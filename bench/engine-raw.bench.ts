@@ -3,15 +3,18 @@
  * one run — decode tokens/s of one stream and embeddings/s. The target is ≥ 0.9 of raw for both.
  *
  * - **raw**: the library alone, as its documentation shows it: `getLlama({gpu: false})`, the
- *   model loaded once, one context with the threads Switchyard chose (same file, same context
- *   size), `LlamaCompletion.generateCompletion` for decode, `LlamaEmbeddingContext.getEmbeddingFor`
- *   for embeddings. No HTTP, no database.
+ *   model loaded once, one context with the threads Switchyard chose (same file, the catalog's
+ *   context size), `LlamaCompletion.generateCompletion` for decode with the generation options
+ *   Switchyard's engine passes (no repeat penalty, no context shift, the catalog's end-of-generation
+ *   tokens as stop triggers), `LlamaEmbeddingContext.getEmbeddingFor` for embeddings. No HTTP, no
+ *   database.
  * - **Switchyard**: `POST /v1/chat/completions` (`max_tokens` `BENCH_DECODE_TOKENS`, temperature 0)
  *   and `POST /v1/embeddings` over HTTP with an API key, through the whole server (auth, credit,
  *   validation, the engine adapter, group-commit metering), one connection.
  *
  * Decode tokens/s = completion tokens / wall time, over back-to-back requests (each starts from the
- * same prompt, so both sides generate the same greedy text). Embeddings/s = inputs embedded / wall
+ * same prompt; raw counts the tokens it generated, Switchyard's side reads each answer's
+ * `usage.completion_tokens`; the run fails if the two sides' counts per request differ). Embeddings/s = inputs embedded / wall
  * time, for requests of 1 input and of `BENCH_EMBED_BATCH` inputs; raw embeds the same inputs one
  * call each. Rounds alternate raw and Switchyard (`BENCH_ROUNDS`, `BENCH_SECONDS` each) and the
  * median of each side is reported, so a busy minute lands on both.
@@ -22,10 +25,10 @@
  * Uses DATABASE_URL when set, else an embedded PostgreSQL in a temp folder; model files from
  * SWITCHYARD_MODELS_DIR (default ../shared/models). Prints last a `BENCH_JSON` line.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { getLlama, LlamaCompletion, LlamaLogLevel } from "node-llama-cpp";
+import { getLlama, LlamaCompletion, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { Pool } from "undici";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import type { LlamaCppEngine } from "../src/inference/engines/llama-cpp/llama-cpp.engine.js";
@@ -70,6 +73,8 @@ async function main(): Promise<void> {
     allowModelDownload: false,
   });
   const app = await startSwitchyard(config);
+  /** Closed in reverse order when the bench ends, however it ends. */
+  const cleanup: Array<() => Promise<unknown>> = [];
   try {
     const signup = await fetch(`${app.url}/control/v1/auth/signup`, {
       method: "POST",
@@ -96,31 +101,43 @@ async function main(): Promise<void> {
 
     // Loads both models in the server (and runs the engine probe) and tells what one request yields.
     const first = await fetch(`${app.url}/v1/chat/completions`, { method: "POST", headers, body: chatBody });
-    const firstJson = (await first.json()) as { usage: { completion_tokens: number } };
-    if (!first.ok) throw new Error(`chat completion failed: ${JSON.stringify(firstJson)}`);
-    const tokensPerRequest = firstJson.usage.completion_tokens;
+    if (!first.ok) throw new Error(`chat completion answered ${first.status}: ${await first.text()}`);
+    const tokensPerRequest = ((await first.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens;
     const firstEmbed = await fetch(`${app.url}/v1/embeddings`, { method: "POST", headers, body: embedBody(1) });
+    if (!firstEmbed.ok) throw new Error(`embeddings answered ${firstEmbed.status}: ${await firstEmbed.text()}`);
     const embedJson = (await firstEmbed.json()) as { usage: { prompt_tokens: number } };
-    if (!firstEmbed.ok) throw new Error(`embeddings failed: ${JSON.stringify(embedJson)}`);
 
     // Raw node-llama-cpp, with the threads Switchyard chose for this file and the catalog's context size.
     const engine = app.engines.engineFor(chatModel) as Partial<LlamaCppEngine>;
-    const threads = engine.chosenTuning?.()?.threads ?? 1;
-    const contextSize = 512;
+    const threads = engine.chosenTuning?.()?.threads;
+    if (threads === undefined) throw new Error("the engine chose no thread count for tinystories-260k");
+    if (chatModel.engine.type !== "llama_cpp") throw new Error("tinystories-260k is not served by llama.cpp");
+    const { context_size: contextSize, eog_token_ids: eogTokenIds } = chatModel.engine;
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-    const model = await llama.loadModel({ modelPath: path.join(modelsDir, "stories260K.gguf") });
+    const model = await llama.loadModel({ modelPath: path.join(modelsDir, chatModel.engine.file) });
+    cleanup.push(() => model.dispose());
     const context = await model.createContext({ contextSize, sequences: 1, threads });
+    cleanup.push(() => context.dispose());
     const completion = new LlamaCompletion({ contextSequence: context.getSequence() });
     const embedding = await model.createEmbeddingContext({ contextSize, threads });
+    cleanup.push(() => embedding.dispose());
     const rawDecode = async () => {
       let tokens = 0;
       await completion.generateCompletion(PROMPT, {
         maxTokens: DECODE_TOKENS,
         temperature: 0,
+        // What `LlamaCppEngine.generate` passes, so both sides do the same work per token.
+        repeatPenalty: false,
+        disableContextShift: true,
+        contextShiftSize: 0,
+        customStopTriggers: eogTokenIds.length > 0 ? eogTokenIds.map((id) => [id as Token]) : undefined,
         onToken: (t) => {
           tokens += t.length;
         },
       });
+      if (tokens !== tokensPerRequest) {
+        throw new Error(`raw generated ${tokens} tokens where Switchyard answered ${tokensPerRequest}`);
+      }
       return tokens;
     };
     const rawEmbed = (n: number) => async () => {
@@ -134,11 +151,17 @@ async function main(): Promise<void> {
      * takes ~0.6 s here, so a 4 s window would quantise the rate by ~15 %.)
      */
     const client = new Pool(app.url, { connections: 1 });
-    const served = (urlPath: string, body: string, units: number) => async () => {
+    cleanup.push(() => client.close());
+    const served = (urlPath: string, body: string, units: number | "completion_tokens") => async () => {
       const res = await client.request({ path: urlPath, method: "POST", headers, body });
       const text = await res.body.text();
       if (res.statusCode !== 200) throw new Error(`${urlPath} answered ${res.statusCode}: ${text.slice(0, 200)}`);
-      return units;
+      if (units !== "completion_tokens") return units;
+      const tokens = (JSON.parse(text) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+      if (tokens !== tokensPerRequest) {
+        throw new Error(`Switchyard answered ${tokens} tokens where its first answer had ${tokensPerRequest}`);
+      }
+      return tokens;
     };
 
     // Warm-up of the raw side.
@@ -155,7 +178,7 @@ async function main(): Promise<void> {
     };
     for (let round = 0; round < ROUNDS; round++) {
       samples.rawDecode.push(await rate(SECONDS, rawDecode));
-      samples.servedDecode.push(await rate(SECONDS, served("/v1/chat/completions", chatBody, tokensPerRequest)));
+      samples.servedDecode.push(await rate(SECONDS, served("/v1/chat/completions", chatBody, "completion_tokens")));
       samples.rawEmbed1.push(await rate(SECONDS, rawEmbed(1)));
       samples.servedEmbed1.push(await rate(SECONDS, served("/v1/embeddings", embedBody(1), 1)));
       samples.rawEmbedN.push(await rate(SECONDS, rawEmbed(EMBED_BATCH)));
@@ -209,13 +232,11 @@ async function main(): Promise<void> {
       target: "≥ 0.9 × raw node-llama-cpp",
       met: r.served / r.raw >= 0.9,
     }));
-    await client.close();
-    await embedding.dispose();
-    await context.dispose();
-    await model.dispose();
     printJson("engine-raw", figures);
   } finally {
+    for (const step of cleanup.reverse()) await step().catch(() => undefined);
     await app.close();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 

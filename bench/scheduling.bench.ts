@@ -124,7 +124,7 @@ async function measure(split: boolean): Promise<LayoutResult> {
         dataDir,
         { SWITCHYARD_GPU: "off", SWITCHYARD_ROLE: "worker" },
         (line) => {
-          if (line.includes("worker CPU priority lowered"))
+          if (line.includes('"msg":"worker CPU priority'))
             workerNice = String((JSON.parse(line) as { nice: number }).nice);
         },
       );

@@ -17,8 +17,13 @@ async function main(): Promise<void> {
   const priority = config.role === "worker" && config.workerNice > 0 ? lowerCpuPriority(config.workerNice) : undefined;
   const app = await startSwitchyard(config);
   if (priority) {
-    const level = priority.failed > 0 ? "warn" : "info";
-    app.logger[level](priority, `worker CPU priority lowered to nice ${priority.nice}`);
+    if (priority.failed > 0) {
+      app.logger.warn(priority, `worker CPU priority: could not set nice ${priority.nice} on every thread`);
+    } else if (priority.changed > 0) {
+      app.logger.info(priority, `worker CPU priority lowered to nice ${priority.nice}`);
+    } else {
+      app.logger.info(priority, `worker CPU priority already at nice ${priority.nice} or a lower priority`);
+    }
   }
   let stopping = false;
   const stop = (signal: string) => {

@@ -6,8 +6,15 @@
  * every cycle nobody else wants.
  *
  * On Linux a nice value belongs to each thread, and a new thread takes its creator's: so every
- * thread that exists now (`/proc/self/task`) is lowered, and the threads started later (llama.cpp's
- * compute threads, libuv's pool) inherit it. Elsewhere the process's priority is set once.
+ * thread that exists now (`/proc/self/task`) is lowered, and the threads started later (libuv's
+ * pool, llama.cpp's compute threads) inherit it. Elsewhere the process's priority is set once.
+ *
+ * Limit (Linux): nice values weigh threads against others of the same scheduling group. With
+ * `kernel.sched_autogroup_enabled` (most desktop and many server kernels) each session is a group,
+ * and under systemd or in containers each service or container is a cgroup: a worker started in
+ * another terminal, service or container than the API competes as a group, and its nice value
+ * changes nothing there. Give such a worker a lower CPU weight instead (systemd `CPUWeight=`,
+ * Docker `--cpu-shares`, Kubernetes CPU requests); README "Roles" says so.
  */
 import { readdirSync } from "node:fs";
 import os from "node:os";
@@ -20,8 +27,9 @@ export interface PriorityChange {
   changed: number;
   /** Threads already at `nice` or lower priority, left alone. */
   unchanged: number;
-  /** Threads that could not be changed (ended meanwhile, or refused), with the first error. */
+  /** Threads that could not be changed (refused: a thread that ended meanwhile is not counted). */
   failed: number;
+  /** The first refusal's message, when `failed` > 0. */
   error?: string;
 }
 
@@ -33,21 +41,27 @@ export interface PriorityChange {
 export function lowerCpuPriority(nice: number): PriorityChange {
   if (!Number.isInteger(nice) || nice < 0 || nice > 19) throw new RangeError(`nice must be 0–19, not ${nice}`);
   const result: PriorityChange = { nice, changed: 0, unchanged: 0, failed: 0 };
-  let tids: number[];
-  try {
-    tids = readdirSync("/proc/self/task").map(Number);
-  } catch {
-    tids = [0]; // not Linux: the process as a whole
+  // Linux: every thread by its id; elsewhere pid 0, the calling process as a whole. (On Linux,
+  // pid 0 would be the calling thread alone, so an unreadable /proc is a failure, not a fallback.)
+  let tids: number[] = [0];
+  if (process.platform === "linux") {
+    try {
+      tids = readdirSync("/proc/self/task").map(Number);
+    } catch (err) {
+      return { ...result, failed: 1, error: `cannot list this process's threads: ${(err as Error).message}` };
+    }
   }
   for (const tid of tids) {
     try {
       if (os.getPriority(tid) >= nice) {
         result.unchanged++;
-        continue;
+      } else {
+        os.setPriority(tid, nice);
+        result.changed++;
       }
-      os.setPriority(tid, nice);
-      result.changed++;
     } catch (err) {
+      // A thread that ended between the listing and here is no failure.
+      if ((err as { info?: { code?: string } }).info?.code === "ESRCH") continue;
       result.failed++;
       result.error ??= (err as Error).message;
     }
