@@ -85,16 +85,17 @@ async function main(): Promise<void> {
         temperature: 0,
       };
 
-      // Warm up both paths.
-      for (let i = 0; i < 20; i++) {
-        await engine.generate({
+      /** The same generation as `body`, on the engine in-process. */
+      const generateInProcess = () =>
+        engine.generate({
           model,
           messages: [{ role: "user", content: PROMPT }],
           maxTokens,
           temperature: 0,
           maxQueueWaitMs: 60_000,
         });
-      }
+      // Warm up both paths.
+      for (let i = 0; i < 20; i++) await generateInProcess();
 
       const rows: Row[] = [];
       for (const concurrency of CONCURRENCY) {
@@ -106,13 +107,7 @@ async function main(): Promise<void> {
           Array.from({ length: concurrency }, async () => {
             while (performance.now() < deadline) {
               const t0 = performance.now();
-              await engine.generate({
-                model,
-                messages: [{ role: "user", content: PROMPT }],
-                maxTokens,
-                temperature: 0,
-                maxQueueWaitMs: 60_000,
-              });
+              await generateInProcess();
               latencies.push(performance.now() - t0);
             }
           }),

@@ -33,6 +33,7 @@ import { Pool } from "undici";
 import { loadConfig, packageRoot } from "../src/config/config.js";
 import type { LlamaCppEngine } from "../src/inference/engines/llama-cpp/llama-cpp.engine.js";
 import { startSwitchyard } from "../src/server.js";
+import { closeRequests, signup } from "./child-server.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
 const QUICK = process.env.BENCH_QUICK === "1";
@@ -76,17 +77,9 @@ async function main(): Promise<void> {
   /** Closed in reverse order when the bench ends, however it ends. */
   const cleanup: Array<() => Promise<unknown>> = [];
   try {
-    const signup = await fetch(`${app.url}/control/v1/auth/signup`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ email: `bench-${Date.now()}@example.com`, password: "bench-password" }),
-    }).then((r) => r.json() as Promise<{ access_token: string }>);
-    const key = await fetch(`${app.url}/control/v1/auth/api-keys`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${signup.access_token}` },
-      body: JSON.stringify({ name: "bench" }),
-    }).then((r) => r.json() as Promise<{ plaintext: string }>);
-    const headers = { "content-type": "application/json", authorization: `Bearer ${key.plaintext}` };
+    const apiKey = await signup(app.url, "bench-raw");
+    cleanup.push(async () => closeRequests());
+    const headers = { "content-type": "application/json", authorization: `Bearer ${apiKey}` };
 
     const chatModel = app.catalog.all().find((m) => m.id === "tinystories-260k")!;
     const embedModel = app.catalog.all().find((m) => m.id === "tinystories-260k-embed")!;
