@@ -13,64 +13,26 @@
  *   AB_B_ENV='{"SWITCHYARD_DURABILITY":"process"}' node dist-bench/bench/gateway-ab.js dist-bench dist-bench
  *                                  # one build, a setting of B's environment as the change
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
+import type { ChildProcess } from "node:child_process";
+import { chmodSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { closeRequests, signup } from "./child-server.js";
+import { CHAT_BODY, startGatewaySwitchyard, startUpstream, streamBody } from "./gateway-processes.js";
 import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
 const ROUNDS = Number(process.env.AB_ROUNDS ?? 6);
 const SLICE_S = Number(process.env.AB_SLICE_S ?? 3);
-const MODEL = "bench-model";
-const BODY = JSON.stringify({
-  model: MODEL,
-  messages: [{ role: "user", content: "Say hello to the benchmark." }],
-  max_tokens: 16,
-});
-const STREAM_BODY = JSON.stringify({
-  model: MODEL,
-  messages: [{ role: "user", content: "Say hello to the benchmark. [bench:gap=20]" }],
-  max_tokens: 16,
-  stream: true,
-});
+const BODY = CHAT_BODY;
+const STREAM_BODY = streamBody(20);
 
 const dbCpu = descendantsCpuSeconds;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
-function waitForLine<T>(child: ChildProcess, match: (e: Record<string, unknown>) => T | undefined): Promise<T> {
-  return new Promise((resolve, reject) => {
-    let done = false;
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (done) return;
-      try {
-        const found = match(JSON.parse(line) as Record<string, unknown>);
-        if (found !== undefined) {
-          done = true;
-          resolve(found);
-        }
-      } catch {
-        /* not JSON */
-      }
-    });
-    child.once("exit", (code) => !done && reject(new Error(`child exited with ${code}`)));
-  });
-}
-
-async function post<T>(url: string, body: unknown, token?: string): Promise<T> {
-  const res = await fetch(url, {
-    method: "POST",
-    headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${url}: ${res.status} ${await res.text()}`);
-  return res.json() as Promise<T>;
-}
 
 interface Side {
   name: string;
@@ -82,53 +44,19 @@ interface Side {
 async function start(name: string, dist: string, upstreamPort: number, extraEnv = {}): Promise<Side> {
   const dir = mkdtempSync(path.join(os.tmpdir(), `switchyard-ab-${name}-`));
   chmodSync(dir, 0o755);
-  const catalog = path.join(dir, "catalog.json");
-  writeFileSync(
-    catalog,
-    JSON.stringify({
-      default_model: MODEL,
-      models: [
-        {
-          id: MODEL,
-          display_name: "Bench model (upstream)",
-          provider: "bench",
-          modality: "text_generation",
-          context_tokens: 4096,
-          pricing: { input_per_million_usd: 0.05, output_per_million_usd: 0.05 },
-          engine: { type: "openai_compatible" },
-        },
-      ],
-    }),
-  );
-  const child = spawn(process.execPath, [path.join(root, dist, "bench/gateway-switchyard.js")], {
-    cwd: dir,
-    env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "info",
-      SWITCHYARD_DATA_DIR: path.join(dir, "data"),
-      SWITCHYARD_CATALOG: catalog,
-      SWITCHYARD_UPSTREAMS: JSON.stringify([
-        { name: "bench", base_url: `http://127.0.0.1:${upstreamPort}/v1`, models: [MODEL], max_concurrency: 256 },
-      ]),
-      ...extraEnv,
-    },
-    stdio: ["ignore", "pipe", "inherit"],
+  const { child, url } = await startGatewaySwitchyard({
+    upstreamPort,
+    dir,
+    entry: path.join(root, dist, "bench/gateway-switchyard.js"),
+    env: extraEnv,
   });
-  const url = await waitForLine(child, (e) => (e.msg === "Switchyard listening" ? (e.url as string) : undefined));
-  child.stdout!.resume();
-  const signup = await post<{ access_token: string }>(`${url}/control/v1/auth/signup`, {
-    email: `ab-${Date.now()}@example.com`,
-    password: "bench-password",
-  });
-  const key = await post<{ plaintext: string }>(`${url}/control/v1/auth/api-keys`, { name: "ab" }, signup.access_token);
+  const apiKey = await signup(url, "ab");
   if (process.env.AB_METERING === "off") child.kill("SIGUSR2");
   return {
     name,
     child,
     url,
-    headers: { "content-type": "application/json", authorization: `Bearer ${key.plaintext}` },
+    headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
   };
 }
 
@@ -197,12 +125,11 @@ async function ttft(side: Side, n: number): Promise<number> {
 
 async function main(): Promise<void> {
   const baseDist = process.argv[2] ?? "dist-base";
-  const up = spawn(process.execPath, [path.join(here, "gateway-upstream.js")], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const children: ChildProcess[] = [up];
+  const children: ChildProcess[] = [];
   try {
-    const upPort = await waitForLine(up, (e) => (typeof e.port === "number" ? e.port : undefined));
+    const upstream = await startUpstream();
+    children.push(upstream.child);
+    const upPort = upstream.port;
     const a = await start("A", baseDist, upPort);
     children.push(a.child);
     const bEnv = JSON.parse(process.env.AB_B_ENV ?? "{}") as Record<string, string>;
@@ -246,6 +173,7 @@ async function main(): Promise<void> {
       `\nB/A req/s per round: ${pairs.map((x) => x.toFixed(2)).join(" ")} (median ${median(pairs).toFixed(2)})`,
     );
   } finally {
+    closeRequests();
     for (const c of children) if (c.exitCode === null) c.kill("SIGTERM");
     await Promise.all(children.map((c) => (c.exitCode === null ? new Promise((r) => c.once("exit", r)) : undefined)));
   }

@@ -30,7 +30,7 @@
  * floors; the ratios are what to compare.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -38,6 +38,8 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { closeRequests, signup } from "./child-server.js";
+import { CHAT_BODY, startGatewaySwitchyard, startUpstream, streamBody } from "./gateway-processes.js";
 import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
@@ -50,22 +52,12 @@ const WARMUP_SECONDS = 2;
 const CPU_PROF = process.env.BENCH_CPU_PROF === "1";
 /** Extra `node` options for the Switchyard process (e.g. V8 heap flags), space-separated. */
 const SWITCHYARD_NODE_ARGS = (process.env.BENCH_SWITCHYARD_NODE_ARGS ?? "").split(" ").filter(Boolean);
-const MODEL = "bench-model";
-const BODY = JSON.stringify({
-  model: MODEL,
-  messages: [{ role: "user", content: "Say hello to the benchmark." }],
-  max_tokens: 16,
-});
+const BODY = CHAT_BODY;
 /** Near idle (issue 12, item 2): one connection at this rate. */
 const IDLE_RATE = 100;
 /** How long the upstream waits after a stream's first chunk in the time-to-first-token runs, ms. */
 const STREAM_GAP_MS = 20;
-const STREAM_BODY = JSON.stringify({
-  model: MODEL,
-  messages: [{ role: "user", content: `Say hello to the benchmark. [bench:gap=${STREAM_GAP_MS}]` }],
-  max_tokens: 16,
-  stream: true,
-});
+const STREAM_BODY = streamBody(STREAM_GAP_MS);
 /** Streamed requests per target in the time-to-first-token run (one at a time). */
 const STREAM_REQUESTS = Math.max(50, Math.min(300, SECONDS * 30));
 
@@ -129,79 +121,6 @@ function cpuOf(pid: number): { own: number; children: number } {
   return { own: cpuSeconds(pid), children: descendantsCpuSeconds(pid) };
 }
 
-/** Resolves with the first stdout line `match` accepts (its parsed JSON); rejects when the child exits first. */
-function waitForLine<T>(child: ChildProcess, match: (entry: Record<string, unknown>) => T | undefined): Promise<T> {
-  return new Promise((resolve, reject) => {
-    let done = false;
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (done) return;
-      try {
-        const found = match(JSON.parse(line) as Record<string, unknown>);
-        if (found !== undefined) {
-          done = true;
-          resolve(found);
-        }
-      } catch {
-        /* not JSON */
-      }
-    });
-    child.once("exit", (code) => !done && reject(new Error(`child exited with ${code} before it was ready`)));
-  });
-}
-
-async function startUpstream(): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, [path.join(here, "gateway-upstream.js")], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const port = await waitForLine(child, (e) => (typeof e.port === "number" ? e.port : undefined));
-  return { child, port };
-}
-
-async function startSwitchyard(upstreamPort: number, dir: string): Promise<{ child: ChildProcess; url: string }> {
-  const catalog = path.join(dir, "catalog.json");
-  writeFileSync(
-    catalog,
-    JSON.stringify({
-      default_model: MODEL,
-      models: [
-        {
-          id: MODEL,
-          display_name: "Bench model (upstream)",
-          provider: "bench",
-          modality: "text_generation",
-          context_tokens: 4096,
-          // 24 tokens at 0.05 µUSD: 1 µUSD a request, so every request writes a ledger charge.
-          pricing: { input_per_million_usd: 0.05, output_per_million_usd: 0.05 },
-          engine: { type: "openai_compatible" },
-        },
-      ],
-    }),
-  );
-  const args = [path.join(here, "gateway-switchyard.js")];
-  if (CPU_PROF) args.unshift("--cpu-prof", `--cpu-prof-dir=${path.join(dir, "profile")}`);
-  args.unshift(...SWITCHYARD_NODE_ARGS);
-  const child = spawn(process.execPath, args, {
-    cwd: dir,
-    env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "info",
-      SWITCHYARD_DATA_DIR: path.join(dir, "data"),
-      SWITCHYARD_CATALOG: catalog,
-      SWITCHYARD_UPSTREAMS: JSON.stringify([
-        { name: "bench", base_url: `http://127.0.0.1:${upstreamPort}/v1`, models: [MODEL], max_concurrency: 256 },
-      ]),
-    },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await waitForLine(child, (e) =>
-    e.msg === "Switchyard listening" && typeof e.url === "string" ? e.url : undefined,
-  );
-  child.stdout!.resume();
-  return { child, url };
-}
-
 /** Starts Portkey's gateway, or says why it cannot. */
 async function startPortkey(): Promise<{ child: ChildProcess; port: number } | string> {
   const entry = path.join(root, "node_modules/@portkey-ai/gateway/build/start-server.js");
@@ -224,16 +143,6 @@ async function startPortkey(): Promise<{ child: ChildProcess; port: number } | s
   }
   child.kill("SIGKILL");
   return `Portkey did not answer on port ${port} within 30 s: ${stderr.trim().slice(0, 500)}`;
-}
-
-async function json<T>(url: string, body: unknown, token?: string): Promise<T> {
-  const res = await fetch(url, {
-    method: "POST",
-    headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
-  return res.json() as Promise<T>;
 }
 
 /** One request through `target`, checked, before measuring. */
@@ -467,17 +376,11 @@ async function main(): Promise<void> {
     const upstream = await startUpstream();
     children.push(upstream.child);
     const upstreamV1 = `http://127.0.0.1:${upstream.port}/v1`;
-    const switchyard = await startSwitchyard(upstream.port, dir);
+    const nodeArgs = [...SWITCHYARD_NODE_ARGS];
+    if (CPU_PROF) nodeArgs.push("--cpu-prof", `--cpu-prof-dir=${path.join(dir, "profile")}`);
+    const switchyard = await startGatewaySwitchyard({ upstreamPort: upstream.port, dir, nodeArgs });
     children.push(switchyard.child);
-    const signup = await json<{ access_token: string }>(`${switchyard.url}/control/v1/auth/signup`, {
-      email: `bench-${Date.now()}@example.com`,
-      password: "bench-password",
-    });
-    const key = await json<{ plaintext: string }>(
-      `${switchyard.url}/control/v1/auth/api-keys`,
-      { name: "bench" },
-      signup.access_token,
-    );
+    const apiKey = await signup(switchyard.url, "bench");
     const portkey = process.env.BENCH_PORTKEY === "0" ? "skipped (BENCH_PORTKEY=0)" : await startPortkey();
     if (typeof portkey !== "string") children.push(portkey.child);
 
@@ -492,7 +395,7 @@ async function main(): Promise<void> {
       {
         name: "Switchyard",
         url: `${switchyard.url}/v1/chat/completions`,
-        headers: { ...jsonHeaders, authorization: `Bearer ${key.plaintext}` },
+        headers: { ...jsonHeaders, authorization: `Bearer ${apiKey}` },
         pid: switchyard.child.pid!,
       },
     ];
@@ -723,6 +626,7 @@ async function main(): Promise<void> {
       }
     }
   } finally {
+    closeRequests();
     for (const child of children) if (child.exitCode === null) child.kill("SIGTERM");
     await Promise.all(
       children.map((c) => (c.exitCode === null ? new Promise((resolve) => c.once("exit", resolve)) : undefined)),
