@@ -15,11 +15,9 @@
  * SWITCHYARD_MODELS_DIR (default ../shared/models). One process (role `all`): its own workers run
  * the background generations.
  */
-import { mkdtempSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { benchConfig } from "./in-process.js";
 import { printJson } from "./report.js";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 500);
@@ -43,14 +41,7 @@ async function pool(n: number, concurrency: number, task: (i: number) => Promise
 }
 
 async function main(): Promise<void> {
-  const config = loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir: mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-")),
-    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
-    logLevel: "warn",
-    allowModelDownload: false,
-  });
+  const config = benchConfig("switchyard-bench-");
   const app = await startSwitchyard(config);
   try {
     const signup = await fetch(`${app.url}/control/v1/auth/signup`, {

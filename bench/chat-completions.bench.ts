@@ -14,12 +14,10 @@
  * process, so on 2 cores it competes with the server for CPU: the ratio is a floor. Prints last a
  * `BENCH_JSON` line with req/s per concurrency (baseline: the engine in-process) for `npm run bench`.
  */
-import { mkdtempSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
 import autocannon from "autocannon";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { benchConfig } from "./in-process.js";
 import { type BenchFigure, printJson } from "./report.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -52,15 +50,7 @@ function percentile(sorted: number[], p: number): number {
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-"));
-  const config = loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir,
-    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
-    logLevel: "warn",
-    allowModelDownload: false,
-  });
+  const config = benchConfig("switchyard-bench-");
   const app = await startSwitchyard(config);
   try {
     const signup = await fetch(`${app.url}/control/v1/auth/signup`, {

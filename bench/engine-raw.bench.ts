@@ -25,14 +25,14 @@
  * Uses DATABASE_URL when set, else an embedded PostgreSQL in a temp folder; model files from
  * SWITCHYARD_MODELS_DIR (default ../shared/models). Prints last a `BENCH_JSON` line.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { getLlama, LlamaCompletion, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { Pool } from "undici";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import type { LlamaCppEngine } from "../src/inference/engines/llama-cpp/llama-cpp.engine.js";
 import { startSwitchyard } from "../src/server.js";
+import { BENCH_MODELS_DIR, benchConfig } from "./in-process.js";
 import { closeRequests, signup } from "./child-server.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
@@ -63,16 +63,7 @@ async function rate(seconds: number, fn: () => Promise<number>): Promise<number>
 }
 
 async function main(): Promise<void> {
-  const modelsDir = process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models");
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-raw-"));
-  const config = loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir,
-    modelsDir,
-    logLevel: "warn",
-    allowModelDownload: false,
-  });
+  const config = benchConfig("switchyard-bench-raw-");
   const app = await startSwitchyard(config);
   /** Closed in reverse order when the bench ends, however it ends. */
   const cleanup: Array<() => Promise<unknown>> = [];
@@ -107,7 +98,7 @@ async function main(): Promise<void> {
     if (chatModel.engine.type !== "llama_cpp") throw new Error("tinystories-260k is not served by llama.cpp");
     const { context_size: contextSize, eog_token_ids: eogTokenIds } = chatModel.engine;
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-    const model = await llama.loadModel({ modelPath: path.join(modelsDir, chatModel.engine.file) });
+    const model = await llama.loadModel({ modelPath: path.join(BENCH_MODELS_DIR, chatModel.engine.file) });
     cleanup.push(() => model.dispose());
     const context = await model.createContext({ contextSize, sequences: 1, threads });
     cleanup.push(() => context.dispose());
@@ -229,7 +220,7 @@ async function main(): Promise<void> {
   } finally {
     for (const step of cleanup.reverse()) await step().catch(() => undefined);
     await app.close();
-    rmSync(dataDir, { recursive: true, force: true });
+    rmSync(config.dataDir, { recursive: true, force: true });
   }
 }
 

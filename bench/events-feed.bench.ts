@@ -12,13 +12,11 @@
  * Uses DATABASE_URL when set, else an embedded PostgreSQL in a temp folder; model files from
  * SWITCHYARD_MODELS_DIR (default ../shared/models).
  */
-import { mkdtempSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
 import { createClient } from "graphql-ws";
 import WebSocket from "ws";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { benchConfig } from "./in-process.js";
 import { printJson } from "./report.js";
 
 const COMPLETIONS = Number(process.env.BENCH_COMPLETIONS ?? 500);
@@ -29,15 +27,7 @@ function percentile(sorted: number[], p: number): number {
 }
 
 function configFor(databaseUrl?: string) {
-  return loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir: mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-")),
-    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
-    logLevel: "warn",
-    allowModelDownload: false,
-    ...(databaseUrl ? { databaseUrl } : {}),
-  });
+  return benchConfig("switchyard-bench-", databaseUrl ? { databaseUrl } : {});
 }
 
 async function main(): Promise<void> {

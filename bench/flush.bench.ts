@@ -16,13 +16,11 @@
  *   npm run bench:flush
  *   BENCH_CALLS=1000 npm run bench:flush
  */
-import { mkdtempSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
 import pg from "pg";
 import { v7 as uuidv7 } from "uuid";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { benchConfig } from "./in-process.js";
 import { type BenchFigure, percentile, printFigures, printJson } from "./report.js";
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 500);
@@ -33,15 +31,7 @@ interface Captured {
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-flush-"));
-  const config = loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir,
-    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
-    logLevel: "warn",
-    allowModelDownload: false,
-  });
+  const config = benchConfig("switchyard-bench-flush-");
   const app = await startSwitchyard(config);
   // The service's own pool (its connection settings for a client of the bench's own).
   const pool = (

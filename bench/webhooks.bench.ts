@@ -12,13 +12,11 @@
  * Uses DATABASE_URL when set, else an embedded PostgreSQL in a temp folder; model files from
  * SWITCHYARD_MODELS_DIR (default ../shared/models). Loopback is allowed for this run only.
  */
-import { mkdtempSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
-import path from "node:path";
-import { loadConfig, packageRoot } from "../src/config/config.js";
 import { startSwitchyard } from "../src/server.js";
+import { benchConfig } from "./in-process.js";
 import { printJson } from "./report.js";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 500);
@@ -41,15 +39,7 @@ async function main(): Promise<void> {
   });
   await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
-  const config = loadConfig(process.env, {
-    port: 0,
-    host: "127.0.0.1",
-    dataDir: mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-")),
-    modelsDir: process.env.SWITCHYARD_MODELS_DIR ?? path.resolve(packageRoot, "../shared/models"),
-    logLevel: "warn",
-    allowModelDownload: false,
-    webhookAllowPrivate: true,
-  });
+  const config = benchConfig("switchyard-bench-", { webhookAllowPrivate: true });
   const app = await startSwitchyard(config);
   try {
     const signup = await fetch(`${app.url}/control/v1/auth/signup`, {
