@@ -35,9 +35,9 @@ import {
   type TestUser,
   createTestApiKey,
   createTestUser,
-  eventually,
   http,
   startTestServer,
+  passwordResetToken,
 } from "./support/harness.js";
 import { freshEmail, invite, joinTeam } from "./support/teams.js";
 
@@ -104,21 +104,9 @@ async function soleOwner(fx: Fixture): Promise<Params> {
   return { owner: fx.owner.userId };
 }
 
-/** A password-reset token of a fresh user, read from the mail the forgot-password request sent. */
+/** A password-reset token of a fresh user, as the parameters of the reset operation. */
 async function resetToken(): Promise<Params> {
-  const user = await createTestUser(server.url);
-  const asked = await http(server.url, "POST", "/control/v1/auth/forgot-password", { body: { email: user.email } });
-  if (asked.status !== 200) throw new Error(`forgot-password failed: ${asked.status} ${asked.text}`);
-  let token: string | undefined;
-  await eventually(async () => {
-    const [mail] = await server.db<{ body_text: string }>("SELECT body_text FROM mail_outbox WHERE to_address = $1", [
-      user.email,
-    ]);
-    token = mail ? /[?&]token=([A-Za-z0-9_-]+)/.exec(mail.body_text)?.[1] : undefined;
-    return token !== undefined;
-  }, 10_000);
-  if (!token) throw new Error(`no reset mail to ${user.email}`);
-  return { token };
+  return { token: await passwordResetToken(server) };
 }
 
 /** A fresh custom model of team A (made by its owner); @returns its model_id. */

@@ -29,9 +29,9 @@ import {
   createTestApiKey,
   createTestCaller,
   createTestUser,
-  eventually,
   http,
   startTestServer,
+  passwordResetToken,
 } from "./support/harness.js";
 import { type TestOidcProvider, startOidcProvider } from "./support/oidc-provider.js";
 import { freshEmail, invite, joinTeam } from "./support/teams.js";
@@ -124,22 +124,6 @@ async function newCustomModel(): Promise<string> {
   const modelId = `ops-${randomUUID()}`;
   await post("/control/v1/models/custom", { model_id: modelId, architecture: "llama" });
   return modelId;
-}
-
-/** A password-reset token of a fresh user, read from the mail forgot-password sent. */
-async function resetToken(): Promise<string> {
-  const user = await createTestUser(server.url);
-  await http(server.url, "POST", "/control/v1/auth/forgot-password", { body: { email: user.email } });
-  let token: string | undefined;
-  await eventually(async () => {
-    const [mail] = await server.db<{ body_text: string }>("SELECT body_text FROM mail_outbox WHERE to_address = $1", [
-      user.email,
-    ]);
-    token = mail ? /[?&]token=([A-Za-z0-9_-]+)/.exec(mail.body_text)?.[1] : undefined;
-    return token !== undefined;
-  }, 10_000);
-  if (!token) throw new Error(`no reset mail to ${user.email}`);
-  return token;
 }
 
 /** An OpenID Connect sign-in come back from the provider: the body of complete/link-oauth. */
@@ -270,7 +254,7 @@ const CASES: Record<string, Case> = {
   getControlV1AuthLinkedAccounts: { invalid: noCredentials },
   postControlV1AuthForgotPassword: { valid: () => ({ set: { email: freshEmail("forgot") } }), invalid: dropRequired },
   postControlV1AuthResetPassword: {
-    valid: async () => ({ set: { token: await resetToken(), password: "another horse battery" } }),
+    valid: async () => ({ set: { token: await passwordResetToken(server), password: "another horse battery" } }),
     invalid: { drop: "password", set: { token: "t" }, status: 400 },
   },
 

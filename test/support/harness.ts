@@ -228,6 +228,27 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs = 2_00
   return check();
 }
 
+/**
+ * A password-reset token of a fresh user of `server`: signs one up, asks forgot-password for it and
+ * reads the token from the link in the mail it queued (`mail_outbox`).
+ * @throws when forgot-password does not answer 200 or no mail arrives within 10 s.
+ */
+export async function passwordResetToken(server: TestServer): Promise<string> {
+  const user = await createTestUser(server.url);
+  const asked = await http(server.url, "POST", "/control/v1/auth/forgot-password", { body: { email: user.email } });
+  if (asked.status !== 200) throw new Error(`forgot-password failed: ${asked.status} ${asked.text}`);
+  let token: string | undefined;
+  await eventually(async () => {
+    const [mail] = await server.db<{ body_text: string }>("SELECT body_text FROM mail_outbox WHERE to_address = $1", [
+      user.email,
+    ]);
+    token = mail ? /[?&]token=([A-Za-z0-9_-]+)/.exec(mail.body_text)?.[1] : undefined;
+    return token !== undefined;
+  }, 10_000);
+  if (!token) throw new Error(`no reset mail to ${user.email}`);
+  return token;
+}
+
 /** The activity row with `custom_id`, once its group commit has landed (undefined after 5 s). */
 export async function activityByCustomId(server: TestServer, customId: string): Promise<any> {
   let row: any;
