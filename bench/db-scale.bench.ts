@@ -18,8 +18,8 @@
  */
 import path from "node:path";
 import { loadConfig, packageRoot } from "../src/config/config.js";
-import type { UsageRecord } from "../src/services/metering.service.js";
-import { RetentionService } from "../src/services/retention.service.js";
+import type { UsageRecord } from "../src/services/metering/metering.service.js";
+import { RetentionService } from "../src/services/usage/retention.service.js";
 import { startSwitchyard } from "../src/server.js";
 import { type BenchWorld, ensureWorld, login, refreshInFlight } from "./db-scale-data.js";
 import { type BenchFigure, percentile, printFigures, printJson } from "./report.js";

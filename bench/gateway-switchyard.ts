@@ -9,7 +9,7 @@
  *
  *   node dist-bench/bench/gateway-switchyard.js
  */
-import { MeteringService } from "../src/services/metering.service.js";
+import { MeteringService } from "../src/services/metering/metering.service.js";
 
 let meteringOn = true;
 const record = MeteringService.prototype.record;

@@ -315,7 +315,7 @@ describe("usage", () => {
   test("when a request is in flight, then usage counts it as the activity list and the billing summary do (no tokens yet)", async () => {
     const caller = await createTestCaller(server.url);
     await chat(caller.key, "ended");
-    // A request in flight: its early row (services/in-flight-activity.ts), pending, no usage yet.
+    // A request in flight: its early row (services/metering/in-flight-activity.ts), pending, no usage yet.
     await server.db(
       `INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
                              model, custom_id, prompt_tokens, completion_tokens, total_tokens, cached_prompt_tokens,

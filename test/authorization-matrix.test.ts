@@ -1,5 +1,5 @@
 /**
- * The authorization matrix (issue 8, item 5; DESIGN §3 Roles and Errors; `src/services/policy.ts`):
+ * The authorization matrix (issue 8, item 5; DESIGN §3 Roles and Errors; `src/services/platform/policy.ts`):
  * every endpoint, called as the owner, an admin and a member of team A, as a member of another
  * team, and without credentials, answers the status the policy says.
  *

@@ -1,9 +1,9 @@
 /**
- * Credit-side ledger entries (issue 10, item 4; `src/services/billing/ledger.ts`): concurrent
+ * Credit-side ledger entries (issue 10, item 4; `src/services/ledger/ledger.ts`): concurrent
  * entries of one team serialise on the team row, each source applies once, a negative entry never
  * takes the balance below zero (409 instead), and the balance is the sum of the ledger.
  */
-import { appendLedgerCredit } from "../src/services/billing/ledger.js";
+import { appendLedgerCredit } from "../src/services/ledger/ledger.js";
 import type { AppError } from "../src/shared/errors.js";
 import { type TestServer, createTestUser, startTestServer } from "./support/harness.js";
 

@@ -7,7 +7,7 @@
  * members 403, and another team's ids.
  */
 import { randomUUID } from "node:crypto";
-import { isoDateTime } from "../src/services/activity.service.js";
+import { isoDateTime } from "../src/services/platform/validation.js";
 import {
   INVOICE_SETTLE_MS,
   allotCents,

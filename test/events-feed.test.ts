@@ -7,8 +7,8 @@
  */
 import pg from "pg";
 import { v7 as uuidv7 } from "uuid";
-import type { Principal } from "../src/services/context.js";
-import type { UsageRecord } from "../src/services/metering.service.js";
+import type { Principal } from "../src/services/platform/context.js";
+import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import {
   CHAT_MODEL,
   EMBED_MODEL,

@@ -7,8 +7,8 @@
 import { type Client, createClient } from "graphql-ws";
 import { v7 as uuidv7 } from "uuid";
 import WebSocket from "ws";
-import type { Principal } from "../src/services/context.js";
-import type { UsageRecord } from "../src/services/metering.service.js";
+import type { Principal } from "../src/services/platform/context.js";
+import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";
 import { principalOf, usageRecordFor } from "./support/records.js";
 

@@ -11,8 +11,8 @@
  * flush's own arithmetic that must keep the rules.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { Principal } from "../src/services/context.js";
-import type { UsageRecord } from "../src/services/metering.service.js";
+import type { Principal } from "../src/services/platform/context.js";
+import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import {
   CHAT_MODEL,
   type TestServer,
@@ -31,7 +31,7 @@ const PER_MILLION = { input: 2_500_000n, cachedInput: 750_000n, output: 7_250_00
 /** Credit of each new team here: a few requests' worth. */
 const GRANT = 2_000n;
 
-/** DESIGN §3 Money, computed independently of `src/services/money.ts`. */
+/** DESIGN §3 Money, computed independently of `src/shared/money.ts`. */
 function expectedCost(promptTokens: number, cachedTokens: number, completionTokens: number): bigint {
   const scaled =
     BigInt(promptTokens - cachedTokens) * PER_MILLION.input +

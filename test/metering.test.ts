@@ -3,9 +3,9 @@
  * request is recorded and charged exactly once, and the ledger never goes below zero.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { Principal } from "../src/services/context.js";
+import type { Principal } from "../src/services/platform/context.js";
 import { AppError, ErrorCode } from "../src/shared/errors.js";
-import type { UsageRecord } from "../src/services/metering.service.js";
+import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
 import { principalOf, usageRecordFor } from "./support/records.js";
 

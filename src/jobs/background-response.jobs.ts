@@ -4,7 +4,7 @@
  * the response as failed/timeout if it is still in progress, whether its worker is slow, stuck
  * or dead.
  */
-import type { BackgroundResponsesService } from "../services/background-responses.service.js";
+import type { BackgroundResponsesService } from "../services/inference/responses/background-responses.service.js";
 import type { JobQueue } from "./job-queue.js";
 
 /**

@@ -12,13 +12,7 @@
  */
 import PgBoss from "pg-boss";
 import type { Logger } from "pino";
-import type {
-  JobData,
-  JobName,
-  JobSender,
-  SendOptions,
-  SqlExecutor,
-} from "../services/background-responses.service.js";
+import type { JobData, JobName, JobSender, SendOptions, SqlExecutor } from "../services/platform/job-queue.port.js";
 
 /** The period of pg-boss's watch over stopping workers (`manager.offWork`: `delay(1000)`), ms. */
 const PG_BOSS_WATCH_MS = 1000;

@@ -11,8 +11,8 @@ import type {
   ActivityService,
   UsageDailyItemDto,
   UsageSummaryDto,
-} from "../services/activity.service.js";
-import type { RequestContext } from "../services/context.js";
+} from "../services/usage/activity.service.js";
+import type { RequestContext } from "../services/platform/context.js";
 
 /** Drops absent arguments and stringifies the rest, as a query string would carry them. */
 function asQuery(args: Record<string, string | number | null | undefined>): Record<string, string> {

@@ -7,9 +7,14 @@ import { ApiKeyEntity } from "../entities/api-key.entity.js";
 import { UserEntity } from "../entities/user.entity.js";
 import { ApiKeyListType, CreateApiKeyInputType, CreatedApiKeyType } from "../schema/api-key.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
-import type { ApiKeyList, ApiKeyService, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
-import type { RequestContext } from "../services/context.js";
-import type { MemberService } from "../services/members.service.js";
+import type {
+  ApiKeyList,
+  ApiKeyService,
+  CreateApiKeyInput,
+  CreatedApiKeyDto,
+} from "../services/accounts/api-key.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { MemberService } from "../services/teams/member.service.js";
 
 @Resolver(() => ApiKeyEntity)
 export class ApiKeyResolver {

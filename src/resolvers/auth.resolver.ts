@@ -28,16 +28,16 @@ import type {
   LoginResultDto,
   SignupInput,
   SignupResultDto,
-} from "../services/account.service.js";
-import type { RequestContext } from "../services/context.js";
+} from "../services/accounts/account.service.js";
+import type { RequestContext } from "../services/platform/context.js";
 import type {
   LinkOAuthDto,
   LinkedAccountsDto,
   OAuthAuthorizeDto,
   OAuthCompleteInput,
   OAuthService,
-} from "../services/oauth/oauth.service.js";
-import type { MessageDto, PasswordResetService } from "../services/password-reset.service.js";
+} from "../services/accounts/oauth/oauth.service.js";
+import type { MessageDto, PasswordResetService } from "../services/accounts/password-reset.service.js";
 
 @Resolver()
 export class AuthResolver {

@@ -5,7 +5,7 @@
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from "type-graphql";
 import { BatchType } from "../schema/batch.types.js";
 import type { BatchObject, BatchesService } from "../services/batches/batches.service.js";
-import type { RequestContext } from "../services/context.js";
+import type { RequestContext } from "../services/platform/context.js";
 
 @Resolver()
 export class BatchResolver {

@@ -4,8 +4,8 @@
  */
 import { Arg, Ctx, Int, Query, Resolver } from "type-graphql";
 import { BillingSummaryType } from "../schema/billing-summary.types.js";
-import type { BillingSummaryDto, BillingSummaryService } from "../services/billing-summary.service.js";
-import type { RequestContext } from "../services/context.js";
+import type { BillingSummaryDto, BillingSummaryService } from "../services/usage/billing-summary.service.js";
+import type { RequestContext } from "../services/platform/context.js";
 
 @Resolver()
 export class BillingSummaryResolver {

@@ -13,7 +13,7 @@ import type {
   TopUpSessionDto,
   TransactionPageDto,
 } from "../services/billing/billing.service.js";
-import type { RequestContext } from "../services/context.js";
+import type { RequestContext } from "../services/platform/context.js";
 
 @Resolver()
 export class BillingResolver {

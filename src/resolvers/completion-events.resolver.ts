@@ -11,9 +11,9 @@ import type {
   CompletionEvent,
   CompletionEventList,
   CompletionEventsService,
-} from "../services/completion-events.service.js";
-import { type RequestContext, requirePrincipal } from "../services/context.js";
-import type { StreamsService } from "../services/streams.service.js";
+} from "../services/events/completion-events.service.js";
+import { type RequestContext, requirePrincipal } from "../services/platform/context.js";
+import type { StreamsService } from "../services/inference/responses/streams.service.js";
 import { parseUuidParam } from "../shared/errors.js";
 import { streamLoader } from "./loaders.js";
 

@@ -5,7 +5,7 @@
 import { Arg, Ctx, Int, Mutation, Resolver } from "type-graphql";
 import { DecisionType } from "../schema/decision.types.js";
 import { JSONObjectScalar } from "../shared/json-scalar.js";
-import type { RequestContext } from "../services/context.js";
+import type { RequestContext } from "../services/platform/context.js";
 import type { DecisionsService } from "../services/decisions/decisions.service.js";
 
 @Resolver()

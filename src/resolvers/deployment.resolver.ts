@@ -7,7 +7,7 @@ import { Arg, Ctx, ID, Mutation, Query, Resolver } from "type-graphql";
 import { DeploymentEntity } from "../entities/deployment.entity.js";
 import { CreateDeploymentInputType, DeploymentListType } from "../schema/deployment.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
-import type { RequestContext } from "../services/context.js";
+import type { RequestContext } from "../services/platform/context.js";
 import type {
   CreateDeploymentInput,
   DeploymentList,

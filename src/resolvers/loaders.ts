@@ -7,8 +7,8 @@
  * lives as long as the subscription, and a cached stream would go stale (renamed, cancelled).
  */
 import DataLoader from "dataloader";
-import type { RequestContext } from "../services/context.js";
-import type { StreamSummary, StreamsService } from "../services/streams.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { StreamSummary, StreamsService } from "../services/inference/responses/streams.service.js";
 
 const streamLoaders = new WeakMap<RequestContext, DataLoader<string, StreamSummary | null>>();
 

@@ -15,8 +15,8 @@ import {
   OkResultType,
   RequestDeploymentInputType,
 } from "../schema/model.types.js";
-import { type RequestContext, requirePrincipal } from "../services/context.js";
-import type { ModelCatalogService, ModelDto } from "../services/model-catalog.service.js";
+import { type RequestContext, requirePrincipal } from "../services/platform/context.js";
+import type { ModelCatalogService, ModelDto } from "../services/models/model-catalog.service.js";
 import type { CatalogModelDto, CatalogModelList, ModelSearchResult } from "../services/models/catalog-views.js";
 import type {
   CreateCustomModelInput,

@@ -4,9 +4,9 @@
  */
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from "type-graphql";
 import { ResponseListType, ResponseType } from "../schema/response.types.js";
-import type { BackgroundResponsesService } from "../services/background-responses.service.js";
-import type { RequestContext } from "../services/context.js";
-import type { ResponseObject } from "../services/protocols/openai-responses.protocol.js";
+import type { BackgroundResponsesService } from "../services/inference/responses/background-responses.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { ResponseObject } from "../services/inference/protocols/openai-responses.protocol.js";
 
 @Resolver()
 export class ResponseResolver {

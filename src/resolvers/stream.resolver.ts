@@ -6,8 +6,8 @@
 import { Arg, Ctx, ID, Mutation, Query, Resolver } from "type-graphql";
 import { absent } from "../schema/mapped-arg.js";
 import { StreamSummaryType, StreamType } from "../schema/stream.types.js";
-import type { RequestContext } from "../services/context.js";
-import type { StreamDetail, StreamsService } from "../services/streams.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { StreamDetail, StreamsService } from "../services/inference/responses/streams.service.js";
 
 @Resolver()
 export class StreamResolver {

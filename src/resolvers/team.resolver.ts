@@ -17,15 +17,15 @@ import {
   UpdateMemberInputType,
   UpdateTeamInputType,
 } from "../schema/team.types.js";
-import type { LoginResultDto } from "../services/account.service.js";
-import type { RequestContext } from "../services/context.js";
+import type { LoginResultDto } from "../services/accounts/account.service.js";
+import type { RequestContext } from "../services/platform/context.js";
 import type {
   InviteMemberInput,
   InvitedMember,
   MemberService,
   UpdateMemberInput,
-} from "../services/members.service.js";
-import type { TeamService, UpdateTeamInput } from "../services/team.service.js";
+} from "../services/teams/member.service.js";
+import type { TeamService, UpdateTeamInput } from "../services/teams/team.service.js";
 
 /** `POST /control/v1/teams/invitations/{token}/accept` answer: a login result with a message. */
 export interface AcceptedInvitationDto extends LoginResultDto {

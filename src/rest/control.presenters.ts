@@ -11,10 +11,10 @@ import type { TeamEntity } from "../entities/team.entity.js";
 import type { TeamMemberEntity } from "../entities/team-member.entity.js";
 import type { UserEntity } from "../entities/user.entity.js";
 import type { Resolvers } from "../schema/build-schema.js";
-import type { ActivityList } from "../services/activity.service.js";
-import type { ApiKeyList } from "../services/api-key.service.js";
-import type { RequestContext } from "../services/context.js";
-import type { InvitedMember } from "../services/members.service.js";
+import type { ActivityList } from "../services/usage/activity.service.js";
+import type { ApiKeyList } from "../services/accounts/api-key.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { InvitedMember } from "../services/teams/member.service.js";
 
 /** UserResponse (DESIGN §3 Account schemas): `username` is the email, `role` the team role. */
 export function userJson(u: UserEntity) {

@@ -6,19 +6,19 @@
  * members, API keys) are shaped for REST by `control.presenters.ts`.
  */
 import type { Resolvers } from "../schema/build-schema.js";
-import type { RequestContext } from "../services/context.js";
-import type { LoginInput, SignupInput } from "../services/account.service.js";
-import type { CreateApiKeyInput } from "../services/api-key.service.js";
-import type { InviteMemberInput, UpdateMemberInput } from "../services/members.service.js";
-import type { ForgotPasswordInput, ResetPasswordInput } from "../services/password-reset.service.js";
-import type { UpdateTeamInput } from "../services/team.service.js";
-import type { OAuthCompleteInput } from "../services/oauth/oauth.service.js";
+import type { RequestContext } from "../services/platform/context.js";
+import type { LoginInput, SignupInput } from "../services/accounts/account.service.js";
+import type { CreateApiKeyInput } from "../services/accounts/api-key.service.js";
+import type { InviteMemberInput, UpdateMemberInput } from "../services/teams/member.service.js";
+import type { ForgotPasswordInput, ResetPasswordInput } from "../services/accounts/password-reset.service.js";
+import type { UpdateTeamInput } from "../services/teams/team.service.js";
+import type { OAuthCompleteInput } from "../services/accounts/oauth/oauth.service.js";
 import type { CreateCustomModelInput, RequestDeploymentInput } from "../services/models/custom-models.service.js";
 import type { CreateDeploymentInput } from "../services/models/deployments.service.js";
-import { activityListQuery, usageQuery, userFilterQuery } from "../services/activity.service.js";
-import { createApiKeyInput } from "../services/api-key.service.js";
-import { loginInput, signupInput } from "../services/account.service.js";
-import { billingSummaryQuery } from "../services/billing-summary.service.js";
+import { activityListQuery, usageQuery, userFilterQuery } from "../services/usage/activity.service.js";
+import { createApiKeyInput } from "../services/accounts/api-key.service.js";
+import { loginInput, signupInput } from "../services/accounts/account.service.js";
+import { billingSummaryQuery } from "../services/usage/billing-summary.service.js";
 import {
   confirmQuery,
   invoiceBody,
@@ -26,7 +26,7 @@ import {
   topUpQuery,
   transactionsQuery,
 } from "../services/billing/billing.service.js";
-import { inviteMemberInput, updateMemberInput } from "../services/members.service.js";
+import { inviteMemberInput, updateMemberInput } from "../services/teams/member.service.js";
 import {
   createCustomModelInput,
   deleteCustomModelQuery,
@@ -34,9 +34,9 @@ import {
   searchModelsQuery,
 } from "../services/models/custom-models.service.js";
 import { createDeploymentInput } from "../services/models/deployments.service.js";
-import { oauthCompleteInput } from "../services/oauth/oauth.service.js";
-import { forgotPasswordInput, resetPasswordInput } from "../services/password-reset.service.js";
-import { updateTeamInput } from "../services/team.service.js";
+import { oauthCompleteInput } from "../services/accounts/oauth/oauth.service.js";
+import { forgotPasswordInput, resetPasswordInput } from "../services/accounts/password-reset.service.js";
+import { updateTeamInput } from "../services/teams/team.service.js";
 import { responseShapes } from "./openapi-shapes.js";
 import type { RouteDoc } from "./route-doc.js";
 import {

@@ -3,7 +3,7 @@
  * OpenAI/Anthropic bodies are REST-native; handlers call the same services GraphQL uses.
  */
 import { DECISION_BODY_LIMIT_BYTES, decisionRequest } from "../services/decisions/decisions.protocol.js";
-import type { ModelDto } from "../services/model-catalog.service.js";
+import type { ModelDto } from "../services/models/model-catalog.service.js";
 import type { DataPlaneHandler } from "./handlers/deps.js";
 import { createChatCompletion } from "./handlers/chat-completions.handler.js";
 import { createDecision } from "./handlers/decisions.handler.js";
@@ -27,13 +27,13 @@ import {
   listBatches,
 } from "./handlers/batches.handler.js";
 import { batchCreateBody, listQuery as listBatchesQuery } from "../services/batches/batches.service.js";
-import { eventsQuery } from "../services/completion-events.service.js";
-import { messagesQuery, messagesRequest } from "../services/protocols/anthropic-messages.protocol.js";
-import { chatCompletionRequest } from "../services/protocols/openai-chat.protocol.js";
-import { embeddingRequest } from "../services/protocols/openai-embeddings.protocol.js";
-import { responseRequest } from "../services/protocols/openai-responses.protocol.js";
-import { listResponsesQuery } from "../services/responses.service.js";
-import { createStreamInput, updateStreamInput } from "../services/streams.service.js";
+import { eventsQuery } from "../services/events/completion-events.service.js";
+import { messagesQuery, messagesRequest } from "../services/inference/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest } from "../services/inference/protocols/openai-chat.protocol.js";
+import { embeddingRequest } from "../services/inference/protocols/openai-embeddings.protocol.js";
+import { responseRequest } from "../services/inference/protocols/openai-responses.protocol.js";
+import { listResponsesQuery } from "../services/inference/responses/responses.service.js";
+import { createStreamInput, updateStreamInput } from "../services/inference/responses/streams.service.js";
 import type { RouteDoc } from "./route-doc.js";
 import * as shape from "./openapi-shapes.js";
 

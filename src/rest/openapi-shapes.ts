@@ -6,12 +6,12 @@
  * Objects are documented open (extra fields allowed), as clients should read them.
  */
 import { z } from "zod";
-import type { ModelDto } from "../services/model-catalog.service.js";
-import type { anthropicMessage } from "../services/protocols/anthropic-messages.protocol.js";
-import type { chatCompletion } from "../services/protocols/openai-chat.protocol.js";
-import type { embeddingList } from "../services/protocols/openai-embeddings.protocol.js";
-import type { ResponseObject } from "../services/protocols/openai-responses.protocol.js";
-import type { ResponseList } from "../services/responses.service.js";
+import type { ModelDto } from "../services/models/model-catalog.service.js";
+import type { anthropicMessage } from "../services/inference/protocols/anthropic-messages.protocol.js";
+import type { chatCompletion } from "../services/inference/protocols/openai-chat.protocol.js";
+import type { embeddingList } from "../services/inference/protocols/openai-embeddings.protocol.js";
+import type { ResponseObject } from "../services/inference/protocols/openai-responses.protocol.js";
+import type { ResponseList } from "../services/inference/responses/responses.service.js";
 import type * as presenters from "./control.presenters.js";
 import type { ErrorEnvelope } from "./error-envelope.js";
 

@@ -5,9 +5,9 @@
  * fields) and `toService` turns them into the service's input (see `mapped-arg.ts`).
  */
 import { Field, InputType, Int, ObjectType } from "type-graphql";
-import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto } from "../services/account.service.js";
+import type { LoginInput, LoginResultDto, SignupInput, SignupResultDto } from "../services/accounts/account.service.js";
 import { UserEntity } from "../entities/user.entity.js";
-import type { MessageDto } from "../services/password-reset.service.js";
+import type { MessageDto } from "../services/accounts/password-reset.service.js";
 import { absent } from "./mapped-arg.js";
 
 @ObjectType("LoginResult", { description: "An access token (HS256 JWT) and its user." })

@@ -5,7 +5,7 @@
  */
 import { Field, InputType, ObjectType } from "type-graphql";
 import { ApiKeyEntity } from "../entities/api-key.entity.js";
-import type { ApiKeyList, CreateApiKeyInput, CreatedApiKeyDto } from "../services/api-key.service.js";
+import type { ApiKeyList, CreateApiKeyInput, CreatedApiKeyDto } from "../services/accounts/api-key.service.js";
 import { absent } from "./mapped-arg.js";
 
 @ObjectType("ApiKeyList")

@@ -3,7 +3,11 @@
  * with camelCase field names; token counts and micro-USD as Floats that are integers.
  */
 import { Field, Float, Int, ObjectType } from "type-graphql";
-import type { BillingByModelDto, BillingPricingDto, BillingSummaryDto } from "../services/billing-summary.service.js";
+import type {
+  BillingByModelDto,
+  BillingPricingDto,
+  BillingSummaryDto,
+} from "../services/usage/billing-summary.service.js";
 
 @ObjectType("BillingPricing", {
   description: "A price version: micro-USD per million tokens, in force from `effectiveFrom`.",

@@ -3,7 +3,7 @@
  * names; its free-form `result` and `error` use the `JSONObject` scalar (src/shared/json-scalar.ts).
  */
 import { Field, Float, ID, Int, ObjectType } from "type-graphql";
-import type { CompletionEvent, CompletionEventList } from "../services/completion-events.service.js";
+import type { CompletionEvent, CompletionEventList } from "../services/events/completion-events.service.js";
 import { JSONObjectScalar } from "../shared/json-scalar.js";
 
 export { JSONObjectScalar };

@@ -25,7 +25,7 @@ import type {
   ModelDto,
   ModelPricingDto,
   SupportedDto,
-} from "../services/model-catalog.service.js";
+} from "../services/models/model-catalog.service.js";
 
 @ObjectType("Supported")
 export class SupportedType implements SupportedDto {

@@ -11,7 +11,7 @@ import type {
   LinkedAccountsDto,
   OAuthAuthorizeDto,
   OAuthCompleteInput,
-} from "../services/oauth/oauth.service.js";
+} from "../services/accounts/oauth/oauth.service.js";
 import { absent } from "./mapped-arg.js";
 
 @ObjectType("OAuthAuthorization", {

@@ -4,7 +4,7 @@
  * so listing stays one query.
  */
 import { Field, Float, ID, Int, ObjectType } from "type-graphql";
-import type { StreamSummary } from "../services/streams.service.js";
+import type { StreamSummary } from "../services/inference/responses/streams.service.js";
 
 @ObjectType("Stream", { description: "A stream of the caller's team with its counters." })
 export class StreamType {

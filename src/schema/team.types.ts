@@ -6,8 +6,8 @@
  */
 import { Field, InputType, ObjectType } from "type-graphql";
 import { TeamMemberEntity } from "../entities/team-member.entity.js";
-import type { InviteMemberInput, InvitedMember, UpdateMemberInput } from "../services/members.service.js";
-import type { UpdateTeamInput } from "../services/team.service.js";
+import type { InviteMemberInput, InvitedMember, UpdateMemberInput } from "../services/teams/member.service.js";
+import type { UpdateTeamInput } from "../services/teams/team.service.js";
 import { LoginResultType } from "./account.types.js";
 import { absent } from "./mapped-arg.js";
 

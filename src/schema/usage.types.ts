@@ -5,7 +5,7 @@
  */
 import { Field, Float, Int, ObjectType } from "type-graphql";
 import { ActivityEntity } from "../entities/activity.entity.js";
-import type { ActivityList, UsageDailyItemDto, UsageSummaryDto } from "../services/activity.service.js";
+import type { ActivityList, UsageDailyItemDto, UsageSummaryDto } from "../services/usage/activity.service.js";
 
 @ObjectType("ActivityPage", { description: "One page of activity records, newest first." })
 export class ActivityPageType implements ActivityList {

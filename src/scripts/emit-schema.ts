@@ -22,23 +22,23 @@ import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
 import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
-import type { AccountService } from "../services/account.service.js";
-import type { ApiKeyService } from "../services/api-key.service.js";
-import type { BackgroundResponsesService } from "../services/background-responses.service.js";
+import type { AccountService } from "../services/accounts/account.service.js";
+import type { ApiKeyService } from "../services/accounts/api-key.service.js";
+import type { BackgroundResponsesService } from "../services/inference/responses/background-responses.service.js";
 import type { BatchesService } from "../services/batches/batches.service.js";
-import type { CompletionEventsService } from "../services/completion-events.service.js";
+import type { CompletionEventsService } from "../services/events/completion-events.service.js";
 import type { DecisionsService } from "../services/decisions/decisions.service.js";
-import type { MemberService } from "../services/members.service.js";
-import type { ActivityService } from "../services/activity.service.js";
-import type { BillingSummaryService } from "../services/billing-summary.service.js";
+import type { MemberService } from "../services/teams/member.service.js";
+import type { ActivityService } from "../services/usage/activity.service.js";
+import type { BillingSummaryService } from "../services/usage/billing-summary.service.js";
 import type { BillingService } from "../services/billing/billing.service.js";
-import type { ModelCatalogService } from "../services/model-catalog.service.js";
+import type { ModelCatalogService } from "../services/models/model-catalog.service.js";
 import type { CustomModelsService } from "../services/models/custom-models.service.js";
 import type { DeploymentsService } from "../services/models/deployments.service.js";
-import type { OAuthService } from "../services/oauth/oauth.service.js";
-import type { PasswordResetService } from "../services/password-reset.service.js";
-import type { StreamsService } from "../services/streams.service.js";
-import type { TeamService } from "../services/team.service.js";
+import type { OAuthService } from "../services/accounts/oauth/oauth.service.js";
+import type { PasswordResetService } from "../services/accounts/password-reset.service.js";
+import type { StreamsService } from "../services/inference/responses/streams.service.js";
+import type { TeamService } from "../services/teams/team.service.js";
 
 /**
  * Resolver instances good enough to build the schema: building never calls a service, so each

@@ -4,8 +4,8 @@
  * takes any field as an override.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { Principal } from "../../src/services/context.js";
-import type { UsageRecord } from "../../src/services/metering.service.js";
+import type { Principal } from "../../src/services/platform/context.js";
+import type { UsageRecord } from "../../src/services/metering/metering.service.js";
 import { CHAT_MODEL, type createTestCaller } from "./harness.js";
 
 type Caller = Awaited<ReturnType<typeof createTestCaller>>;

@@ -3,7 +3,7 @@
  * and its role table as DESIGN states it. The endpoints' answers are in authorization-matrix.test.ts.
  */
 import type { TeamRole } from "../../src/entities/user.entity.js";
-import type { RequestContext } from "../../src/services/context.js";
+import type { RequestContext } from "../../src/services/platform/context.js";
 import {
   ROLE_PERMISSIONS,
   apiKeyScope,
@@ -11,7 +11,7 @@ import {
   authorizeRoleGrant,
   inTeam,
   usageScope,
-} from "../../src/services/policy.js";
+} from "../../src/services/platform/policy.js";
 import { AppError } from "../../src/shared/errors.js";
 
 const TEAM = "0190aaaa-0000-7000-8000-000000000001";

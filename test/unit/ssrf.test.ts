@@ -2,10 +2,10 @@
  * The webhook address policy (DESIGN §3 Webhooks, SSRF): every refused range in each of its
  * written forms, and public addresses let through; plus the retry schedule's arithmetic.
  */
-import { classifyAddress } from "../../src/services/webhooks/address-policy.js";
-import { jittered, retryDelay } from "../../src/services/webhooks/webhook-dispatcher.js";
-import { parseRetryAfter } from "../../src/services/webhooks/webhook-client.js";
-import { isSigningSecret, signWebhook, webhookTarget } from "../../src/services/webhooks/webhook-target.js";
+import { classifyAddress } from "../../src/services/events/webhooks/address-policy.js";
+import { jittered, retryDelay } from "../../src/services/events/webhooks/webhook-dispatcher.js";
+import { parseRetryAfter } from "../../src/services/events/webhooks/webhook-client.js";
+import { isSigningSecret, signWebhook, webhookTarget } from "../../src/services/events/webhooks/webhook-target.js";
 
 describe("classifyAddress", () => {
   test.each([

@@ -1,5 +1,5 @@
 /** The per-address throttling key (issue 8, item 5): IPv4 as is, IPv6 by its /64. */
-import { clientKey } from "../../src/services/throttle.js";
+import { clientKey } from "../../src/services/platform/auth-throttle.js";
 
 test("when the address is IPv4 (or IPv4-mapped IPv6), then the key is the IPv4 address", () => {
   expect(clientKey("203.0.113.7")).toBe("203.0.113.7");

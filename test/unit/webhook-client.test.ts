@@ -3,7 +3,7 @@
  * connect to that address"), never to a second resolution of the name, and keeps the URL's host
  * in the Host header. A resolver stands in for DNS; the receiver is real (loopback).
  */
-import { attemptDelivery } from "../../src/services/webhooks/webhook-client.js";
+import { attemptDelivery } from "../../src/services/events/webhooks/webhook-client.js";
 import { type WebhookReceiver, startWebhookReceiver } from "../support/webhook-receiver.js";
 
 let receiver: WebhookReceiver;

@@ -1,6 +1,6 @@
 /**
  * Credit leases (issue 5, item 2): the slice of a team's balance each API process has reserved
- * for its in-flight requests. See `services/credit.service.ts` for the protocol.
+ * for its in-flight requests. See `services/ledger/credit.service.ts` for the protocol.
  */
 import type { MigrationInterface, QueryRunner } from "typeorm";
 

@@ -3,7 +3,7 @@
  * finished inference request, written by the metering group commit. The row holds the feed's
  * keys (`completion_id`, the commit-ordered `position`, team, stream, time); tokens, cost, status,
  * result and error are read from the request's activity row, so they always equal it. See
- * `services/completion-events.service.ts` for why `position` exists.
+ * `services/events/completion-events.service.ts` for why `position` exists.
  */
 import type { MigrationInterface, QueryRunner } from "typeorm";
 

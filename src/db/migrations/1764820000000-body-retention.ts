@@ -1,6 +1,6 @@
 /**
  * Request-body retention (issue 12, item 4): the activity rows that still hold a request or
- * result body, by age, so the retention job (`services/retention.service.ts`) finds the next
+ * result body, by age, so the retention job (`services/usage/retention.service.ts`) finds the next
  * batch past the cutoff without scanning the table; rows leave the index once their bodies are
  * cleared.
  */

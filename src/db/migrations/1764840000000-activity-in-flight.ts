@@ -1,7 +1,7 @@
 /**
  * Requests in flight in the activity list (issue 10, finding 6 of its review): a request that is
  * still waiting for an engine slot or running is shown `pending` or `running`
- * (`services/in-flight-activity.ts` writes that row; its terminal record then updates it in the
+ * (`services/metering/in-flight-activity.ts` writes that row; its terminal record then updates it in the
  * group commit). Two changes here:
  *
  * - The `usage_daily` roll-up counts only ended requests (`completed`, `failed`, `cancelled`):

@@ -7,8 +7,8 @@ import {
   chatCompletionRequest,
   chatMessages,
   chatParams,
-} from "../../services/protocols/openai-chat.protocol.js";
-import { requirePrincipal } from "../../services/context.js";
+} from "../../services/inference/protocols/openai-chat.protocol.js";
+import { requirePrincipal } from "../../services/platform/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 

@@ -1,16 +1,16 @@
 /** What data-plane handlers need: services and resolvers, wired once by the server. */
 import type { Request, Response } from "express";
 import type { Resolvers } from "../../schema/build-schema.js";
-import type { BackgroundResponsesService } from "../../services/background-responses.service.js";
+import type { BackgroundResponsesService } from "../../services/inference/responses/background-responses.service.js";
 import type { BatchesService } from "../../services/batches/batches.service.js";
 import type { DecisionsService } from "../../services/decisions/decisions.service.js";
-import type { CompletionEventsService } from "../../services/completion-events.service.js";
-import type { RequestContext } from "../../services/context.js";
-import type { HealthService } from "../../services/health.service.js";
-import type { InferenceService } from "../../services/inference.service.js";
-import type { ModelCatalogService } from "../../services/model-catalog.service.js";
-import type { ResponsesService } from "../../services/responses.service.js";
-import type { StreamsService } from "../../services/streams.service.js";
+import type { CompletionEventsService } from "../../services/events/completion-events.service.js";
+import type { RequestContext } from "../../services/platform/context.js";
+import type { HealthService } from "../../services/models/health.service.js";
+import type { InferenceService } from "../../services/inference/inference.service.js";
+import type { ModelCatalogService } from "../../services/models/model-catalog.service.js";
+import type { ResponsesService } from "../../services/inference/responses/responses.service.js";
+import type { StreamsService } from "../../services/inference/responses/streams.service.js";
 
 export interface DataPlaneDeps {
   resolvers: Resolvers;

@@ -6,8 +6,8 @@ import {
   embeddingList,
   embeddingRequest,
   shorten,
-} from "../../services/protocols/openai-embeddings.protocol.js";
-import { requirePrincipal } from "../../services/context.js";
+} from "../../services/inference/protocols/openai-embeddings.protocol.js";
+import { requirePrincipal } from "../../services/platform/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { abortOnClose } from "./generation.js";
 

@@ -4,9 +4,9 @@
  * `x-switchyard-overhead-ms` header.
  */
 import type { Response } from "express";
-import type { RequestContext } from "../../services/context.js";
+import type { RequestContext } from "../../services/platform/context.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
-import type { GenerationCall } from "../../services/inference.service.js";
+import type { GenerationCall } from "../../services/inference/inference.service.js";
 import { type SseDialect, streamGeneration } from "../sse.js";
 import type { DataPlaneDeps } from "./deps.js";
 

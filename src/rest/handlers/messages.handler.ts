@@ -8,9 +8,9 @@ import {
   messageEvents,
   messagesQuery,
   messagesRequest,
-} from "../../services/protocols/anthropic-messages.protocol.js";
+} from "../../services/inference/protocols/anthropic-messages.protocol.js";
 import { eventFrames } from "../sse.js";
-import { requirePrincipal } from "../../services/context.js";
+import { requirePrincipal } from "../../services/platform/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 

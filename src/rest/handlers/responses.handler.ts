@@ -8,9 +8,9 @@ import {
   responseObject,
   responseParams,
   responseRequest,
-} from "../../services/protocols/openai-responses.protocol.js";
+} from "../../services/inference/protocols/openai-responses.protocol.js";
 import { eventFrames } from "../sse.js";
-import { requirePrincipal } from "../../services/context.js";
+import { requirePrincipal } from "../../services/platform/context.js";
 import type { DataPlaneHandler } from "./deps.js";
 import { assertTextOnly, respondWithGeneration } from "./generation.js";
 

@@ -8,19 +8,29 @@
 import { z } from "zod";
 import { AppError, type FieldIssue, assertUnreachable, zodIssues } from "../../shared/errors.js";
 import type { ChatMessage } from "../../inference/engine.js";
-import { type RequestContext, requirePrincipal } from "../context.js";
-import type { FailureRecord, InferenceService } from "../inference.service.js";
-import type { ModelCatalogService } from "../model-catalog.service.js";
-import { PG_TEXT_MESSAGE, isPgStorableText } from "../validation.js";
+import { type RequestContext, requirePrincipal } from "../platform/context.js";
+import type { FailureRecord, InferenceService } from "../inference/inference.service.js";
+import type { ModelCatalogService } from "../models/model-catalog.service.js";
+import { PG_TEXT_MESSAGE, isPgStorableText } from "../platform/validation.js";
 import {
   anthropicMessage,
   anthropicMessages,
   anthropicParams,
   messagesRequest,
-} from "../protocols/anthropic-messages.protocol.js";
-import { chatCompletion, chatCompletionRequest, chatMessages, chatParams } from "../protocols/openai-chat.protocol.js";
-import { embeddingInputs, embeddingList, embeddingRequest, shorten } from "../protocols/openai-embeddings.protocol.js";
-import { responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
+} from "../inference/protocols/anthropic-messages.protocol.js";
+import {
+  chatCompletion,
+  chatCompletionRequest,
+  chatMessages,
+  chatParams,
+} from "../inference/protocols/openai-chat.protocol.js";
+import {
+  embeddingInputs,
+  embeddingList,
+  embeddingRequest,
+  shorten,
+} from "../inference/protocols/openai-embeddings.protocol.js";
+import { responseMessages, responseRequest } from "../inference/protocols/openai-responses.protocol.js";
 import { prepareDecision, runDecision } from "../decisions/decisions.service.js";
 
 /** The operations an item runs as, once converted (Responses bodies run as chat). */

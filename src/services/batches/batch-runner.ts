@@ -22,11 +22,11 @@ import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { queryRows } from "../../db/sql.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
-import type { JobSender } from "../background-responses.service.js";
-import type { CacheBus } from "../cache-bus.js";
-import type { Principal } from "../context.js";
-import type { FailureRecord, InferenceService } from "../inference.service.js";
-import type { ModelCatalogService } from "../model-catalog.service.js";
+import type { JobSender } from "../platform/job-queue.port.js";
+import type { CacheBus } from "../platform/cache-bus.js";
+import type { Principal } from "../platform/context.js";
+import type { FailureRecord, InferenceService } from "../inference/inference.service.js";
+import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import { type BatchItemUrl, runBatchItem } from "./batch-operations.js";
 import { BATCH_JOB_EXPIRE_S, type BatchesService } from "./batches.service.js";
 
@@ -526,7 +526,7 @@ async function finalizeItems(db: DataSource, batchId: string, idxs: number[] | n
          FROM activity a
         WHERE i.batch_id = $1 AND ($2::int[] IS NULL OR i.idx = ANY($2::int[])) AND i.status = 'running'
           AND a.id = i.request_id
-          -- Only ended records: an item still in flight has an early row (services/in-flight-activity.ts)
+          -- Only ended records: an item still in flight has an early row (services/metering/in-flight-activity.ts)
           -- and follows the stale-runner rule (back to pending), not this copy.
           AND a.status IN ('completed', 'failed', 'cancelled')
         RETURNING i.idx

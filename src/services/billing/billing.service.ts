@@ -39,12 +39,11 @@ import { z } from "zod";
 import { queryRows } from "../../db/sql.js";
 import { AppError, parseInput } from "../../shared/errors.js";
 import { usdToMicros } from "../../shared/money.js";
-import { isoDateTime } from "../activity.service.js";
-import type { CacheBus } from "../cache-bus.js";
-import type { RequestContext } from "../context.js";
-import { authorize } from "../policy.js";
-import { optionalQuery, pgText, queryInt } from "../validation.js";
-import { appendLedgerCredit } from "./ledger.js";
+import type { CacheBus } from "../platform/cache-bus.js";
+import type { RequestContext } from "../platform/context.js";
+import { authorize } from "../platform/policy.js";
+import { isoDateTime, optionalQuery, pgText, queryInt } from "../platform/validation.js";
+import { appendLedgerCredit } from "../ledger/ledger.js";
 import type { CheckoutSession, LocalPaymentProvider, PaymentProvider, ProviderInvoice } from "./payment-provider.js";
 import { DEFAULT_PROVIDER_GATE_LIMITS, ProviderGate, type ProviderGateLimits } from "./provider-gate.js";
 import {

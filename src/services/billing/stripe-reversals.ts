@@ -25,8 +25,8 @@ import { v7 as uuidv7 } from "uuid";
 import type { DataSource, EntityManager } from "typeorm";
 import { queryRows } from "../../db/sql.js";
 import { AppError } from "../../shared/errors.js";
-import type { CacheBus } from "../cache-bus.js";
-import { type LedgerCreditResult, appendLedgerCredit } from "./ledger.js";
+import type { CacheBus } from "../platform/cache-bus.js";
+import { type LedgerCreditResult, appendLedgerCredit } from "../ledger/ledger.js";
 
 const MICROS_PER_CENT = 10_000n;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

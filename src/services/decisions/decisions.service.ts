@@ -7,9 +7,9 @@
 import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../../config/catalog.js";
 import { AppError, ErrorCode, parseInput } from "../../shared/errors.js";
-import { type RequestContext, requirePrincipal } from "../context.js";
-import type { FailureRecord, InferenceService } from "../inference.service.js";
-import type { ModelCatalogService } from "../model-catalog.service.js";
+import { type RequestContext, requirePrincipal } from "../platform/context.js";
+import type { FailureRecord, InferenceService } from "../inference/inference.service.js";
+import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import {
   DECISION_BODY_LIMIT_BYTES,
   type DecisionRequest,

@@ -18,7 +18,7 @@
 import type { CatalogModel, Modality, ModelLimits } from "../../config/catalog.js";
 import type { ArtifactType, CustomModelEntity } from "../../entities/custom-model.entity.js";
 import type { DeployStatus } from "../../entities/deployment.entity.js";
-import { type ModelCapabilitiesDto, capabilitiesDto, pricingDto } from "../model-catalog.service.js";
+import { type ModelCapabilitiesDto, capabilitiesDto, pricingDto } from "./model-catalog.service.js";
 import { type PlatformModels, customCatalogModel, localFileName } from "./model-sources.js";
 
 export type PlatformStatus = CatalogModel["platformStatus"];

@@ -16,11 +16,11 @@ import { MODALITIES } from "../../config/catalog.js";
 import { queryRows } from "../../db/sql.js";
 import { ARCHITECTURES, CustomModelEntity } from "../../entities/custom-model.entity.js";
 import { AppError, parseInput } from "../../shared/errors.js";
-import type { JobSender, SqlExecutor } from "../background-responses.service.js";
-import type { CacheBus } from "../cache-bus.js";
-import type { RequestContext } from "../context.js";
-import { authorize } from "../policy.js";
-import { optionalQuery, pgText } from "../validation.js";
+import type { JobSender, SqlExecutor } from "../platform/job-queue.port.js";
+import type { CacheBus } from "../platform/cache-bus.js";
+import type { RequestContext } from "../platform/context.js";
+import { authorize } from "../platform/policy.js";
+import { optionalQuery, pgText } from "../platform/validation.js";
 import {
   type CatalogModelDto,
   type CatalogModelList,

@@ -29,7 +29,7 @@ import { DeploymentEntity } from "../../entities/deployment.entity.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
 import { findLocalModelFile } from "../../inference/engines/llama-cpp/model-files.js";
 import { AppError } from "../../shared/errors.js";
-import type { CacheBus } from "../cache-bus.js";
+import type { CacheBus } from "../platform/cache-bus.js";
 import {
   type PlatformModels,
   customCatalogModel,

@@ -19,7 +19,7 @@ import type { CatalogModel } from "../../config/catalog.js";
 import { CustomModelEntity } from "../../entities/custom-model.entity.js";
 import { DeploymentEntity } from "../../entities/deployment.entity.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
-import type { CacheBus } from "../cache-bus.js";
+import type { CacheBus } from "../platform/cache-bus.js";
 import { type PlatformModels, customCatalogModel, customRuntime, deploymentRuntime } from "./model-sources.js";
 
 /** The cache bus topic of a team's custom models and deployments (key: the team id). */

@@ -1,0 +1,320 @@
+/**
+ * The completion-webhook dispatcher (issue 6, item 3; DESIGN §3 Webhooks). The metering group
+ * commit writes one `webhook_deliveries` row per finished request that named a usable webhook, in
+ * the same transaction as its terminal status, and NOTIFYs `webhook:` on the cache channel. Every
+ * process running a dispatcher claims due rows with `FOR UPDATE SKIP LOCKED` (so any number of
+ * them share the work, each row goes to one), sends them (`webhook-client.ts`), records each
+ * attempt in `webhook_attempts`, and schedules the next one: the first at once, then one retry per
+ * `retryDelaysMs` entry (±20 % jitter; a 429/503 `Retry-After` postpones it, up to the schedule's
+ * longest delay). A claimed row is leased for the attempt ceiling plus a margin: a process that
+ * dies mid-attempt leaves it due again when the lease ends. Woken by NOTIFY, by its own retry
+ * timers and by a poll (`pollMs`) that also catches other processes' retries and lost leases.
+ * A delivery that has ended (delivered or failed) keeps its attempts but drops its body and token.
+ * `start()`/`stop()` are its whole lifecycle, so it can move under a worker role as it stands.
+ */
+import { setMaxListeners } from "node:events";
+import type { Logger } from "pino";
+import type { DataSource } from "typeorm";
+import { queryRows } from "../../../db/sql.js";
+import type { CacheBus } from "../../platform/cache-bus.js";
+import { type AttemptResult, attemptDelivery } from "./webhook-client.js";
+import { signWebhook } from "./webhook-target.js";
+
+/** Settings (README "Configuration": `SWITCHYARD_WEBHOOK_*`). */
+export interface WebhookDispatcherOptions {
+  allowPrivate: boolean;
+  /** Delays before retries 1…n, ms (n retries after the first attempt). */
+  retryDelaysMs: number[];
+  /** Ceiling of one attempt, ms. */
+  timeoutMs: number;
+  /** Deliveries sent at once by this process (default 16). */
+  concurrency?: number;
+  /** Poll interval for work announced nowhere else (default 1000 ms). */
+  pollMs?: number;
+  /** Told each attempt's outcome: delivered, retry (tried again later) or failed (for good); for metrics. */
+  onAttempt?: (outcome: "delivered" | "retry" | "failed") => void;
+}
+
+interface ClaimedDelivery {
+  id: string;
+  response_id: string;
+  url: string;
+  token: string | null;
+  body: unknown;
+  attempts: number;
+  secret: string | null;
+  team_id: string;
+}
+
+/**
+ * Attempts one team may have under way in one process. A team whose receivers never answer
+ * otherwise filled every slot for the attempt ceiling and delayed every other team's webhooks.
+ */
+const TEAM_IN_FLIGHT = 4;
+
+/** Lease margin over the attempt ceiling, ms. */
+const LEASE_MARGIN_MS = 30_000;
+
+/** A delay with ±20 % jitter (DESIGN §3 Webhooks), ms. */
+export function jittered(delayMs: number, random: () => number = Math.random): number {
+  return Math.round(delayMs * (0.8 + 0.4 * random()));
+}
+
+/**
+ * The delay before the retry that follows failed attempt `attempt` (1-based), ms: the schedule's
+ * entry with jitter, postponed by a `Retry-After` (429/503) but never past the schedule's longest
+ * delay ("honoured within that schedule").
+ */
+export function retryDelay(schedule: number[], attempt: number, retryAfterMs: number | null): number {
+  const base = jittered(schedule[Math.min(attempt, schedule.length) - 1] ?? 0);
+  if (retryAfterMs === null) return base;
+  return Math.max(base, Math.min(retryAfterMs, Math.max(...schedule)));
+}
+
+/** Claims, sends and records completion-webhook deliveries; one per process. */
+export class WebhookDispatcher {
+  private readonly inFlight = new Set<Promise<void>>();
+  /** Attempts under way in this process, per team (see `TEAM_IN_FLIGHT`). */
+  private readonly teamInFlight = new Map<string, number>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly abort = new AbortController();
+  private poll?: NodeJS.Timeout;
+  private pumping = false;
+  private again = false;
+  /** Set by the poll: the next pump also ends deliveries whose last lease ran out. */
+  private sweep = true;
+  private running = false;
+  private listening = false;
+
+  constructor(
+    private readonly ds: DataSource,
+    private readonly bus: CacheBus,
+    private readonly logger: Logger,
+    private readonly opts: WebhookDispatcherOptions,
+  ) {
+    // Every attempt in flight listens for shutdown on the one signal.
+    setMaxListeners(0, this.abort.signal);
+  }
+
+  private get maxAttempts(): number {
+    return this.opts.retryDelaysMs.length + 1;
+  }
+
+  /** Starts claiming deliveries (NOTIFY, retry timers and the poll wake it). */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    if (!this.listening) {
+      this.listening = true;
+      this.bus.on("webhook", () => this.wake());
+      this.bus.on("*", () => this.wake());
+    }
+    this.poll = setInterval(() => {
+      this.sweep = true;
+      this.wake();
+    }, this.opts.pollMs ?? 1000);
+    this.poll.unref();
+    this.wake();
+  }
+
+  /**
+   * Stops claiming and aborts attempts under way; their deliveries are handed back (due at once,
+   * the interrupted attempt not counted) for this or another process to send.
+   */
+  async stop(): Promise<void> {
+    this.running = false;
+    if (this.poll) clearInterval(this.poll);
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+    this.abort.abort();
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  /** Looks for due deliveries now (coalesced with a look already under way). */
+  wake(): void {
+    if (!this.running) return;
+    if (this.pumping) {
+      this.again = true;
+      return;
+    }
+    void this.pump();
+  }
+
+  private async pump(): Promise<void> {
+    this.pumping = true;
+    try {
+      do {
+        this.again = false;
+        if (this.sweep) {
+          this.sweep = false;
+          await this.expireExhausted();
+        }
+        const free = (this.opts.concurrency ?? 16) - this.inFlight.size;
+        if (free <= 0 || !this.running) break;
+        const rows = await this.claim(free, [...this.teamInFlight]);
+        for (const row of rows) {
+          this.teamInFlight.set(row.team_id, (this.teamInFlight.get(row.team_id) ?? 0) + 1);
+          const task: Promise<void> = this.deliver(row)
+            .catch((err: unknown) => this.logger.error({ err, deliveryId: row.id }, "webhook delivery step failed"))
+            .finally(() => {
+              this.inFlight.delete(task);
+              const left = (this.teamInFlight.get(row.team_id) ?? 1) - 1;
+              if (left > 0) this.teamInFlight.set(row.team_id, left);
+              else this.teamInFlight.delete(row.team_id);
+              this.wake();
+            });
+          this.inFlight.add(task);
+        }
+        if (rows.length === free) this.again = true;
+      } while (this.again && this.running);
+    } catch (err) {
+      this.logger.warn({ err }, "webhook dispatcher could not claim deliveries");
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /**
+   * Leases up to `n` due deliveries to this process (one more attempt each): at most
+   * `TEAM_IN_FLIGHT` per team counting the attempts `busy` says are under way here.
+   */
+  private claim(n: number, busy: Array<[string, number]>): Promise<ClaimedDelivery[]> {
+    return queryRows<ClaimedDelivery>(
+      this.ds,
+      `WITH fair AS (
+         SELECT id FROM (
+           SELECT d.id, row_number() OVER (PARTITION BY d.team_id ORDER BY d.next_attempt_at)
+                        + coalesce(b.n, 0) AS nth
+             FROM webhook_deliveries d
+             LEFT JOIN unnest($4::uuid[], $5::int[]) AS b(team_id, n) ON b.team_id = d.team_id
+            WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts < $1
+         ) ranked
+          WHERE nth <= ${TEAM_IN_FLIGHT}
+       ),
+       due AS (
+         SELECT id FROM webhook_deliveries
+          WHERE id IN (SELECT id FROM fair) AND status = 'pending' AND next_attempt_at <= now()
+          ORDER BY next_attempt_at
+          LIMIT $2
+            FOR UPDATE SKIP LOCKED
+       )
+       UPDATE webhook_deliveries d
+          SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $3::double precision / 1000),
+              updated_at = now()
+         FROM due, teams t
+        WHERE d.id = due.id AND t.id = d.team_id
+       RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, t.webhook_signing_secret AS secret,
+                 d.team_id`,
+      [
+        this.maxAttempts,
+        n,
+        this.opts.timeoutMs + LEASE_MARGIN_MS,
+        busy.map(([team]) => team),
+        busy.map(([, count]) => count),
+      ],
+    );
+  }
+
+  /** Deliveries whose last attempt's lease ran out with no attempts left (their process died) end failed. */
+  private async expireExhausted(): Promise<void> {
+    const rows = await queryRows<{ id: string; response_id: string }>(
+      this.ds,
+      `UPDATE webhook_deliveries SET status = 'failed', finished_at = now(), updated_at = now(), body = 'null'::jsonb, token = NULL,
+              last_error = coalesce(last_error, 'attempt interrupted')
+        WHERE status = 'pending' AND attempts >= $1 AND next_attempt_at <= now()
+       RETURNING id, response_id`,
+      [this.maxAttempts],
+    );
+    for (const r of rows) {
+      this.logger.warn({ deliveryId: r.id, responseId: r.response_id }, "webhook delivery failed: attempts exhausted");
+    }
+  }
+
+  private async deliver(row: ClaimedDelivery): Promise<void> {
+    const body = JSON.stringify(row.body);
+    const bodyId = (row.body as { id?: unknown } | null)?.id;
+    const webhookId = typeof bodyId === "string" ? bodyId : row.response_id;
+    const timestamp = Math.floor(Date.now() / 1000);
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "user-agent": "Switchyard-Webhooks/1",
+      "webhook-id": webhookId,
+      "webhook-timestamp": String(timestamp),
+    };
+    if (row.token) headers.authorization = `Bearer ${row.token}`;
+    if (row.secret) headers["webhook-signature"] = signWebhook(row.secret, webhookId, timestamp, body);
+    const result = await attemptDelivery({
+      url: row.url,
+      headers,
+      body,
+      timeoutMs: this.opts.timeoutMs,
+      allowPrivate: this.opts.allowPrivate,
+      signal: this.abort.signal,
+    });
+    if (this.abort.signal.aborted && !result.ok) {
+      // Shutting down: hand the delivery back without counting the interrupted attempt.
+      await this.ds
+        .query(
+          `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(), updated_at = now()
+            WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
+          [row.id, row.attempts],
+        )
+        .catch(() => undefined);
+      return;
+    }
+    await this.recordAttempt(row, result);
+  }
+
+  /** Records the attempt and moves the delivery on (delivered, failed, or due again later). */
+  private async recordAttempt(row: ClaimedDelivery, result: AttemptResult): Promise<void> {
+    const last = result.ok || result.refused || row.attempts >= this.maxAttempts;
+    const status = result.ok ? "delivered" : last ? "failed" : "pending";
+    this.opts.onAttempt?.(status === "pending" ? "retry" : status);
+    const delayMs = last ? 0 : retryDelay(this.opts.retryDelaysMs, row.attempts, result.retryAfterMs);
+    await this.ds.query(
+      `WITH attempt AS (
+         INSERT INTO webhook_attempts (delivery_id, attempt, status_code, latency_ms, error)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT DO NOTHING
+       )
+       UPDATE webhook_deliveries
+          SET status = $6, last_error = $5, updated_at = now(),
+              -- An ended delivery keeps no copy of the response or the token (the attempts stay).
+              body = CASE WHEN $6 = 'pending' THEN body ELSE 'null'::jsonb END,
+              token = CASE WHEN $6 = 'pending' THEN token END,
+              next_attempt_at = now() + make_interval(secs => $7::double precision / 1000),
+              finished_at = CASE WHEN $6 = 'pending' THEN NULL ELSE now() END
+        WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
+      [row.id, row.attempts, result.statusCode, result.latencyMs, result.error, status, delayMs],
+    );
+    if (status === "pending") {
+      const timer = setTimeout(() => {
+        this.timers.delete(timer);
+        this.wake();
+      }, delayMs + 5);
+      timer.unref();
+      this.timers.add(timer);
+    } else if (status === "failed") {
+      // Best effort (spec rule 6): logged, the response is unaffected. Never the token or the URL's
+      // path and query (they may carry secrets): the host only.
+      this.logger.warn(
+        {
+          deliveryId: row.id,
+          responseId: row.response_id,
+          host: safeHost(row.url),
+          attempts: row.attempts,
+          error: result.error,
+        },
+        "webhook delivery failed",
+      );
+    }
+  }
+}
+
+function safeHost(url: string): string | null {
+  try {
+    return new URL(url).host;
+  } catch {
+    return null;
+  }
+}

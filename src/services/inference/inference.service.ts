@@ -1,0 +1,622 @@
+/**
+ * The core of the four create operations (spec: What the service does, 1): credit check, engine
+ * call, token usage and cost, and one metered record per request through the group commit. The
+ * protocol modules (`protocols/*`) translate OpenAI/Anthropic bodies to and from these calls.
+ */
+import type { Logger } from "pino";
+import { z } from "zod";
+import type { CatalogModel } from "../../config/catalog.js";
+import type { EngineRouter } from "../../inference/engine-router.js";
+import type {
+  ChatMessage,
+  EmbedResult,
+  GenerateResult,
+  GenerationStart,
+  SamplingParams,
+  ScoreQuestion,
+  ScoreResult,
+} from "../../inference/engine.js";
+import { ScoringStopped } from "../../inference/engine.js";
+import { type Principal, type RequestContext, requirePrincipal } from "../platform/context.js";
+import type { CreditReservation, CreditService } from "../ledger/credit.service.js";
+import { AppError, ErrorCode } from "../../shared/errors.js";
+import type { MeteringService, StoredResponse, UsageRecord } from "../metering/metering.service.js";
+import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
+import { costMicros, type TokenPrices } from "../../shared/money.js";
+import { failureBody, withStatus } from "../events/webhooks/webhook-body.js";
+import { webhookTarget, type WebhookRequest } from "../events/webhooks/webhook-target.js";
+import type { StreamDirectory } from "./responses/stream-directory.js";
+import type { RateLimitService } from "../metering/rate-limit.service.js";
+import type { PriceLookup } from "../metering/price-book.service.js";
+import type { InFlightActivity, InFlightMark, InFlightStatus } from "../metering/in-flight-activity.js";
+
+/** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
+export const requestMetadata = z
+  .record(z.string(), z.unknown())
+  .superRefine((m, ctx) => {
+    if (m.stream_id !== undefined && m.stream_id !== null && !z.uuid().safeParse(m.stream_id).success) {
+      ctx.addIssue({ code: "custom", path: ["stream_id"], message: "must be a UUID" });
+    }
+    if (m.custom_id !== undefined && m.custom_id !== null && typeof m.custom_id !== "string") {
+      ctx.addIssue({ code: "custom", path: ["custom_id"], message: "must be a string" });
+    }
+  })
+  .nullish();
+
+/**
+ * Bounds on what one generation may ask for (issue 5, item 1): each message costs work before
+ * any token is counted, and each stop string is matched against every generated chunk.
+ */
+export const GENERATION_LIMITS = { messages: 10_000, stopSequences: 16, stopSequenceChars: 1_000 } as const;
+
+/** `max_queue_wait_s` (DESIGN §3 Responses: 5–300 s). */
+export const maxQueueWaitS = z.number().int().min(5).max(300).nullish();
+
+/** Generation parameters after protocol translation. */
+export type GenerationParams = SamplingParams;
+
+/** What a protocol renders from a finished generation. */
+export interface Rendered<T> {
+  /** The API object returned to the caller (and kept as the activity's `result_json`). */
+  body: T;
+  /** Set when the object must be stored as a Response (`store: true`). */
+  response?: StoredResponse;
+  /** The activity's status, when not the default (`cancelled` for aborted, else `completed`). */
+  status?: ActivityStatus;
+}
+
+/** How a failed request is recorded when its caller decides (background responses, issue 6 item 2; batch items, issue 7). */
+export interface FailureRecord {
+  status: ActivityStatus;
+  errorJson: unknown;
+  response?: StoredResponse;
+}
+
+/** What every create operation records about its request. */
+export interface RequestInfo {
+  /** The request id (UUIDv7): activity id, ledger source, and the base of the object's id. */
+  requestId: string;
+  createdAt: Date;
+  /** The data-plane path, e.g. `/v1/chat/completions`. */
+  endpoint: string;
+  model: CatalogModel;
+  metadata: Record<string, unknown> | null | undefined;
+  /** The request body as received (activity `body_json`); null when it must not be kept. */
+  body: unknown;
+  /**
+   * A batch item (issue 7): activity `type: batch` with the batch's id and the item's `custom_id`;
+   * it waits behind interactive requests for an engine slot, and every failure before or in the
+   * engine goes to `onFailure` (refusals included).
+   */
+  batch?: { batchId: string; customId: string | null };
+  /** The service tier answered (usage `by_model`; issue 10, item 2); `default` when absent. */
+  serviceTier?: "default" | "flex";
+  /**
+   * Background responses and batch items: every failure, refusals included, is recorded as this
+   * says (a stored Response or batch item must reach a terminal status); null: not recorded (the
+   * caller retries). Without it refusals are not recorded.
+   */
+  onFailure?: (err: unknown) => FailureRecord | null;
+  /**
+   * True when the request was accepted earlier (a background response its worker runs): a stream
+   * closed since then does not refuse it. Otherwise a closed stream is a 400 (DESIGN §3 Streams).
+   */
+  admitted?: boolean;
+}
+
+export interface GenerationCall<T> extends RequestInfo {
+  messages: ChatMessage[];
+  params: GenerationParams;
+  /** The request's name for the stop strings in 400s (`stop`, Anthropic's `stop_sequences`). */
+  stopField?: string;
+  maxQueueWaitS?: number | null;
+  signal?: AbortSignal;
+  onStart?: (start: GenerationStart) => void;
+  onText?: (delta: string) => void;
+  render: (result: GenerateResult) => Rendered<T>;
+}
+
+export interface GenerationOutcome<T> {
+  result: GenerateResult;
+  body: T;
+  costMicros: bigint;
+}
+
+export interface EmbeddingCall<T = unknown> extends RequestInfo {
+  inputs: Array<string | number[]>;
+  maxQueueWaitS?: number | null;
+  signal?: AbortSignal;
+  /** The API object answered (also what the completion webhook delivers). */
+  render?: (result: EmbedResult) => T;
+}
+
+export interface EmbeddingOutcome<T = unknown> {
+  result: EmbedResult;
+  costMicros: bigint;
+  /** What `render` made, if given. */
+  body?: T;
+}
+
+export interface ScoringCall<T> extends RequestInfo {
+  questions: ScoreQuestion[];
+  maxQueueWaitS?: number | null;
+  signal?: AbortSignal;
+  /** The API object answered (activity `result_json`, completion event, batch result). */
+  render: (result: ScoreResult) => T;
+}
+
+export interface ScoringOutcome<T> {
+  result: ScoreResult;
+  body: T;
+  costMicros: bigint;
+}
+
+/** Runs generations and embeddings for the create operations and meters each request once. */
+export class InferenceService {
+  constructor(
+    private readonly engines: EngineRouter,
+    private readonly metering: MeteringService,
+    private readonly credit: CreditService,
+    /** Default `max_queue_wait_s`, seconds. */
+    private readonly defaultQueueWaitS: number,
+    /** Owners of `metadata.stream_id` (issue 6, item 4); without it every request is `standalone`. */
+    private readonly streams?: StreamDirectory,
+    /** Per-team model limits (issue 9, item 5); without it nothing is limited. */
+    private readonly rateLimits?: RateLimitService,
+    /** Pricing history (issue 10, item 3); without it every request pays the catalog price. */
+    private readonly prices?: PriceLookup,
+    /** Early `pending`/`running` activity rows of long requests; without it rows appear when requests end. */
+    private readonly inFlight?: InFlightActivity,
+    /** Where failures to record a request are logged (review 11b, L4); without it they are not. */
+    private readonly logger?: Logger,
+  ) {}
+
+  /**
+   * The prices a request pays: those in force when it was received (`createdAt`), even if a new
+   * version took effect while it ran (DESIGN §3 Money; issue 10, item 3). In memory, no DB read.
+   */
+  private pricesOf(call: RequestInfo): TokenPrices {
+    return this.prices?.pricesAt(call.model, call.createdAt) ?? call.model.prices;
+  }
+
+  /**
+   * Counts one request of `teamId` for `model` against the model's per-team limits (see
+   * `RateLimitService` for what is limited); background responses call it at submission.
+   * @throws AppError 429 with `Retry-After` when a limit is reached.
+   */
+  admitRate(teamId: string, model: CatalogModel): Promise<void> {
+    return this.rateLimits?.admit(teamId, model) ?? Promise.resolve();
+  }
+
+  /**
+   * What every create operation checks before engine work, in order: its activity type (the
+   * stream named in `metadata`; `batch` for batch items), credit above zero, and the rate limits
+   * when they apply. @returns the activity type.
+   * @throws AppError 404/400 for `metadata.stream_id` (see `activityType`); 402 without credit; 429.
+   */
+  private async admitCall(teamId: string, call: RequestInfo): Promise<ActivityType> {
+    const type = call.batch ? "batch" : await this.activityType(teamId, call.metadata, !call.admitted);
+    await this.metering.assertCredit(teamId);
+    if (this.rateLimited(call)) await this.admitRate(teamId, call.model);
+    return type;
+  }
+
+  /** Whether `call` counts against the rate limits now: not batch items, not a background run admitted earlier. */
+  private rateLimited(call: RequestInfo): boolean {
+    return !call.batch && !call.admitted;
+  }
+
+  /**
+   * The activity type of a request (`stream` in one of the team's streams).
+   * @param creating true for a request being accepted now (see `StreamDirectory.activityType`).
+   * @throws AppError 404 when `metadata.stream_id` names another team's stream; 400 naming
+   *   `metadata.stream_id` when `creating` and the team's stream is cancelled or archived.
+   */
+  activityType(
+    teamId: string,
+    metadata: Record<string, unknown> | null | undefined,
+    creating = false,
+  ): Promise<ActivityType> {
+    return this.streams?.activityType(teamId, metadata, creating) ?? Promise.resolve("standalone");
+  }
+
+  /**
+   * Runs one generation and meters it. Resolves after the activity row and the charge are
+   * committed, so a delivered answer is always recorded and charged exactly once.
+   * Credit (DESIGN §3 Money): 402 at once when the team has none; once the prompt is counted,
+   * the worst-case cost (prompt at the input price + `max_tokens`, or the rest of the context, at
+   * the output price) is reserved through `CreditService` before a slot is taken, and settled at
+   * the real cost when the record commits.
+   * @throws AppError 401; 404 when `metadata.stream_id` names another team's stream, 400 when it
+   *   names the team's cancelled or archived one (unless `admitted`); 402 without credit or when the worst case is not covered (before any
+   *   engine work); 400 when the prompt does not fit or breaks `GENERATION_LIMITS`; 429 when no
+   *   engine slot frees up within `max_queue_wait_s` (no charge); 502/503 on engine failure
+   *   (recorded as a failed request, no charge).
+   */
+  async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
+    const principal = requirePrincipal(ctx);
+    // Refusals before any engine work; a batch item's are recorded as its failure (in the try).
+    const admitCall = () => {
+      assertGenerationLimits(call);
+      return this.admitCall(principal.teamId, call);
+    };
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
+    let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
+    let result: GenerateResult;
+    try {
+      if (call.batch) type = await admitCall();
+      mark = this.track(principal, call, type, "pending");
+      result = await this.engines.engineFor(call.model).generate({
+        model: call.model,
+        messages: call.messages,
+        ...call.params,
+        signal: call.signal,
+        onStart: (start) => {
+          mark?.running();
+          call.onStart?.(start);
+        },
+        onText: call.onText,
+        admit: async (promptTokens, maxCompletionTokens) => {
+          const worst = costMicros(
+            { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
+            this.pricesOf(call),
+          );
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
+      });
+    } catch (err) {
+      reservation?.release();
+      try {
+        recorded = await this.recordFailure(principal, call, type, err);
+      } finally {
+        // A refusal is answered only once the early row it wrote, if any, is gone.
+        await mark?.end(recorded);
+      }
+      throw err;
+    }
+    const cost = costMicros(result.usage, this.pricesOf(call));
+    try {
+      const rendered = call.render(result);
+      const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call, type),
+        status,
+        usage: result.usage,
+        costMicros: cost,
+        resultJson: call.body === null ? null : rendered.body,
+        engineMs: result.engineMs,
+        response: rendered.response,
+        webhook: webhookRequest(call.metadata, () => withStatus(rendered.body, status)),
+      });
+      recorded = true;
+      reservation?.settle(charge.chargedMicros);
+      if (!call.batch) {
+        this.rateLimits?.recordTokens(
+          principal.teamId,
+          call.model,
+          result.usage.promptTokens + result.usage.completionTokens,
+        );
+      }
+      return { result, body: rendered.body, costMicros: cost };
+    } finally {
+      reservation?.release(); // no-op once settled
+      await mark?.end(recorded);
+    }
+  }
+
+  /**
+   * Embeds the inputs and meters the request (prompt tokens only).
+   * @throws as `generate`.
+   */
+  async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
+    const principal = requirePrincipal(ctx);
+    const admitCall = () => this.admitCall(principal.teamId, call);
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
+    let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
+    let result: EmbedResult;
+    try {
+      if (call.batch) type = await admitCall();
+      mark = this.track(principal, call, type, "running");
+      result = await this.engines.engineFor(call.model).embed({
+        model: call.model,
+        inputs: call.inputs,
+        signal: call.signal,
+        admit: async (promptTokens) => {
+          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
+      });
+    } catch (err) {
+      reservation?.release();
+      try {
+        recorded = await this.recordFailure(principal, call, type, err);
+      } finally {
+        // A refusal is answered only once the early row it wrote, if any, is gone.
+        await mark?.end(recorded);
+      }
+      throw err;
+    }
+    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const cost = costMicros(usage, this.pricesOf(call));
+    try {
+      const body = call.render?.(result);
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call, type),
+        status: "completed",
+        usage,
+        costMicros: cost,
+        // A batch item's result is its row in the batch results (issue 7); synchronous answers
+        // are not kept (vectors are large and the caller has them).
+        resultJson: call.batch ? (body ?? null) : null,
+        engineMs: result.engineMs,
+        webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
+      });
+      recorded = true;
+      reservation?.settle(charge.chargedMicros);
+      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
+      return { result, costMicros: cost, body };
+    } finally {
+      reservation?.release();
+      await mark?.end(recorded);
+    }
+  }
+
+  /**
+   * Scores answers by their log-probabilities (decisions, issue 11) and meters the request: prompt
+   * tokens only (`ScoreResult.promptTokens`: what the engine evaluated; see there) at the model's
+   * input price; credit, rate limits, activity record and completion event as `generate`. When the
+   * engine stops part way (`ScoringStopped`: client gone, time limit), the tokens it evaluated are
+   * recorded and charged (`recordStoppedScoring`) and the error is thrown.
+   * @throws as `generate`; AppError 400 when the model's engine cannot give log-probabilities.
+   */
+  async score<T>(ctx: RequestContext, call: ScoringCall<T>): Promise<ScoringOutcome<T>> {
+    const principal = requirePrincipal(ctx);
+    const engine = this.engines.engineFor(call.model);
+    if (!engine.scoreContinuations) {
+      throw AppError.invalid(`Model '${call.model.id}' is served by an engine that cannot give log-probabilities`, [
+        { field: "model", message: "log-probabilities unavailable" },
+      ]);
+    }
+    const admitCall = () => this.admitCall(principal.teamId, call);
+    let type: ActivityType = call.batch ? "batch" : await admitCall();
+    let reservation: CreditReservation | undefined;
+    let mark: InFlightMark | undefined;
+    let recorded = false;
+    let result: ScoreResult;
+    try {
+      if (call.batch) type = await admitCall();
+      // `pending` while it waits for a scoring context, `running` once it scores (as generation).
+      mark = this.track(principal, call, type, "pending");
+      result = await engine.scoreContinuations({
+        model: call.model,
+        questions: call.questions,
+        signal: call.signal,
+        onStart: () => mark?.running(),
+        admit: async (promptTokens) => {
+          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
+          reservation = await this.credit.reserve(principal.teamId, worst);
+        },
+        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
+        priority: call.batch ? "batch" : "interactive",
+      });
+    } catch (err) {
+      try {
+        recorded =
+          err instanceof ScoringStopped
+            ? await this.recordStoppedScoring(principal, call, type, err, reservation)
+            : await this.recordFailure(principal, call, type, err);
+      } finally {
+        reservation?.release(); // no-op once settled
+        await mark?.end(recorded);
+      }
+      throw err;
+    }
+    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const cost = costMicros(usage, this.pricesOf(call));
+    try {
+      const body = call.render(result);
+      const charge = await this.metering.record({
+        ...usageRecord(principal, call, type),
+        status: "completed",
+        usage,
+        costMicros: cost,
+        resultJson: call.body === null ? null : body,
+        engineMs: result.engineMs,
+        webhook: webhookRequest(call.metadata, () => withStatus(body, "completed")),
+      });
+      recorded = true;
+      reservation?.settle(charge.chargedMicros);
+      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
+      return { result, body, costMicros: cost };
+    } finally {
+      reservation?.release();
+      await mark?.end(recorded);
+    }
+  }
+
+  /**
+   * A scoring run the engine stopped part way (issue 11 review, findings 3–4): recorded as
+   * `cancelled` (the client went away) or `failed` (the time limit), with the prompt tokens the
+   * engine had evaluated as its usage, and charged for them at the input price (as a cancelled
+   * generation is charged for the tokens it produced), and counted against the token rate limits.
+   * A call with `onFailure` records as it says, with the same usage and charge.
+   * @returns whether a record was written.
+   */
+  private async recordStoppedScoring(
+    principal: Principal,
+    call: RequestInfo,
+    type: ActivityType,
+    err: ScoringStopped,
+    reservation: CreditReservation | undefined,
+  ): Promise<boolean> {
+    const usage = { promptTokens: err.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+    const metered = { usage, costMicros: costMicros(usage, this.pricesOf(call)), engineMs: err.engineMs };
+    let record: UsageRecord;
+    if (call.onFailure) {
+      const failure = call.onFailure(err);
+      if (!failure) return false;
+      record = { ...usageRecord(principal, call, type), ...failure, ...metered };
+    } else {
+      const status = err.code === ErrorCode.ClientClosed ? "cancelled" : "failed";
+      const error = { code: err.code, message: err.detail };
+      record = {
+        ...usageRecord(principal, call, type),
+        status,
+        errorJson: error,
+        ...metered,
+        webhook: webhookRequest(call.metadata, () =>
+          failureBody({
+            requestId: call.requestId,
+            createdAt: call.createdAt,
+            endpoint: call.endpoint,
+            model: call.model.id,
+            status,
+            error,
+          }),
+        ),
+      };
+    }
+    // The engine's error is what the caller gets; a failed write is logged, or the work would go unpaid unseen.
+    const charge = await this.metering.record(record).catch((writeErr: unknown) => {
+      this.logger?.error(
+        { err: writeErr, requestId: call.requestId, teamId: principal.teamId, promptTokens: err.promptTokens },
+        "recording stopped scoring failed: its evaluated tokens are not charged",
+      );
+      return undefined;
+    });
+    if (charge) reservation?.settle(charge.chargedMicros);
+    if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, err.promptTokens);
+    return charge !== undefined;
+  }
+
+  /**
+   * Engine failures are recorded as failed requests, and clients that left before the engine
+   * started as cancelled ones (no charge either way); refusals (400/429) are not recorded. A
+   * call with `onFailure` (background responses) records every failure as it says.
+   */
+  private async recordFailure(
+    principal: Principal,
+    call: RequestInfo,
+    type: ActivityType,
+    err: unknown,
+  ): Promise<boolean> {
+    if (call.onFailure) {
+      const failure = call.onFailure(err);
+      if (!failure) return false;
+      await this.metering.record({ ...usageRecord(principal, call, type), ...failure });
+      return true;
+    }
+    const code = err instanceof AppError ? err.code : ErrorCode.Internal;
+    if (code === ErrorCode.InvalidRequest || code === ErrorCode.RateLimited || code === ErrorCode.InsufficientCredit) {
+      return false;
+    }
+    const status = code === ErrorCode.ClientClosed ? "cancelled" : "failed";
+    const error = { code, message: err instanceof AppError ? err.detail : "Internal error" };
+    return this.metering
+      .record({
+        ...usageRecord(principal, call, type),
+        status,
+        errorJson: error,
+        webhook: webhookRequest(call.metadata, () =>
+          failureBody({
+            requestId: call.requestId,
+            createdAt: call.createdAt,
+            endpoint: call.endpoint,
+            model: call.model.id,
+            status,
+            error,
+          }),
+        ),
+      })
+      .then(
+        () => true,
+        () => false,
+      );
+  }
+
+  /** Starts the early activity row of a request admitted now (see `InFlightActivity`). */
+  private track(
+    principal: Principal,
+    call: RequestInfo,
+    type: ActivityType,
+    status: InFlightStatus,
+  ): InFlightMark | undefined {
+    // Built only if the row is written (after `afterMs`): most requests end before.
+    return this.inFlight?.track(() => ({ ...usageRecord(principal, call, type), status, completedAt: null }), status);
+  }
+}
+
+/** @throws AppError 400 naming `messages` or the stop field when a call breaks `GENERATION_LIMITS`. */
+function assertGenerationLimits(call: GenerationCall<unknown>): void {
+  const issues: Array<{ field: string; message: string }> = [];
+  if (call.messages.length > GENERATION_LIMITS.messages) {
+    issues.push({ field: "messages", message: `at most ${GENERATION_LIMITS.messages} messages` });
+  }
+  const stop = call.params.stop ?? [];
+  const stopField = call.stopField ?? "stop";
+  if (stop.length > GENERATION_LIMITS.stopSequences) {
+    issues.push({ field: stopField, message: `at most ${GENERATION_LIMITS.stopSequences} stop sequences` });
+  }
+  stop.forEach((s, i) => {
+    if (s.length > GENERATION_LIMITS.stopSequenceChars) {
+      issues.push({
+        field: `${stopField}[${i}]`,
+        message: `at most ${GENERATION_LIMITS.stopSequenceChars} characters`,
+      });
+    }
+  });
+  if (issues.length > 0) throw AppError.invalid("The request is over a limit", issues);
+}
+
+/** The parts of a usage record every outcome shares; outcomes override status, usage and results. */
+function usageRecord(principal: Principal, call: RequestInfo, type: ActivityType): UsageRecord {
+  return {
+    id: call.requestId,
+    principal,
+    type,
+    status: "completed",
+    endpoint: call.endpoint,
+    model: call.model.id,
+    ...labels(call.metadata),
+    ...(call.batch ? { batchId: call.batch.batchId, customId: call.batch.customId } : {}),
+    serviceTier: call.serviceTier,
+    usage: { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 },
+    costMicros: 0n,
+    bodyJson: call.body,
+    resultJson: null,
+    errorJson: null,
+    engineMs: null,
+    createdAt: call.createdAt,
+    completedAt: new Date(),
+  };
+}
+
+/**
+ * The completion webhook of a finished request (issue 6, item 3), or null when its metadata names
+ * no usable one; `body` is built only when there is a webhook.
+ */
+function webhookRequest(
+  metadata: Record<string, unknown> | null | undefined,
+  body: () => unknown,
+): WebhookRequest | null {
+  const target = webhookTarget(metadata);
+  return target ? { ...target, body: body() } : null;
+}
+
+function labels(metadata: Record<string, unknown> | null | undefined): {
+  customId: string | null;
+  streamId: string | null;
+} {
+  return {
+    customId: typeof metadata?.custom_id === "string" ? metadata.custom_id : null,
+    streamId: typeof metadata?.stream_id === "string" ? metadata.stream_id : null,
+  };
+}

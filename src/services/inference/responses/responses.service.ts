@@ -1,0 +1,101 @@
+/**
+ * Stored responses (spec: `GET /v1/responses`, `GET` and `DELETE /v1/responses/{response_id}`):
+ * the Response objects creates stored with `store: true`, for the caller's team only.
+ */
+import type { DataSource } from "typeorm";
+import { z } from "zod";
+import { queryRows } from "../../../db/sql.js";
+import { type RequestContext, requirePrincipal } from "../../platform/context.js";
+import { AppError, parseInput, parseUuidParam } from "../../../shared/errors.js";
+import { unixSeconds } from "../../platform/identifiers.js";
+import type { ResponseObject } from "../protocols/openai-responses.protocol.js";
+import { optionalQuery, queryInt } from "../../platform/validation.js";
+
+/** `GET /v1/responses` query (DESIGN §3 List limits: `limit` 1–1000, default 100). */
+export const listResponsesQuery = z.object({
+  limit: optionalQuery(queryInt(1, 1000)),
+  stream_id: optionalQuery(z.uuid()),
+});
+
+/** spec: Response list item. */
+export interface ResponseListItem {
+  id: string;
+  object: "response";
+  /** Unix seconds. */
+  created_at: number;
+  model: string;
+  status: string;
+}
+
+export interface ResponseList {
+  object: "list";
+  data: ResponseListItem[];
+  has_more: boolean;
+}
+
+/** Reads, lists and deletes stored Response objects, scoped to the caller's team. */
+export class ResponsesService {
+  constructor(private readonly ds: DataSource) {}
+
+  /**
+   * @returns the stored Response object.
+   * @throws AppError 400 when `id` is not a uuid; 401; 404 when unknown, not stored, or another team's.
+   */
+  async get(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    const rows = await queryRows<{ response_json: ResponseObject }>(
+      this.ds,
+      "SELECT response_json FROM responses WHERE id = $1 AND team_id = $2",
+      [responseId, principal.teamId],
+    );
+    if (!rows[0]) throw AppError.notFound("Response not found");
+    return rows[0].response_json;
+  }
+
+  /**
+   * The team's stored responses, newest first: up to `limit` (default 100), optionally of one
+   * `stream_id`; `has_more` when older ones exist.
+   * @throws AppError 400 for `limit` outside 1–1000 or a non-uuid `stream_id`; 401.
+   */
+  async list(ctx: RequestContext, query: unknown): Promise<ResponseList> {
+    const principal = requirePrincipal(ctx);
+    const q = parseInput(listResponsesQuery, query);
+    const limit = q.limit ?? 100;
+    const rows = await queryRows<{ id: string; created_at: Date; model: string; status: string }>(
+      this.ds,
+      `SELECT id, created_at, model, status FROM responses
+        WHERE team_id = $1 AND ($2::uuid IS NULL OR stream_id = $2)
+        ORDER BY id DESC LIMIT $3`,
+      [principal.teamId, q.stream_id ?? null, limit + 1],
+    );
+    return {
+      object: "list",
+      data: rows.slice(0, limit).map((r) => ({
+        id: r.id,
+        object: "response",
+        created_at: unixSeconds(r.created_at),
+        model: r.model,
+        status: r.status,
+      })),
+      has_more: rows.length > limit,
+    };
+  }
+
+  /**
+   * Deletes a stored response and returns it as it stood (DESIGN §3 Responses); later reads 404.
+   * Every response of this build is finished when stored, so there is nothing to cancel.
+   * @throws AppError 400 when `id` is not a uuid; 401; 404 when unknown or another team's.
+   */
+  async delete(ctx: RequestContext, id: unknown): Promise<ResponseObject> {
+    const principal = requirePrincipal(ctx);
+    const responseId = parseUuidParam("response_id", id);
+    const rows = await queryRows<{ response_json: ResponseObject }>(
+      this.ds,
+      "DELETE FROM responses WHERE id = $1 AND team_id = $2 RETURNING response_json",
+      [responseId, principal.teamId],
+    );
+    if (!rows[0]) throw AppError.notFound("Response not found");
+    return rows[0].response_json;
+  }
+}

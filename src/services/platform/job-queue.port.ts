@@ -1,0 +1,38 @@
+/**
+ * The job-queue port: what services need of the durable job queue (job names, payloads, the
+ * send call). Implemented by `src/jobs/job-queue.ts` on pg-boss; services depend on this port and
+ * never import `src/jobs` (DESIGN §1: imports flow one way).
+ */
+
+/** The job queue's names (`src/jobs`). */
+export type JobName = "response-generate" | "response-deadline" | "batch-run" | "batch-expire" | "deployment-reconcile";
+
+/** Each job's payload. */
+export interface JobData {
+  "response-generate": { responseId: string };
+  "response-deadline": { responseId: string };
+  /** Runs a batch's items (issue 7); a duplicate finds the batch claimed and returns. */
+  "batch-run": { batchId: string };
+  /** Ends a batch whose window passed (issue 7, item 5). */
+  "batch-expire": { batchId: string };
+  /** Brings up due deployments and requested custom models (issue 9); names the one that woke it. */
+  "deployment-reconcile": { kind: "deployment" | "custom_model"; id: string };
+}
+
+/** Runs one SQL statement (inside the caller's transaction) and returns its rows. */
+export type SqlExecutor = (text: string, values: unknown[]) => Promise<Array<Record<string, unknown>>>;
+
+export interface SendOptions {
+  /** Not before this time (deadline jobs). */
+  startAfter?: Date;
+  retryLimit?: number;
+  /** A handler running longer than this is failed (and retried) by the queue, seconds. */
+  expireInSeconds?: number;
+  /** Write the job through this executor, i.e. in that transaction. */
+  db?: SqlExecutor;
+}
+
+/** What services need of the job queue (implemented by `jobs/job-queue.ts`; services never import jobs). */
+export interface JobSender {
+  send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string>;
+}
