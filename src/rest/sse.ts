@@ -1,33 +1,20 @@
 /**
  * Server-sent events: opens the stream, writes `event:`/`data:` frames, and runs a generation
- * whose protocol (OpenAI chunks, Anthropic events, Responses events) is described by an `SseDialect`.
+ * whose protocol (OpenAI chunks, Anthropic events, Responses events) is described by the create
+ * operation's `StreamEvents` (`services/inference/use-cases/create-call.ts`).
  * The stream opens only once the engine has accepted the request, so refusals before that (400,
  * 402, 429) still answer as plain JSON errors with their status.
  */
 import type { Response } from "express";
 import type { GenerateResult, GenerationStart } from "../inference/engine.js";
+import type { ProtocolEvent, StreamEvents, StreamTransport } from "../services/inference/use-cases/create-call.js";
 import { toEnvelope } from "./error-envelope.js";
 
 /** One SSE frame: `data` is JSON-encoded unless it is a string. */
-export interface SseFrame {
-  event?: string;
-  data: unknown;
-}
+export type SseFrame = ProtocolEvent;
 
-/** How one protocol streams a generation. */
-export interface SseDialect<T> {
-  start(prompt: GenerationStart): SseFrame[];
-  delta(text: string): SseFrame[];
-  /** After the request is metered: the closing frames. */
-  finish(result: GenerateResult, body: T): SseFrame[];
-  /** A failure after the stream opened. */
-  error(status: number, detail: string): SseFrame[];
-}
-
-/** `[event, data]` pairs (as the protocol modules build them) → named SSE frames. */
-export function eventFrames(events: [string, unknown][]): SseFrame[] {
-  return events.map(([event, data]) => ({ event, data }));
-}
+/** How one protocol streams a generation (its events, framed here). */
+export type SseDialect<T> = StreamEvents<T>;
 
 /** Writes one SSE response: `begin` sends 200 and the event-stream headers, `write` frames, `end` closes. */
 export class SseWriter {
@@ -101,4 +88,9 @@ export async function streamGeneration<T>(
     sse.write(dialect.error(status, body.detail));
     sse.end();
   }
+}
+
+/** The create operations' stream transport over this response (`StreamTransport`). */
+export function sseTransport(res: Response): StreamTransport {
+  return (events, generate) => streamGeneration(res, events, generate);
 }

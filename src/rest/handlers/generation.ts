@@ -1,14 +1,12 @@
 /**
- * Runs a generation call for a data-plane handler: aborts the engine when the client goes away,
- * answers JSON or streams SSE through the protocol's dialect, and reports engine time for the
- * `x-switchyard-overhead-ms` header.
+ * What the create handlers share: an abort signal for a client that goes away, the create
+ * operation's options from the HTTP request (raw body, signal, SSE streaming), and the answer
+ * (JSON with the engine time for the `x-switchyard-overhead-ms` header; streams answered already).
  */
-import type { Response } from "express";
-import type { RequestContext } from "../../services/platform/context.js";
+import type { Request, Response } from "express";
 import { AppError, ErrorCode } from "../../shared/errors.js";
-import type { GenerationCall } from "../../services/inference/inference.service.js";
-import { type SseDialect, streamGeneration } from "../sse.js";
-import type { DataPlaneDeps } from "./deps.js";
+import type { CreateOptions, Created } from "../../services/inference/use-cases/create-call.js";
+import { sseTransport } from "../sse.js";
 
 /** An AbortSignal that fires when the client closes the connection before the answer ended. */
 export function abortOnClose(res: Response): AbortSignal {
@@ -21,33 +19,14 @@ export function abortOnClose(res: Response): AbortSignal {
   return controller.signal;
 }
 
-/** Refuses content the model cannot read (images, files, tool results …) with a 400 naming each part. */
-export function assertTextOnly(unsupported: string[]): void {
-  if (unsupported.length > 0) {
-    throw AppError.invalid(
-      "Only text content is supported by this model",
-      unsupported.map((field) => ({ field, message: "unsupported content type" })),
-    );
-  }
+/** A create operation's options over HTTP: the body as received, abort on close, SSE when asked to stream. */
+export function createOptions(req: Request, res: Response): CreateOptions {
+  return { rawBody: req.body, signal: abortOnClose(res), stream: sseTransport(res) };
 }
 
-/**
- * Answers a generation call: JSON (with engine time in `res.locals.engineMs`) or, given a dialect,
- * SSE. Throws what the call throws before any byte was sent; the caller's error middleware answers.
- */
-export async function respondWithGeneration<T>(
-  deps: DataPlaneDeps,
-  res: Response,
-  ctx: RequestContext,
-  call: Omit<GenerationCall<T>, "signal" | "onStart" | "onText">,
-  stream: SseDialect<T> | null,
-): Promise<void> {
-  const signal = abortOnClose(res);
-  if (!stream) {
-    const out = await deps.inference.generate(ctx, { ...call, signal });
-    res.locals.engineMs = out.result.engineMs + out.result.queueMs;
-    res.json(out.body);
-    return;
-  }
-  await streamGeneration(res, stream, (hooks) => deps.inference.generate(ctx, { ...call, signal, ...hooks }));
+/** Answers what a create operation made: JSON, engine time in `res.locals.engineMs`; a stream has ended already. */
+export function answerCreated<T>(res: Response, created: Created<T>): void {
+  if ("streamed" in created) return;
+  res.locals.engineMs = created.engineMs;
+  res.json(created.body);
 }

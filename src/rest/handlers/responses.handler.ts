@@ -1,79 +1,19 @@
-/** The Responses endpoints: create (synchronous and streamed), list, read and delete stored ones. */
-import { v7 as uuidv7 } from "uuid";
+/** The Responses endpoints: create (synchronous, streamed, background), list, read and delete stored ones. */
 import { parseInput } from "../../shared/errors.js";
-import {
-  ResponseStreamEvents,
-  answeredTier,
-  responseMessages,
-  responseObject,
-  responseParams,
-  responseRequest,
-} from "../../services/inference/protocols/openai-responses.protocol.js";
-import { eventFrames } from "../sse.js";
-import { requirePrincipal } from "../../services/platform/context.js";
+import { responseRequest } from "../../services/inference/protocols/openai-responses.protocol.js";
+import * as responses from "../../services/inference/use-cases/response.js";
 import type { DataPlaneHandler } from "./deps.js";
-import { assertTextOnly, respondWithGeneration } from "./generation.js";
+import { answerCreated, createOptions } from "./generation.js";
 
 /**
- * `POST /v1/responses` (spec: Response): synchronous or streamed; stored unless `store: false`.
- * `background: true` answers at once, `in_progress` (issue 6, item 2; `BackgroundResponsesService`).
+ * `POST /v1/responses` (spec: Response): body → `createResponse`: synchronous or streamed, stored
+ * unless `store: false`; `background: true` answers at once, `in_progress` (issue 6, item 2).
  * Errors: 400 (body; `store: false`, `stream` or `max_queue_wait_s` with background), 401, 402,
  * 404 unknown model, 429.
  */
 export const createResponse: DataPlaneHandler = async (deps, req, res, ctx) => {
   const body = parseInput(responseRequest, req.body);
-  const model = deps.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
-  const { messages, unsupported } = responseMessages(body);
-  assertTextOnly(unsupported);
-  if (body.background) {
-    res.json(await deps.background.submit(ctx, body, req.body, model));
-    return;
-  }
-  const requestId = uuidv7();
-  const createdAt = new Date();
-  const tier = answeredTier(body);
-  const store = body.store !== false;
-  const events = new ResponseStreamEvents(requestId, createdAt, model.id, tier);
-  await respondWithGeneration(
-    deps,
-    res,
-    ctx,
-    {
-      requestId,
-      createdAt,
-      endpoint: "/v1/responses",
-      serviceTier: tier,
-      model,
-      messages,
-      params: responseParams(body),
-      metadata: body.metadata,
-      body: store ? req.body : null,
-      maxQueueWaitS: body.max_queue_wait_s,
-      render: (result) => {
-        const response = responseObject(requestId, createdAt, model.id, tier, result);
-        return {
-          body: response,
-          response: store
-            ? {
-                status: response.status,
-                background: false,
-                metadata: body.metadata ?? null,
-                requestJson: req.body,
-                responseJson: { ...response },
-              }
-            : undefined,
-        };
-      },
-    },
-    body.stream
-      ? {
-          start: () => eventFrames(events.start()),
-          delta: (text) => eventFrames(events.delta(text)),
-          finish: (_result, response) => eventFrames(events.finish(response)),
-          error: (status, detail) => eventFrames(events.error(detail, String(status))),
-        }
-      : null,
-  );
+  answerCreated(res, await responses.createResponse(deps, ctx, body, createOptions(req, res)));
 };
 
 /** `GET /v1/responses`: `{object: "list", data, has_more}`, newest first. Errors: 400 (`limit`, `stream_id`), 401. */

@@ -8,30 +8,18 @@
 import { z } from "zod";
 import { AppError, type FieldIssue, assertUnreachable, zodIssues } from "../../shared/errors.js";
 import type { ChatMessage } from "../../inference/engine.js";
-import { type RequestContext, requirePrincipal } from "../platform/context.js";
+import type { RequestContext } from "../platform/context.js";
 import type { FailureRecord, InferenceService } from "../inference/inference.service.js";
 import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import { PG_TEXT_MESSAGE, isPgStorableText } from "../platform/validation.js";
-import {
-  anthropicMessage,
-  anthropicMessages,
-  anthropicParams,
-  messagesRequest,
-} from "../inference/protocols/anthropic-messages.protocol.js";
-import {
-  chatCompletion,
-  chatCompletionRequest,
-  chatMessages,
-  chatParams,
-} from "../inference/protocols/openai-chat.protocol.js";
-import {
-  embeddingInputs,
-  embeddingList,
-  embeddingRequest,
-  shorten,
-} from "../inference/protocols/openai-embeddings.protocol.js";
+import { anthropicMessages, messagesRequest } from "../inference/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest, chatMessages } from "../inference/protocols/openai-chat.protocol.js";
+import { embeddingRequest } from "../inference/protocols/openai-embeddings.protocol.js";
 import { responseMessages, responseRequest } from "../inference/protocols/openai-responses.protocol.js";
-import { prepareDecision, runDecision } from "../decisions/decisions.service.js";
+import { createDecision, prepareDecision } from "../decisions/decisions.service.js";
+import { createChatCompletion } from "../inference/use-cases/chat-completion.js";
+import { createEmbedding } from "../inference/use-cases/embedding.js";
+import { createMessage } from "../inference/use-cases/message.js";
 
 /** The operations an item runs as, once converted (Responses bodies run as chat). */
 export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/decisions";
@@ -219,18 +207,6 @@ function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMes
   return chat;
 }
 
-/**
- * An item's metadata as its call sees it: no completion webhook and no stream. Batch items are
- * followed through the batch (results, the events feed with `batch_id`), not one callback per
- * item (the token is redacted when the item is stored, so it could not be sent anyway), and they
- * belong to their batch (activity `type: batch`), not to a stream.
- */
-function itemMetadata(metadata: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
-  if (!metadata) return null;
-  const { completion_webhook: _url, webhook_token: _token, stream_id: _stream, ...rest } = metadata;
-  return rest;
-}
-
 /** One item as the runner hands it over. */
 export interface RunnableItem {
   /** Activity id and ledger source, fixed at create. */
@@ -257,71 +233,26 @@ export async function runBatchItem(
   signal: AbortSignal,
   onFailure: (err: unknown) => FailureRecord | null,
 ): Promise<void> {
-  const teamId = requirePrincipal(ctx).teamId;
+  const ops = { inference, catalog };
   const common = {
     requestId: item.requestId,
-    createdAt: new Date(),
-    endpoint: item.url,
-    body: item.body,
+    rawBody: item.body,
     maxQueueWaitS: ITEM_QUEUE_WAIT_S,
     signal,
-    batch: { batchId: item.batchId, customId: item.customId },
-    onFailure,
+    batch: { batchId: item.batchId, customId: item.customId, onFailure },
   };
   switch (item.url) {
-    case "/v1/chat/completions": {
-      const body = chatCompletionRequest.parse(item.body);
-      const model = catalog.resolve(teamId, body.model, "text_generation");
-      await inference.generate(ctx, {
-        ...common,
-        model,
-        messages: chatMessages(body).messages,
-        params: chatParams(body),
-        metadata: itemMetadata(body.metadata),
-        render: (result) => ({ body: chatCompletion(item.requestId, common.createdAt, model.id, result) }),
-      });
+    case "/v1/chat/completions":
+      await createChatCompletion(ops, ctx, chatCompletionRequest.parse(item.body), common);
       return;
-    }
-    case "/v1/messages": {
-      const body = messagesRequest.parse(item.body);
-      const model = catalog.resolve(teamId, body.model, "text_generation");
-      await inference.generate(ctx, {
-        ...common,
-        model,
-        messages: anthropicMessages(body).messages,
-        params: anthropicParams(body),
-        stopField: "stop_sequences",
-        metadata: itemMetadata(body.metadata),
-        render: (result) => ({ body: anthropicMessage(item.requestId, model.id, result) }),
-      });
+    case "/v1/messages":
+      await createMessage(ops, ctx, messagesRequest.parse(item.body), common);
       return;
-    }
-    case "/v1/embeddings": {
-      const body = embeddingRequest.parse(item.body);
-      const model = catalog.resolve(teamId, body.model, "text_embedding");
-      await inference.embed(ctx, {
-        ...common,
-        model,
-        inputs: embeddingInputs(body),
-        metadata: itemMetadata(body.metadata),
-        render: (result) => {
-          const vectors =
-            body.dimensions != null ? result.vectors.map((v) => shorten(v, body.dimensions!)) : result.vectors;
-          return embeddingList(model.id, vectors, body.encoding_format ?? "float", result.promptTokens);
-        },
-      });
+    case "/v1/embeddings":
+      await createEmbedding(ops, ctx, embeddingRequest.parse(item.body), common);
       return;
-    }
     case "/v1/decisions":
-      await runDecision(inference, catalog, ctx, item.body, {
-        requestId: common.requestId,
-        createdAt: common.createdAt,
-        signal,
-        batch: common.batch,
-        onFailure,
-        maxQueueWaitS: ITEM_QUEUE_WAIT_S,
-        metadata: itemMetadata,
-      });
+      await createDecision(ops, ctx, item.body, common);
       return;
   }
 }

@@ -8,7 +8,13 @@ import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../../config/catalog.js";
 import { AppError, ErrorCode, parseInput } from "../../shared/errors.js";
 import { type RequestContext, requirePrincipal } from "../platform/context.js";
-import type { FailureRecord, InferenceService } from "../inference/inference.service.js";
+import type { InferenceService } from "../inference/inference.service.js";
+import {
+  type CreateOptions,
+  type InferenceOperations,
+  batchFields,
+  callMetadata,
+} from "../inference/use-cases/create-call.js";
 import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import {
   DECISION_BODY_LIMIT_BYTES,
@@ -20,23 +26,13 @@ import {
   stateText,
 } from "./decisions.protocol.js";
 
-/** How a decision request is run: the REST/GraphQL defaults, or a batch item's record. */
-export interface DecisionRun {
-  requestId?: string;
-  createdAt?: Date;
-  signal?: AbortSignal;
-  /** A batch item (activity `type: batch`); see `RequestInfo.batch`. */
-  batch?: { batchId: string; customId: string | null };
-  onFailure?: (err: unknown) => FailureRecord | null;
+/** How a decision request is run: a create operation's options (never streamed), and the body's size. */
+export interface DecisionOptions extends Omit<CreateOptions, "stream" | "rawBody"> {
   /**
    * The body's size as the client sent it, bytes (REST: what the route's parser read); without it
    * the body is measured as JSON (GraphQL arguments, batch items). See `prepareDecision`.
    */
   bodyBytes?: number;
-  /** Overrides the body's `max_queue_wait_s` (batch items). */
-  maxQueueWaitS?: number;
-  /** The metadata the record keeps (batch items drop webhooks and streams); default: the body's. */
-  metadata?: (m: DecisionRequest["metadata"]) => Record<string, unknown> | null | undefined;
 }
 
 export interface DecisionOutcome {
@@ -67,7 +63,8 @@ export function prepareDecision(
 }
 
 /**
- * Runs one decisions request: every question's answers scored in one engine call (the shared
+ * The decisions create operation (the body is parsed here: its size limit is on the body as
+ * sent). Runs one decisions request: every question's answers scored in one engine call (the shared
  * prefix evaluated once), probabilities calibrated by the model's `decisionTemperature`, the
  * request metered as prompt tokens at the input price and recorded (activity, completion event).
  * A question where one answer is a prefix of another is scored with an end marker after each
@@ -77,26 +74,24 @@ export function prepareDecision(
  *   a question does not fit the context, two answers tokenise identically, the upstream prompts
  *   are over their byte limit, or the engine cannot give log-probabilities; 504 past the time limit).
  */
-export async function runDecision(
-  inference: InferenceService,
-  catalog: ModelCatalogService,
+export async function createDecision(
+  ops: InferenceOperations,
   ctx: RequestContext,
   raw: unknown,
-  run: DecisionRun = {},
+  options: DecisionOptions = {},
 ): Promise<DecisionOutcome> {
-  const { request, model } = prepareDecision(catalog, requirePrincipal(ctx).teamId, raw, run.bodyBytes);
+  const { request, model } = prepareDecision(ops.catalog, requirePrincipal(ctx).teamId, raw, options.bodyBytes);
   const state = stateText(request.state);
-  const out = await inference.score(ctx, {
-    requestId: run.requestId ?? uuidv7(),
-    createdAt: run.createdAt ?? new Date(),
+  const out = await ops.inference.score(ctx, {
+    requestId: options.requestId ?? uuidv7(),
+    createdAt: new Date(),
     endpoint: "/v1/decisions",
     model,
-    metadata: run.metadata ? run.metadata(request.metadata) : request.metadata,
+    metadata: callMetadata(request.metadata, options.batch),
     body: raw,
-    batch: run.batch,
-    onFailure: run.onFailure,
-    maxQueueWaitS: run.maxQueueWaitS ?? request.max_queue_wait_s,
-    signal: run.signal,
+    ...batchFields(options.batch),
+    maxQueueWaitS: options.maxQueueWaitS ?? request.max_queue_wait_s,
+    signal: options.signal,
     questions: Object.entries(request.questions).map(([name, q]) => scoredQuestion(state, name, q)),
     render: (result) =>
       decisionResponse(model.id, request, result.scores, model.decisionTemperature, result.promptTokens),
@@ -112,10 +107,10 @@ export class DecisionsService {
   ) {}
 
   /**
-   * See `runDecision`.
+   * See `createDecision`.
    * @param bodyBytes the body's size as sent, when the caller measured it (REST; `DecisionRun.bodyBytes`).
    */
   decide(ctx: RequestContext, raw: unknown, signal?: AbortSignal, bodyBytes?: number): Promise<DecisionOutcome> {
-    return runDecision(this.inference, this.catalog, ctx, raw, { signal, bodyBytes });
+    return createDecision({ inference: this.inference, catalog: this.catalog }, ctx, raw, { signal, bodyBytes });
   }
 }

@@ -10,6 +10,7 @@ import type { EngineRouter } from "../../inference/engine-router.js";
 import type {
   ChatMessage,
   EmbedResult,
+  EngineUsage,
   GenerateResult,
   GenerationStart,
   SamplingParams,
@@ -151,6 +152,47 @@ export interface ScoringOutcome<T> {
   costMicros: bigint;
 }
 
+/** What the engine call of a metered request gets from the skeleton (`InferenceService.metered`). */
+interface MeteredEngineCall {
+  /** Reserves the worst-case cost once the prompt is counted. @throws AppError 402 when not covered. */
+  admit(promptTokens: number, maxCompletionTokens: number): Promise<void>;
+  /** The engine started on the request: its early row says `running`. */
+  started(): void;
+  maxQueueWaitMs: number;
+  priority: "batch" | "interactive";
+}
+
+/** What a finished engine call records and answers. */
+interface MeteredFinish<T> {
+  usage: EngineUsage;
+  engineMs: number;
+  status: ActivityStatus;
+  /** The API object answered. */
+  body: T;
+  /** The activity's `result_json`. */
+  resultJson: unknown;
+  response?: StoredResponse;
+  /** The completion webhook's body, built only when there is a webhook. */
+  webhookBody: () => unknown;
+}
+
+/** What differs between `generate`, `embed` and `score` around the one metered-call skeleton. */
+interface MeteredSteps<R, T> {
+  /** Refusals before admission (generation limits). */
+  precheck?: () => void;
+  /** The early row's status until the engine starts. */
+  waiting: InFlightStatus;
+  run(engine: MeteredEngineCall): Promise<R>;
+  /** Records a failure; default: the reservation is let go and `recordFailure` decides. @returns whether a record was written. */
+  failed?: (err: unknown, type: ActivityType, reservation: CreditReservation | undefined) => Promise<boolean>;
+  finish(result: R): MeteredFinish<T>;
+}
+
+/** Usage of a call that only reads tokens (embeddings, scoring). */
+function promptOnly(promptTokens: number): EngineUsage {
+  return { promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
+}
+
 /** Runs generations and embeddings for the create operations and meters each request once. */
 export class InferenceService {
   constructor(
@@ -233,79 +275,39 @@ export class InferenceService {
    *   engine slot frees up within `max_queue_wait_s` (no charge); 502/503 on engine failure
    *   (recorded as a failed request, no charge).
    */
-  async generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
-    const principal = requirePrincipal(ctx);
-    // Refusals before any engine work; a batch item's are recorded as its failure (in the try).
-    const admitCall = () => {
-      assertGenerationLimits(call);
-      return this.admitCall(principal.teamId, call);
-    };
-    let type: ActivityType = call.batch ? "batch" : await admitCall();
-    let reservation: CreditReservation | undefined;
-    let mark: InFlightMark | undefined;
-    let recorded = false;
-    let result: GenerateResult;
-    try {
-      if (call.batch) type = await admitCall();
-      mark = this.track(principal, call, type, "pending");
-      result = await this.engines.engineFor(call.model).generate({
-        model: call.model,
-        messages: call.messages,
-        ...call.params,
-        signal: call.signal,
-        onStart: (start) => {
-          mark?.running();
-          call.onStart?.(start);
-        },
-        onText: call.onText,
-        admit: async (promptTokens, maxCompletionTokens) => {
-          const worst = costMicros(
-            { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
-            this.pricesOf(call),
-          );
-          reservation = await this.credit.reserve(principal.teamId, worst);
-        },
-        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
-        priority: call.batch ? "batch" : "interactive",
-      });
-    } catch (err) {
-      reservation?.release();
-      try {
-        recorded = await this.recordFailure(principal, call, type, err);
-      } finally {
-        // A refusal is answered only once the early row it wrote, if any, is gone.
-        await mark?.end(recorded);
-      }
-      throw err;
-    }
-    const cost = costMicros(result.usage, this.pricesOf(call));
-    try {
-      const rendered = call.render(result);
-      const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
-      const charge = await this.metering.record({
-        ...usageRecord(principal, call, type),
-        status,
-        usage: result.usage,
-        costMicros: cost,
-        resultJson: call.body === null ? null : rendered.body,
-        engineMs: result.engineMs,
-        response: rendered.response,
-        webhook: webhookRequest(call.metadata, () => withStatus(rendered.body, status)),
-      });
-      recorded = true;
-      reservation?.settle(charge.chargedMicros);
-      if (!call.batch) {
-        this.rateLimits?.recordTokens(
-          principal.teamId,
-          call.model,
-          result.usage.promptTokens + result.usage.completionTokens,
-        );
-      }
-      return { result, body: rendered.body, costMicros: cost };
-    } finally {
-      reservation?.release(); // no-op once settled
-      await mark?.end(recorded);
-    }
+  generate<T>(ctx: RequestContext, call: GenerationCall<T>): Promise<GenerationOutcome<T>> {
+    return this.metered(ctx, call, {
+      precheck: () => assertGenerationLimits(call),
+      waiting: "pending",
+      run: (engine) =>
+        this.engines.engineFor(call.model).generate({
+          model: call.model,
+          messages: call.messages,
+          ...call.params,
+          signal: call.signal,
+          onStart: (start) => {
+            engine.started();
+            call.onStart?.(start);
+          },
+          onText: call.onText,
+          admit: (promptTokens, maxCompletionTokens) => engine.admit(promptTokens, maxCompletionTokens),
+          maxQueueWaitMs: engine.maxQueueWaitMs,
+          priority: engine.priority,
+        }),
+      finish: (result) => {
+        const rendered = call.render(result);
+        const status = rendered.status ?? (result.finishReason === "cancelled" ? "cancelled" : "completed");
+        return {
+          usage: result.usage,
+          engineMs: result.engineMs,
+          status,
+          body: rendered.body,
+          resultJson: call.body === null ? null : rendered.body,
+          response: rendered.response,
+          webhookBody: () => withStatus(rendered.body, status),
+        };
+      },
+    });
   }
 
   /**
@@ -313,60 +315,32 @@ export class InferenceService {
    * @throws as `generate`.
    */
   async embed<T>(ctx: RequestContext, call: EmbeddingCall<T>): Promise<EmbeddingOutcome<T>> {
-    const principal = requirePrincipal(ctx);
-    const admitCall = () => this.admitCall(principal.teamId, call);
-    let type: ActivityType = call.batch ? "batch" : await admitCall();
-    let reservation: CreditReservation | undefined;
-    let mark: InFlightMark | undefined;
-    let recorded = false;
-    let result: EmbedResult;
-    try {
-      if (call.batch) type = await admitCall();
-      mark = this.track(principal, call, type, "running");
-      result = await this.engines.engineFor(call.model).embed({
-        model: call.model,
-        inputs: call.inputs,
-        signal: call.signal,
-        admit: async (promptTokens) => {
-          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
-          reservation = await this.credit.reserve(principal.teamId, worst);
-        },
-        maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
-        priority: call.batch ? "batch" : "interactive",
-      });
-    } catch (err) {
-      reservation?.release();
-      try {
-        recorded = await this.recordFailure(principal, call, type, err);
-      } finally {
-        // A refusal is answered only once the early row it wrote, if any, is gone.
-        await mark?.end(recorded);
-      }
-      throw err;
-    }
-    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
-    const cost = costMicros(usage, this.pricesOf(call));
-    try {
-      const body = call.render?.(result);
-      const charge = await this.metering.record({
-        ...usageRecord(principal, call, type),
-        status: "completed",
-        usage,
-        costMicros: cost,
-        // A batch item's result is its row in the batch results (issue 7); synchronous answers
-        // are not kept (vectors are large and the caller has them).
-        resultJson: call.batch ? (body ?? null) : null,
-        engineMs: result.engineMs,
-        webhook: webhookRequest(call.metadata, () => withStatus(body ?? null, "completed")),
-      });
-      recorded = true;
-      reservation?.settle(charge.chargedMicros);
-      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
-      return { result, costMicros: cost, body };
-    } finally {
-      reservation?.release();
-      await mark?.end(recorded);
-    }
+    // `running` at once: an embedding call has no queue phase worth showing apart.
+    return this.metered(ctx, call, {
+      waiting: "running",
+      run: (engine) =>
+        this.engines.engineFor(call.model).embed({
+          model: call.model,
+          inputs: call.inputs,
+          signal: call.signal,
+          admit: (promptTokens) => engine.admit(promptTokens, 0),
+          maxQueueWaitMs: engine.maxQueueWaitMs,
+          priority: engine.priority,
+        }),
+      finish: (result) => {
+        const body = call.render?.(result);
+        return {
+          usage: promptOnly(result.promptTokens),
+          engineMs: result.engineMs,
+          status: "completed",
+          body: body as T,
+          // A batch item's result is its row in the batch results (issue 7); synchronous answers
+          // are not kept (vectors are large and the caller has them).
+          resultJson: call.batch ? (body ?? null) : null,
+          webhookBody: () => withStatus(body ?? null, "completed"),
+        };
+      },
+    });
   }
 
   /**
@@ -380,64 +354,124 @@ export class InferenceService {
   async score<T>(ctx: RequestContext, call: ScoringCall<T>): Promise<ScoringOutcome<T>> {
     const principal = requirePrincipal(ctx);
     const engine = this.engines.engineFor(call.model);
-    if (!engine.scoreContinuations) {
+    const scoreContinuations = engine.scoreContinuations?.bind(engine);
+    if (!scoreContinuations) {
       throw AppError.invalid(`Model '${call.model.id}' is served by an engine that cannot give log-probabilities`, [
         { field: "model", message: "log-probabilities unavailable" },
       ]);
     }
-    const admitCall = () => this.admitCall(principal.teamId, call);
+    return this.metered(ctx, call, {
+      // `pending` while it waits for a scoring context, `running` once it scores (as generation).
+      waiting: "pending",
+      run: (metered) =>
+        scoreContinuations({
+          model: call.model,
+          questions: call.questions,
+          signal: call.signal,
+          onStart: () => metered.started(),
+          admit: (promptTokens) => metered.admit(promptTokens, 0),
+          maxQueueWaitMs: metered.maxQueueWaitMs,
+          priority: metered.priority,
+        }),
+      // A stopped run is charged for what the engine evaluated, from its reservation.
+      failed: (err, type, reservation) =>
+        err instanceof ScoringStopped
+          ? this.recordStoppedScoring(principal, call, type, err, reservation)
+          : this.recordFailure(principal, call, type, err),
+      finish: (result) => {
+        const body = call.render(result);
+        return {
+          usage: promptOnly(result.promptTokens),
+          engineMs: result.engineMs,
+          status: "completed",
+          body,
+          resultJson: call.body === null ? null : body,
+          webhookBody: () => withStatus(body, "completed"),
+        };
+      },
+    });
+  }
+
+  /**
+   * The metered-call skeleton under `generate`, `embed` and `score` (issue 25, item 2), in order:
+   * refusals before any engine work (`precheck`, then `admitCall`: stream, credit, rate limits; a
+   * batch item's are recorded as its failure, inside the try); the early activity row; the engine
+   * call, whose `admit` reserves the worst-case cost once the prompt is counted; on failure the
+   * reservation is let go and the failure recorded (`failed`, default `recordFailure`); on success
+   * the record is committed through the group commit, the reservation settled at the real cost,
+   * and the tokens counted against the rate limits (not for batch items).
+   * @throws what the admission or the engine throws (after recording it as said).
+   */
+  private async metered<R extends { engineMs: number }, T>(
+    ctx: RequestContext,
+    call: RequestInfo & { maxQueueWaitS?: number | null },
+    steps: MeteredSteps<R, T>,
+  ): Promise<{ result: R; body: T; costMicros: bigint }> {
+    const principal = requirePrincipal(ctx);
+    const admitCall = () => {
+      steps.precheck?.();
+      return this.admitCall(principal.teamId, call);
+    };
     let type: ActivityType = call.batch ? "batch" : await admitCall();
     let reservation: CreditReservation | undefined;
     let mark: InFlightMark | undefined;
     let recorded = false;
-    let result: ScoreResult;
+    let result: R;
     try {
       if (call.batch) type = await admitCall();
-      // `pending` while it waits for a scoring context, `running` once it scores (as generation).
-      mark = this.track(principal, call, type, "pending");
-      result = await engine.scoreContinuations({
-        model: call.model,
-        questions: call.questions,
-        signal: call.signal,
-        onStart: () => mark?.running(),
-        admit: async (promptTokens) => {
-          const worst = costMicros({ promptTokens, completionTokens: 0, cachedPromptTokens: 0 }, this.pricesOf(call));
+      mark = this.track(principal, call, type, steps.waiting);
+      result = await steps.run({
+        admit: async (promptTokens, maxCompletionTokens) => {
+          const worst = costMicros(
+            { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
+            this.pricesOf(call),
+          );
           reservation = await this.credit.reserve(principal.teamId, worst);
         },
+        started: () => mark?.running(),
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
         priority: call.batch ? "batch" : "interactive",
       });
     } catch (err) {
       try {
-        recorded =
-          err instanceof ScoringStopped
-            ? await this.recordStoppedScoring(principal, call, type, err, reservation)
-            : await this.recordFailure(principal, call, type, err);
+        if (steps.failed) {
+          recorded = await steps.failed(err, type, reservation);
+        } else {
+          reservation?.release();
+          recorded = await this.recordFailure(principal, call, type, err);
+        }
       } finally {
-        reservation?.release(); // no-op once settled
+        reservation?.release(); // no-op once settled or released
+        // A refusal is answered only once the early row it wrote, if any, is gone.
         await mark?.end(recorded);
       }
       throw err;
     }
-    const usage = { promptTokens: result.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
-    const cost = costMicros(usage, this.pricesOf(call));
     try {
-      const body = call.render(result);
+      const done = steps.finish(result);
+      const cost = costMicros(done.usage, this.pricesOf(call));
       const charge = await this.metering.record({
         ...usageRecord(principal, call, type),
-        status: "completed",
-        usage,
+        status: done.status,
+        usage: done.usage,
         costMicros: cost,
-        resultJson: call.body === null ? null : body,
-        engineMs: result.engineMs,
-        webhook: webhookRequest(call.metadata, () => withStatus(body, "completed")),
+        resultJson: done.resultJson,
+        engineMs: done.engineMs,
+        response: done.response,
+        webhook: webhookRequest(call.metadata, done.webhookBody),
       });
       recorded = true;
       reservation?.settle(charge.chargedMicros);
-      if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, usage.promptTokens);
-      return { result, body, costMicros: cost };
+      if (!call.batch) {
+        this.rateLimits?.recordTokens(
+          principal.teamId,
+          call.model,
+          done.usage.promptTokens + done.usage.completionTokens,
+        );
+      }
+      return { result, body: done.body, costMicros: cost };
     } finally {
-      reservation?.release();
+      reservation?.release(); // no-op once settled
       await mark?.end(recorded);
     }
   }

@@ -37,19 +37,17 @@ import { AppError, ErrorCode, parseUuidParam } from "../../../shared/errors.js";
 import type { CacheBus } from "../../platform/cache-bus.js";
 import { type Principal, type RequestContext, requirePrincipal } from "../../platform/context.js";
 import type { InferenceService } from "../inference.service.js";
-import type { MeteringService, StoredResponse } from "../../metering/metering.service.js";
+import type { MeteringService } from "../../metering/metering.service.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import {
   type ResponseObject,
   type ResponseRequest,
   answeredTier,
   inProgressResponse,
-  responseMessages,
-  responseObject,
-  responseParams,
   responseRequest,
 } from "../protocols/openai-responses.protocol.js";
 import type { ResponseList, ResponsesService } from "./responses.service.js";
+import { createResponse, storedResponse } from "../use-cases/response.js";
 import { type StreamStatus, closedStreamError } from "./stream-directory.js";
 import {
   redactedMetadata,
@@ -370,6 +368,7 @@ export class BackgroundResponsesService {
     if (kept) throw new Error(`background response ${responseId} was not recorded; released for a retry`);
   }
 
+  /** Runs a claimed response's generation through the Responses create operation (`createResponse`). */
   private async generate(row: EndedRow, entry: Running, remainingMs: number): Promise<void> {
     const req = responseRequest.parse(row.request_json);
     const model = this.catalog.resolve(row.team_id, req.model, "text_generation");
@@ -377,56 +376,45 @@ export class BackgroundResponsesService {
     const principal = row.principal_json!;
     // The stored request is redacted; the webhook of its record needs the token kept apart.
     const metadata = withWebhookToken(row.metadata, row.webhook_token);
-    const stored = (object: ResponseObject): StoredResponse => ({
-      status: object.status,
-      background: true,
-      metadata,
-      requestJson: row.request_json,
-      responseJson: { ...object },
-    });
-    await this.inference.generate(
+    await createResponse(
+      { inference: this.inference, catalog: this.catalog, background: this },
       { requestId: row.id, principal },
+      req,
       {
-        requestId: row.id,
-        createdAt: row.created_at,
-        endpoint: "/v1/responses",
-        serviceTier: answeredTier(req),
-        model,
-        messages: responseMessages(req).messages,
-        params: responseParams(req),
-        metadata,
-        body: row.request_json,
-        // Accepted at create: a stream closed since does not refuse it.
-        admitted: true,
-        // No 429 for background work: it waits for a slot until its deadline.
-        maxQueueWaitS: Math.max(1, remainingMs / 1000),
+        rawBody: row.request_json,
         signal: entry.controller.signal,
-        render: (result) => {
-          let object = responseObject(row.id, row.created_at, model.id, tier, result);
-          let status: ActivityStatus | undefined;
-          if (entry.endedAs === "timeout") {
-            object = { ...object, status: "failed", error: TIMEOUT_ERROR };
-            status = "failed";
-          }
-          return { body: object, status, response: stored(object) };
-        },
-        onFailure: (err) => {
-          // A process stopping (its engines closing under the generation) records nothing: the
-          // response stays in progress under this silent runner and another worker resumes it,
-          // as after a SIGKILL.
-          if (this.stopping && entry.endedAs === undefined) return null;
-          const kind = entry.endedAs;
-          const error =
-            kind === "timeout"
-              ? TIMEOUT_ERROR
-              : { code: err instanceof AppError ? err.code : ErrorCode.Internal, message: errorMessage(err) };
-          const status = kind === "cancelled" ? "cancelled" : "failed";
-          const object: ResponseObject = {
-            ...inProgressResponse(row.id, row.created_at, model.id, tier),
-            status,
-            error: kind === "cancelled" ? null : error,
-          };
-          return { status, errorJson: kind === "cancelled" ? null : error, response: stored(object) };
+        run: {
+          requestId: row.id,
+          createdAt: row.created_at,
+          metadata,
+          // No 429 for background work: it waits for a slot until its deadline.
+          maxQueueWaitS: Math.max(1, remainingMs / 1000),
+          end: (object) =>
+            entry.endedAs === "timeout"
+              ? { object: { ...object, status: "failed", error: TIMEOUT_ERROR }, status: "failed" }
+              : { object },
+          onFailure: (err) => {
+            // A process stopping (its engines closing under the generation) records nothing: the
+            // response stays in progress under this silent runner and another worker resumes it,
+            // as after a SIGKILL.
+            if (this.stopping && entry.endedAs === undefined) return null;
+            const kind = entry.endedAs;
+            const error =
+              kind === "timeout"
+                ? TIMEOUT_ERROR
+                : { code: err instanceof AppError ? err.code : ErrorCode.Internal, message: errorMessage(err) };
+            const status = kind === "cancelled" ? "cancelled" : "failed";
+            const object: ResponseObject = {
+              ...inProgressResponse(row.id, row.created_at, model.id, tier),
+              status,
+              error: kind === "cancelled" ? null : error,
+            };
+            return {
+              status,
+              errorJson: kind === "cancelled" ? null : error,
+              response: storedResponse(object, true, metadata, row.request_json),
+            };
+          },
         },
       },
     );

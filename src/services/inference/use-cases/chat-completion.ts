@@ -1,0 +1,78 @@
+/** `createChatCompletion`: the OpenAI Chat Completions create operation (REST and batch items). */
+import { v7 as uuidv7 } from "uuid";
+import { requirePrincipal, type RequestContext } from "../../platform/context.js";
+import {
+  type ChatCompletionRequest,
+  ChatChunkWriter,
+  chatCompletion,
+  chatMessages,
+  chatParams,
+} from "../protocols/openai-chat.protocol.js";
+import {
+  type CreateOptions,
+  type Created,
+  type InferenceOperations,
+  assertTextOnly,
+  batchFields,
+  callMetadata,
+  runGeneration,
+  streamTransport,
+} from "./create-call.js";
+
+/** The `chat.completion` object. */
+export type ChatCompletion = ReturnType<typeof chatCompletion>;
+
+/**
+ * Runs a chat completion: resolve the model → translate the messages (text only) → generate,
+ * metered once → `chat.completion`, or `chat.completion.chunk` events ending with `[DONE]` when
+ * `stream: true` (usage chunk with `stream_options.include_usage`).
+ * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream), 401,
+ *   402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
+ */
+export async function createChatCompletion(
+  ops: InferenceOperations,
+  ctx: RequestContext,
+  body: ChatCompletionRequest,
+  options: CreateOptions,
+): Promise<Created<ChatCompletion>> {
+  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
+  const { messages, unsupported } = chatMessages(body);
+  assertTextOnly(unsupported);
+  const transport = streamTransport(body.stream, options);
+  const requestId = options.requestId ?? uuidv7();
+  const createdAt = new Date();
+  const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
+  return runGeneration(
+    ops.inference,
+    ctx,
+    {
+      requestId,
+      createdAt,
+      endpoint: "/v1/chat/completions",
+      model,
+      messages,
+      params: chatParams(body),
+      metadata: callMetadata(body.metadata, options.batch),
+      body: options.rawBody,
+      maxQueueWaitS: options.maxQueueWaitS ?? body.max_queue_wait_s,
+      signal: options.signal,
+      ...batchFields(options.batch),
+      render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result) }),
+    },
+    transport && {
+      transport,
+      events: {
+        start: () => [{ data: chunks.start() }],
+        delta: (text) => [{ data: chunks.delta(text) }],
+        finish: (result) => {
+          const usage = chunks.usage(result);
+          return [{ data: chunks.finish(result) }, ...(usage ? [{ data: usage }] : []), { data: "[DONE]" }];
+        },
+        error: (status, detail) => [
+          { data: { error: { message: detail, type: "server_error", code: String(status) } } },
+          { data: "[DONE]" },
+        ],
+      },
+    },
+  );
+}

@@ -1,0 +1,142 @@
+/**
+ * What the callers of a create operation add to it (issue 25, item 2): the REST handlers, the
+ * batch runner and the background worker call the same use case (`createChatCompletion`,
+ * `createMessage`, `createEmbedding`, `createResponse`) with the parsed protocol body and these
+ * options; only HTTP (status, body, SSE framing) stays in the transport.
+ */
+import type { GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import { AppError } from "../../../shared/errors.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
+import type { RequestContext } from "../../platform/context.js";
+import type { FailureRecord, GenerationCall, InferenceService } from "../inference.service.js";
+
+/** The services every create operation runs on. */
+export interface InferenceOperations {
+  inference: InferenceService;
+  catalog: ModelCatalogService;
+}
+
+/** A batch item's part of a call (issue 7): its batch, its `custom_id`, and how its failures are recorded. */
+export interface BatchItemCall {
+  batchId: string;
+  customId: string | null;
+  /** Every failure, refusals included, is recorded as this says; null: not recorded (the runner retries). */
+  onFailure: (err: unknown) => FailureRecord | null;
+}
+
+/** One event of a streamed answer in the protocol's terms (`event` name, `data` JSON or `[DONE]`). */
+export interface ProtocolEvent {
+  event?: string;
+  data: unknown;
+}
+
+/** How one protocol streams a generation; the transport frames and sends what these return. */
+export interface StreamEvents<T> {
+  /** When the engine accepted the request (the prompt is counted). */
+  start(prompt: GenerationStart): ProtocolEvent[];
+  /** A piece of generated text. */
+  delta(text: string): ProtocolEvent[];
+  /** After the request is metered: the closing events. */
+  finish(result: GenerateResult, body: T): ProtocolEvent[];
+  /** A failure after the stream opened (status and detail of the error envelope). */
+  error(status: number, detail: string): ProtocolEvent[];
+}
+
+/** The engine hooks a streaming transport passes to the generation it runs. */
+export interface StreamHooks {
+  onStart: (start: GenerationStart) => void;
+  onText: (text: string) => void;
+}
+
+/**
+ * A transport that can stream (REST's SSE): runs `generate` with its hooks and sends the
+ * protocol's events as they come. Resolves once the stream ended.
+ * @throws what `generate` throws before the stream opened (the transport answers it as JSON).
+ */
+export type StreamTransport = <T>(
+  events: StreamEvents<T>,
+  generate: (hooks: StreamHooks) => Promise<{ result: GenerateResult; body: T }>,
+) => Promise<void>;
+
+/** What the caller of a create operation adds to the parsed body. */
+export interface CreateOptions {
+  /** Fires when the caller goes away (the engine stops; the request is recorded `cancelled`). */
+  signal?: AbortSignal;
+  /** The body as received: the activity's `body_json`. */
+  rawBody: unknown;
+  /** The request id (activity id, ledger source), when fixed earlier (batch items); else a new UUIDv7. */
+  requestId?: string;
+  /** Overrides the body's `max_queue_wait_s`, seconds (batch items). */
+  maxQueueWaitS?: number;
+  /** Set for a batch item. */
+  batch?: BatchItemCall;
+  /** Given when the caller can stream (REST); used when the body asks for `stream: true`. */
+  stream?: StreamTransport;
+}
+
+/** What a create operation answers: the API object and the engine time (queue wait included), ms, or nothing when it was streamed. */
+export type Created<T> = { body: T; engineMs?: number } | { streamed: true };
+
+/** Refuses content the model cannot read (images, files, tool results …) with a 400 naming each part. */
+export function assertTextOnly(unsupported: string[]): void {
+  if (unsupported.length > 0) {
+    throw AppError.invalid(
+      "Only text content is supported by this model",
+      unsupported.map((field) => ({ field, message: "unsupported content type" })),
+    );
+  }
+}
+
+/**
+ * A create request's metadata as its call sees it. A batch item's has no completion webhook and
+ * no stream: batch items are followed through the batch (results, the events feed with
+ * `batch_id`), not one callback per item (the token is redacted when the item is stored, so it
+ * could not be sent anyway), and they belong to their batch (activity `type: batch`).
+ */
+export function callMetadata(
+  metadata: Record<string, unknown> | null | undefined,
+  batch: BatchItemCall | undefined,
+): Record<string, unknown> | null | undefined {
+  if (!batch) return metadata;
+  if (!metadata) return null;
+  const { completion_webhook: _url, webhook_token: _token, stream_id: _stream, ...rest } = metadata;
+  return rest;
+}
+
+/** The batch fields of an `InferenceService` call. */
+export function batchFields(batch: BatchItemCall | undefined) {
+  return batch ? { batch: { batchId: batch.batchId, customId: batch.customId }, onFailure: batch.onFailure } : {};
+}
+
+/**
+ * Runs a generation call: streamed through the caller's transport with the protocol's events when
+ * `stream` is given, else answered whole.
+ * @throws what `InferenceService.generate` throws (when streamed: only before the stream opened).
+ */
+export async function runGeneration<T>(
+  inference: InferenceService,
+  ctx: RequestContext,
+  call: GenerationCall<T>,
+  stream: { transport: StreamTransport; events: StreamEvents<T> } | null,
+): Promise<Created<T>> {
+  if (!stream) {
+    const out = await inference.generate(ctx, call);
+    return { body: out.body, engineMs: out.result.engineMs + out.result.queueMs };
+  }
+  await stream.transport(stream.events, (hooks) => inference.generate(ctx, { ...call, ...hooks }));
+  return { streamed: true };
+}
+
+/**
+ * The transport to stream through when the body asks for `stream: true`, or null.
+ * @throws AppError 400 naming `stream` when the caller cannot stream (a batch item).
+ */
+export function streamTransport(
+  wantsStream: boolean | null | undefined,
+  options: CreateOptions,
+): StreamTransport | null {
+  if (!wantsStream) return null;
+  if (!options.stream)
+    throw AppError.invalid("stream is not allowed here", [{ field: "stream", message: "is not allowed here" }]);
+  return options.stream;
+}

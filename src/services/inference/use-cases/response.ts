@@ -1,0 +1,135 @@
+/**
+ * `createResponse`: the OpenAI Responses create operation: synchronous and streamed (REST),
+ * background submission (REST), and the background worker's run of a submitted response.
+ */
+import { v7 as uuidv7 } from "uuid";
+import type { CatalogModel } from "../../../config/catalog.js";
+import type { ActivityStatus } from "../../../entities/activity.entity.js";
+import { requirePrincipal, type RequestContext } from "../../platform/context.js";
+import type { StoredResponse } from "../../metering/metering.service.js";
+import type { FailureRecord } from "../inference.service.js";
+import {
+  type ResponseObject,
+  type ResponseRequest,
+  ResponseStreamEvents,
+  answeredTier,
+  responseMessages,
+  responseObject,
+  responseParams,
+} from "../protocols/openai-responses.protocol.js";
+import {
+  type CreateOptions,
+  type Created,
+  type InferenceOperations,
+  type ProtocolEvent,
+  assertTextOnly,
+  runGeneration,
+  streamTransport,
+} from "./create-call.js";
+
+/** Stores a `background: true` request and enqueues its run (`BackgroundResponsesService.submit`). */
+export interface BackgroundSubmitter {
+  submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject>;
+}
+
+/** The services the Responses create operation runs on. */
+export interface ResponseOperations extends InferenceOperations {
+  background: BackgroundSubmitter;
+}
+
+/** What the background worker adds when it runs a submitted response (issue 6, item 2). */
+export interface SubmittedRun {
+  /** The stored response's id and creation time. */
+  requestId: string;
+  createdAt: Date;
+  /** The request's metadata with its webhook token restored (the stored copy is redacted). */
+  metadata: Record<string, unknown> | null;
+  /** Until the deadline, seconds: background work waits for a slot instead of a 429. */
+  maxQueueWaitS: number;
+  /** The response as it ends (a deadline that passed meanwhile makes it `failed`). */
+  end(object: ResponseObject): { object: ResponseObject; status?: ActivityStatus };
+  /** How a failure is recorded (null: not recorded, another worker resumes it). */
+  onFailure(err: unknown): FailureRecord | null;
+}
+
+/** The row a Response is stored as (`responses`), from the object it answers. */
+export function storedResponse(
+  object: ResponseObject,
+  background: boolean,
+  metadata: Record<string, unknown> | null,
+  requestJson: unknown,
+): StoredResponse {
+  return { status: object.status, background, metadata, requestJson, responseJson: { ...object } };
+}
+
+/** `[event, data]` pairs (as the protocol module builds them) → named events. */
+function named(events: [string, unknown][]): ProtocolEvent[] {
+  return events.map(([event, data]) => ({ event, data }));
+}
+
+/**
+ * Runs a Responses create: resolve the model → translate the input (text only) → with
+ * `background: true`, store it `in_progress` and enqueue it (answered at once); else generate,
+ * metered once → the Response (stored unless `store: false`), or its stream events. Given `run`,
+ * it is the background worker's generation of a submitted response (accepted earlier: a stream
+ * closed since does not refuse it).
+ * @throws AppError 400 (body, non-text parts, prompt or limits), 401, 402, 404 unknown model or
+ *   another team's stream, 429, 502/503 (see `InferenceService.generate`,
+ *   `BackgroundResponsesService.submit`).
+ */
+export async function createResponse(
+  ops: ResponseOperations,
+  ctx: RequestContext,
+  body: ResponseRequest,
+  options: CreateOptions & { run?: SubmittedRun },
+): Promise<Created<ResponseObject>> {
+  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
+  const { messages, unsupported } = responseMessages(body);
+  assertTextOnly(unsupported);
+  const run = options.run;
+  if (body.background && !run) return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
+  const transport = streamTransport(body.stream, options);
+  const requestId = run?.requestId ?? uuidv7();
+  const createdAt = run?.createdAt ?? new Date();
+  const tier = answeredTier(body);
+  const store = body.store !== false;
+  const metadata = run ? run.metadata : body.metadata;
+  const events = new ResponseStreamEvents(requestId, createdAt, model.id, tier);
+  return runGeneration(
+    ops.inference,
+    ctx,
+    {
+      requestId,
+      createdAt,
+      endpoint: "/v1/responses",
+      serviceTier: tier,
+      model,
+      messages,
+      params: responseParams(body),
+      metadata,
+      body: store ? options.rawBody : null,
+      ...(run ? { admitted: true, onFailure: (err: unknown) => run.onFailure(err) } : {}),
+      maxQueueWaitS: run?.maxQueueWaitS ?? body.max_queue_wait_s,
+      signal: options.signal,
+      render: (result) => {
+        const ended = run?.end(responseObject(requestId, createdAt, model.id, tier, result)) ?? {
+          object: responseObject(requestId, createdAt, model.id, tier, result),
+        };
+        return {
+          body: ended.object,
+          status: ended.status,
+          response: store ? storedResponse(ended.object, !!run, metadata ?? null, options.rawBody) : undefined,
+        };
+      },
+    },
+    transport && {
+      transport,
+      events: {
+        start: () => named(events.start()),
+        delta: (text) => named(events.delta(text)),
+        finish: (_result, response) => named(events.finish(response)),
+        error: (status, detail) => named(events.error(detail, String(status))),
+      },
+    },
+  );
+}
