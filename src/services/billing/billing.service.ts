@@ -43,7 +43,7 @@ import type { CacheBus } from "../platform/cache-bus.js";
 import type { RequestContext } from "../platform/context.js";
 import { authorize } from "../platform/policy.js";
 import { isoDateTime, optionalQuery, pgText, queryInt } from "../platform/validation.js";
-import { appendLedgerCredit } from "../ledger/ledger.js";
+import { appendLedgerCredit, type LedgerRow, isLedgerEntryOf, ledgerPage } from "../ledger/ledger.js";
 import type { CheckoutSession, LocalPaymentProvider, PaymentProvider, ProviderInvoice } from "./payment-provider.js";
 import { DEFAULT_PROVIDER_GATE_LIMITS, ProviderGate, type ProviderGateLimits } from "./provider-gate.js";
 import {
@@ -160,17 +160,6 @@ interface StripeSessionObject {
   currency?: string | null;
   metadata?: Record<string, string> | null;
   payment_intent?: string | { id?: string } | null;
-}
-
-interface LedgerRow {
-  id: string;
-  created_at: Date;
-  type: string;
-  amount_micros: string;
-  balance_after_micros: string;
-  description: string;
-  external_provider: string | null;
-  external_payment_id: string | null;
 }
 
 interface SessionRow {
@@ -320,28 +309,12 @@ export class BillingService {
     const principal = authorize(ctx, "billing.manage");
     const q = parseInput(transactionsQuery, query ?? {});
     const limit = q.limit ?? 25;
-    if (q.starting_after) {
-      const known = await queryRows(this.ds, "SELECT 1 FROM credit_ledger WHERE id = $1 AND team_id = $2", [
-        q.starting_after,
-        principal.teamId,
+    if (q.starting_after && !(await isLedgerEntryOf(this.ds, q.starting_after, principal.teamId))) {
+      throw AppError.invalid("Invalid request: starting_after", [
+        { field: "starting_after", message: "is not a transaction of your team" },
       ]);
-      if (known.length === 0) {
-        throw AppError.invalid("Invalid request: starting_after", [
-          { field: "starting_after", message: "is not a transaction of your team" },
-        ]);
-      }
     }
-    const rows = await queryRows<LedgerRow>(
-      this.ds,
-      `SELECT id, created_at, type, amount_micros::text, balance_after_micros::text, description,
-              external_provider, external_payment_id
-         FROM credit_ledger
-        WHERE team_id = $1
-          AND ($2::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM credit_ledger WHERE id = $2::uuid))
-        ORDER BY created_at DESC, id DESC
-        LIMIT $3`,
-      [principal.teamId, q.starting_after ?? null, limit + 1],
-    );
+    const rows = await ledgerPage(this.ds, principal.teamId, q.starting_after ?? null, limit + 1);
     const items = rows.slice(0, limit).map(transactionJson);
     return { items, next_starting_after: rows.length > limit ? items[items.length - 1].id : null };
   }
