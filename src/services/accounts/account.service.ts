@@ -208,3 +208,6 @@ function toUserEntity(row: UserRow): UserEntity {
     isActive: row.is_active,
   });
 }
+
+/** The user record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { UserEntity } from "../../entities/user.entity.js";

@@ -493,3 +493,6 @@ export class MemberService implements InvitedUserFactory {
     ].join("\n");
   }
 }
+
+/** The team member record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { TeamMemberEntity } from "../../entities/team-member.entity.js";
