@@ -79,6 +79,13 @@ module.exports = {
     layer("services", ["resolvers", "schema", "rest", "jobs"], "services are called, they call no transport"),
     layer("jobs", ["resolvers", "schema", "rest"], "jobs call services, never HTTP handlers"),
     {
+      name: "rest-no-persistence",
+      severity: "error",
+      comment: "REST reads records through the services, never entities or the database",
+      from: { path: "^src/rest/" },
+      to: { path: "^src/(entities|db)/" },
+    },
+    {
       name: "transports-apart",
       severity: "error",
       comment: "GraphQL resolvers and schema never import the REST layer",

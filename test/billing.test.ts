@@ -13,7 +13,7 @@ import {
   allotCents,
   invoicePeriod,
   previousMonthUtc,
-} from "../src/services/billing/billing.service.js";
+} from "../src/services/billing/invoice-period.js";
 import { isLoopbackUrl, warnOfLocalPayments } from "../src/services/billing/payment-provider.js";
 import {
   CHAT_MODEL,

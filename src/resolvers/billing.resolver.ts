@@ -6,13 +6,13 @@
  */
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from "type-graphql";
 import { InvoiceType, TopUpSessionType, TransactionPageType } from "../schema/billing.types.js";
+import type { BillingService } from "../services/billing/billing.service.js";
 import type {
-  BillingService,
   InvoiceDto,
   TopUpConfirmationDto,
   TopUpSessionDto,
   TransactionPageDto,
-} from "../services/billing/billing.service.js";
+} from "../services/billing/billing.dto.js";
 import type { RequestContext } from "../services/platform/context.js";
 
 @Resolver()

@@ -4,12 +4,12 @@
  * (the caller's role, members, the signing-secret fields) come from the same resolver methods that
  * answer them over GraphQL, so both surfaces say the same. Deployments (spec: Deployment) likewise.
  */
-import type { ActivityEntity } from "../entities/activity.entity.js";
-import type { ApiKeyEntity } from "../entities/api-key.entity.js";
-import type { DeploymentEntity } from "../entities/deployment.entity.js";
-import type { TeamEntity } from "../entities/team.entity.js";
-import type { TeamMemberEntity } from "../entities/team-member.entity.js";
-import type { UserEntity } from "../entities/user.entity.js";
+import type { DeploymentEntity } from "../services/models/deployments.service.js";
+import type { ActivityEntity } from "../services/usage/activity.service.js";
+import type { ApiKeyEntity } from "../services/accounts/api-key.service.js";
+import type { TeamEntity } from "../services/teams/team.service.js";
+import type { TeamMemberEntity } from "../services/teams/member.service.js";
+import type { UserEntity } from "../services/accounts/account.service.js";
 import type { Resolvers } from "../schema/build-schema.js";
 import type { ActivityList } from "../services/usage/activity.service.js";
 import type { ApiKeyList } from "../services/accounts/api-key.service.js";

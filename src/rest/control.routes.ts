@@ -25,7 +25,7 @@ import {
   topUpBody,
   topUpQuery,
   transactionsQuery,
-} from "../services/billing/billing.service.js";
+} from "../services/billing/billing.dto.js";
 import { inviteMemberInput, updateMemberInput } from "../services/teams/member.service.js";
 import {
   createCustomModelInput,

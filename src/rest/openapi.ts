@@ -18,7 +18,7 @@ import { z } from "zod";
 import { loginInput, signupInput } from "../services/accounts/account.service.js";
 import { createApiKeyInput } from "../services/accounts/api-key.service.js";
 import { batchCreateBody } from "../services/batches/batches.service.js";
-import { invoiceBody, topUpBody } from "../services/billing/billing.service.js";
+import { invoiceBody, topUpBody } from "../services/billing/billing.dto.js";
 import { decisionRequest } from "../services/decisions/decisions.protocol.js";
 import { inviteMemberInput, updateMemberInput } from "../services/teams/member.service.js";
 import { createCustomModelInput, requestDeploymentInput } from "../services/models/custom-models.service.js";

@@ -9,7 +9,7 @@ import type {
   TopUpSessionDto,
   TransactionDto,
   TransactionPageDto,
-} from "../services/billing/billing.service.js";
+} from "../services/billing/billing.dto.js";
 
 @ObjectType("BillingTransaction", { description: "One ledger entry (spec: Billing, Transaction)." })
 export class TransactionType implements TransactionDto {

@@ -12,6 +12,7 @@ import { AppError, parseInput } from "../../shared/errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
 import type { AuthThrottle } from "../platform/auth-throttle.js";
 import type { IssuedToken, TokenService } from "../platform/tokens.js";
+import { appendSignupGrant } from "../ledger/ledger.js";
 import { pgText } from "../platform/validation.js";
 
 /** Data-plane current user (spec: Current user). */
@@ -138,13 +139,7 @@ export class AccountService {
        VALUES ($1, $2, $3, $4, $5, 'owner') RETURNING ${USER_COLUMNS}`,
       [uuidv7(), account.email, account.name, account.passwordHash, teamId],
     );
-    if (this.signupCreditMicros > 0n) {
-      await em.query(
-        `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
-         VALUES ($1, $2, 'grant', $3, $3, $4, 'Signup credit')`,
-        [uuidv7(), teamId, this.signupCreditMicros.toString(), `signup:${teamId}`],
-      );
-    }
+    await appendSignupGrant(em, teamId, this.signupCreditMicros);
     return toUserEntity(users[0]);
   }
 
@@ -213,3 +208,6 @@ function toUserEntity(row: UserRow): UserEntity {
     isActive: row.is_active,
   });
 }
+
+/** The user record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { UserEntity } from "../../entities/user.entity.js";

@@ -136,3 +136,6 @@ export class ApiKeyService {
     this.bus.deliverLocally("api_key", hashHex);
   }
 }
+
+/** The api key record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { ApiKeyEntity } from "../../entities/api-key.entity.js";

@@ -38,12 +38,24 @@ import type { DataSource } from "typeorm";
 import { z } from "zod";
 import { queryRows } from "../../db/sql.js";
 import { AppError, parseInput } from "../../shared/errors.js";
-import { usdToMicros } from "../../shared/money.js";
 import type { CacheBus } from "../platform/cache-bus.js";
 import type { RequestContext } from "../platform/context.js";
 import { authorize } from "../platform/policy.js";
-import { isoDateTime, optionalQuery, pgText, queryInt } from "../platform/validation.js";
-import { appendLedgerCredit } from "../ledger/ledger.js";
+import {
+  type InvoiceDto,
+  type InvoiceLineDto,
+  type TopUpConfirmationDto,
+  type TopUpSessionDto,
+  type TransactionDto,
+  type TransactionPageDto,
+  confirmQuery,
+  invoiceBody,
+  topUpBody,
+  topUpQuery,
+  transactionsQuery,
+} from "./billing.dto.js";
+import { MICROS_PER_CENT, allotCents, invoicePeriod } from "./invoice-period.js";
+import { appendLedgerCredit, type LedgerRow, isLedgerEntryOf, ledgerPage } from "../ledger/ledger.js";
 import type { CheckoutSession, LocalPaymentProvider, PaymentProvider, ProviderInvoice } from "./payment-provider.js";
 import { DEFAULT_PROVIDER_GATE_LIMITS, ProviderGate, type ProviderGateLimits } from "./provider-gate.js";
 import {
@@ -55,82 +67,6 @@ import {
 import type { StripePaymentProvider } from "./stripe-provider.js";
 
 /** spec "Billing" Transaction. */
-export interface TransactionDto {
-  id: string;
-  created_at: string;
-  type: string;
-  amount_micros: number;
-  balance_after_micros: number;
-  description: string;
-  external_provider: string | null;
-  external_payment_id: string | null;
-}
-
-/** `GET /control/v1/billing/transactions` answer. */
-export interface TransactionPageDto {
-  items: TransactionDto[];
-  next_starting_after: string | null;
-}
-
-/** spec "Billing" Top-up session. */
-export interface TopUpSessionDto {
-  payment_session_id: string;
-  checkout_url: string;
-}
-
-/** What opening a local confirm link answers (the same on every open). */
-export interface TopUpConfirmationDto {
-  payment_session_id: string;
-  status: "completed";
-  amount_micros: number;
-  transaction_id: string;
-}
-
-/** One invoice line (by model). */
-export interface InvoiceLineDto {
-  model: string;
-  requests: number;
-  amount_micros: number;
-  amount_cents: number;
-}
-
-/** spec "Billing" Invoice result, with its lines. */
-export interface InvoiceDto {
-  id: string;
-  payment_invoice_id: string;
-  hosted_invoice_url: string;
-  amount_cents: number;
-  currency: "usd";
-  period_start: string;
-  period_end: string;
-  status: string;
-  line_items: InvoiceLineDto[];
-}
-
-/** `limit` 1–100 (default 25) and `starting_after` (spec: Limits). */
-export const transactionsQuery = z.object({
-  limit: optionalQuery(queryInt(1, 100)),
-  starting_after: optionalQuery(z.uuid()),
-});
-
-/** `amount_usd`: a decimal string, at most two decimals, 1.00–10000.00 (DESIGN §3 Money). */
-export const amountUsd = z
-  .string()
-  .regex(/^\d{1,5}(?:\.\d{1,2})?$/, 'must be a decimal string with at most two decimals, e.g. "25.00"')
-  .transform((s) => usdToMicros(s))
-  .refine((m) => m >= 1_000_000n && m <= 10_000_000_000n, "must be between 1.00 and 10000.00");
-
-export const topUpQuery = z.object({ nonce: pgText().min(1).max(255) });
-export const topUpBody = z.object({ amount_usd: amountUsd });
-export const confirmQuery = z.object({ session: z.uuid(), signature: z.string().min(1).max(200) });
-export const invoiceBody = z.object({
-  period_start: isoDateTime.nullish(),
-  period_end: isoDateTime.nullish(),
-});
-
-const DAY_MS = 86_400_000;
-const MICROS_PER_CENT = 10_000n;
-
 /**
  * How long a request may call the provider for a row it claimed (Stripe: a 30 s timeout and one
  * retry, ≈ 62 s at worst); a claim older than this is taken over by the next request.
@@ -139,14 +75,6 @@ const CLAIM_MS = 90_000;
 /** How long a request waits for another process opening the same top-up or invoice (then 409). */
 const WAIT_MS = 10_000;
 const POLL_MS = 200;
-
-/**
- * An invoice period must have ended at least this long ago (review finding 3): activity rows are
- * written when a request ends with `created_at` = when it was received, and a background response
- * or batch item may end up to 24 h after that; 1 h more covers the metering group commit and
- * clock skew between processes. So usage of a period is complete before it can be invoiced.
- */
-export const INVOICE_SETTLE_MS = 25 * 3_600_000;
 
 const SESSION_COLUMNS = "id, team_id, amount_micros::text, provider, external_session_id, checkout_url";
 const INVOICE_COLUMNS =
@@ -160,17 +88,6 @@ interface StripeSessionObject {
   currency?: string | null;
   metadata?: Record<string, string> | null;
   payment_intent?: string | { id?: string } | null;
-}
-
-interface LedgerRow {
-  id: string;
-  created_at: Date;
-  type: string;
-  amount_micros: string;
-  balance_after_micros: string;
-  description: string;
-  external_provider: string | null;
-  external_payment_id: string | null;
 }
 
 interface SessionRow {
@@ -220,74 +137,6 @@ function invoiceJson(r: InvoiceRow): InvoiceDto {
   };
 }
 
-/**
- * Micro-USD → cents for an invoice: the total rounded half up once, shared out over the lines by
- * largest remainder so the lines sum to it (see the module header).
- */
-export function allotCents(lines: Array<{ model: string; micros: bigint }>): { total: number; cents: number[] } {
-  const sum = lines.reduce((s, l) => s + l.micros, 0n);
-  const total = (sum + MICROS_PER_CENT / 2n) / MICROS_PER_CENT;
-  const cents = lines.map((l) => l.micros / MICROS_PER_CENT);
-  let left = total - cents.reduce((s, c) => s + c, 0n);
-  const order = lines
-    .map((l, i) => ({ i, rem: l.micros % MICROS_PER_CENT, model: l.model }))
-    .sort((a, b) => (a.rem === b.rem ? a.model.localeCompare(b.model) : a.rem > b.rem ? -1 : 1));
-  for (const o of order) {
-    if (left <= 0n) break;
-    cents[o.i] += 1n;
-    left -= 1n;
-  }
-  return { total: Number(total), cents: cents.map(Number) };
-}
-
-/** The previous calendar month in UTC, as `[start, end)`. */
-export function previousMonthUtc(now: Date): { start: Date; end: Date } {
-  const end = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
-  const start = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - 1, 1));
-  return { start, end };
-}
-
-/**
- * The invoice period asked for: both bounds or neither (the previous calendar month, UTC); end
- * after start; at most 366 days; ended at least `INVOICE_SETTLE_MS` before `now`.
- * @throws AppError 400 naming the field, with the time the period can be invoiced from.
- */
-export function invoicePeriod(
-  b: { period_start?: Date | null; period_end?: Date | null },
-  now: Date,
-): { start: Date; end: Date } {
-  let start: Date;
-  let end: Date;
-  if (b.period_start == null && b.period_end == null) ({ start, end } = previousMonthUtc(now));
-  else if (b.period_start == null || b.period_end == null) {
-    const missing = b.period_start == null ? "period_start" : "period_end";
-    throw AppError.invalid(`Invalid request: ${missing}`, [
-      { field: missing, message: "give both period_start and period_end, or neither" },
-    ]);
-  } else {
-    start = b.period_start;
-    end = b.period_end;
-  }
-  const issues = [];
-  if (end <= start) issues.push({ field: "period_end", message: "must be after period_start" });
-  else if (end.getTime() - start.getTime() > 366 * DAY_MS) {
-    issues.push({ field: "period_end", message: "the period is at most 366 days" });
-  }
-  if (end.getTime() > now.getTime() - INVOICE_SETTLE_MS) {
-    const from = new Date(end.getTime() + INVOICE_SETTLE_MS).toISOString();
-    issues.push({
-      field: "period_end",
-      message:
-        `must be at least 25 hours ago: usage is recorded up to 24 h after a request is received, ` +
-        `so this period can be invoiced from ${from}`,
-    });
-  }
-  if (issues.length > 0) {
-    throw AppError.invalid(`Invalid request: ${issues[0].field}: ${issues[0].message}`, issues);
-  }
-  return { start, end };
-}
-
 /** Transactions, top-ups and invoices (see the module header). */
 export class BillingService {
   constructor(
@@ -320,28 +169,12 @@ export class BillingService {
     const principal = authorize(ctx, "billing.manage");
     const q = parseInput(transactionsQuery, query ?? {});
     const limit = q.limit ?? 25;
-    if (q.starting_after) {
-      const known = await queryRows(this.ds, "SELECT 1 FROM credit_ledger WHERE id = $1 AND team_id = $2", [
-        q.starting_after,
-        principal.teamId,
+    if (q.starting_after && !(await isLedgerEntryOf(this.ds, q.starting_after, principal.teamId))) {
+      throw AppError.invalid("Invalid request: starting_after", [
+        { field: "starting_after", message: "is not a transaction of your team" },
       ]);
-      if (known.length === 0) {
-        throw AppError.invalid("Invalid request: starting_after", [
-          { field: "starting_after", message: "is not a transaction of your team" },
-        ]);
-      }
     }
-    const rows = await queryRows<LedgerRow>(
-      this.ds,
-      `SELECT id, created_at, type, amount_micros::text, balance_after_micros::text, description,
-              external_provider, external_payment_id
-         FROM credit_ledger
-        WHERE team_id = $1
-          AND ($2::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM credit_ledger WHERE id = $2::uuid))
-        ORDER BY created_at DESC, id DESC
-        LIMIT $3`,
-      [principal.teamId, q.starting_after ?? null, limit + 1],
-    );
+    const rows = await ledgerPage(this.ds, principal.teamId, q.starting_after ?? null, limit + 1);
     const items = rows.slice(0, limit).map(transactionJson);
     return { items, next_starting_after: rows.length > limit ? items[items.length - 1].id : null };
   }

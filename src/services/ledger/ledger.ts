@@ -1,8 +1,10 @@
 /**
- * Credit-side ledger entries (issue 10, item 4; DESIGN §3 Money): `top_up`, `refund`,
- * `adjustment` (and `grant`). The ledger is append-only (a trigger refuses UPDATE and DELETE);
- * usage charges are written by the metering group commit (`MeteringService.write`), signup
- * grants by `AccountService.openAccount`.
+ * The one writer of `credit_ledger` (issue 25, item 3): every statement that names the table is
+ * here (test/ledger-writer.test.ts fails on SQL elsewhere that does). Credit-side entries (issue
+ * 10, item 4; DESIGN §3 Money): `top_up`, `refund`, `adjustment` (`appendLedgerCredit`) and the
+ * signup `grant` (`appendSignupGrant`); usage charges as CTEs the metering group commit runs in
+ * its one statement (`USAGE_CHARGE_CTES`); reads for the transactions list and team removal.
+ * The ledger is append-only (a trigger refuses UPDATE and DELETE).
  *
  * Rules, as the group commit keeps them for `usage`:
  * - Nothing applies twice: every entry has a source unique per kind (`UNIQUE (type, source_id)`),
@@ -21,7 +23,7 @@
 import { v7 as uuidv7 } from "uuid";
 import type { EntityManager } from "typeorm";
 import type { LedgerEntryType } from "../../entities/ledger-entry.entity.js";
-import { queryRows } from "../../db/sql.js";
+import { type Queryable, queryRows } from "../../db/sql.js";
 import { AppError } from "../../shared/errors.js";
 import { CACHE_CHANNEL } from "../platform/cache-bus.js";
 
@@ -105,4 +107,111 @@ export async function appendLedgerCredit(em: EntityManager, input: LedgerCreditI
     [input.teamId, after.toString()],
   );
   return { entryId, balanceAfterMicros: after, applied: true };
+}
+
+/**
+ * The signup grant of a team created in this transaction (`AccountService.openAccount`): one
+ * `grant` entry of `micros` whose balance after is `micros` (the new team's balance was set to it
+ * on insert), source `signup:<team id>`. Nothing is written for a zero grant.
+ */
+export async function appendSignupGrant(em: EntityManager, teamId: string, micros: bigint): Promise<void> {
+  if (micros <= 0n) return;
+  await em.query(
+    `INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
+     VALUES ($1, $2, 'grant', $3, $3, $4, 'Signup credit')`,
+    [uuidv7(), teamId, micros.toString(), `signup:${teamId}`],
+  );
+}
+
+/**
+ * Usage charges as data-modifying CTEs of the metering group commit (`MeteringService.write`):
+ * one statement, one round trip, atomic with the activity rows they charge for.
+ *
+ * Reads a CTE named `billable`: one row per newly recorded request with a cost (`id` the request
+ * id, `team_id`, `cost_micros`, `model`, `endpoint`, `ledger_id` the entry's id, and `running`:
+ * the sum of the team's costs so far in ledger id order). Defines:
+ * - `locked`: the teams charged, `before` = their balance, rows locked FOR NO KEY UPDATE (so
+ *   concurrent flushes serialise; FOR UPDATE would also block the foreign-key checks of other
+ *   flushes' inserts, which hold FOR KEY SHARE on the same team rows, and deadlock);
+ * - `charges`: `billable` with `charged` = `min(cost, max(0, before − (running − cost)))` and
+ *   `balance_after` = `max(0, before − running)`: the balance never goes below zero and a charge
+ *   that would cross it is capped;
+ * - `ledger`: the `usage` entries inserted (negative `charged`, source the request id), in ledger
+ *   id order so their created_at follows their balance_after; returns `source_id`;
+ * - `balances`: the teams' new balances, each announced on the cache bus (`balance:<team>=<micros>`).
+ */
+export const USAGE_CHARGE_CTES = `locked AS (
+  SELECT id, credit_balance_micros AS before FROM teams
+   WHERE id IN (SELECT team_id FROM billable)
+   ORDER BY id
+     FOR NO KEY UPDATE
+),
+charges AS (
+  SELECT b.*, LEAST(b.cost_micros, GREATEST(0, l.before - (b.running - b.cost_micros))) AS charged,
+         GREATEST(0, l.before - b.running) AS balance_after
+    FROM billable b JOIN locked l ON l.id = b.team_id
+),
+ledger AS (
+  INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
+  SELECT ledger_id, team_id, 'usage', -charged, balance_after, id::text,
+         model || ' ' || endpoint ||
+         CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)' ELSE '' END
+    FROM charges
+   ORDER BY team_id, ledger_id
+  RETURNING source_id
+),
+balances AS (
+  UPDATE teams t SET credit_balance_micros = GREATEST(0, l.before - s.total), updated_at = now()
+    FROM locked l JOIN (SELECT team_id, sum(cost_micros) AS total FROM billable GROUP BY team_id) s
+         ON s.team_id = l.id
+   WHERE t.id = l.id
+  RETURNING t.id, pg_notify('${CACHE_CHANNEL}', 'balance:' || t.id || '=' || t.credit_balance_micros)
+)`;
+
+/**
+ * Whether the team's ledger holds anything but its own signup grant (a team with payments or
+ * usage is not removed): an SQL condition on the team id as `$1`.
+ */
+export const TEAM_LEDGER_USED = `EXISTS (SELECT 1 FROM credit_ledger
+                       WHERE team_id = $1 AND NOT (type = 'grant' AND source_id = 'signup:' || $1::text))`;
+
+/** One entry as the transactions list shows it (amounts as text, micro-USD). */
+export interface LedgerRow {
+  id: string;
+  created_at: Date;
+  type: LedgerEntryType;
+  amount_micros: string;
+  balance_after_micros: string;
+  description: string;
+  external_provider: string | null;
+  external_payment_id: string | null;
+}
+
+/** Whether `entryId` is an entry of `teamId`'s ledger (a `starting_after` cursor). */
+export async function isLedgerEntryOf(db: Queryable, entryId: string, teamId: string): Promise<boolean> {
+  const rows = await queryRows(db, "SELECT 1 FROM credit_ledger WHERE id = $1 AND team_id = $2", [entryId, teamId]);
+  return rows.length > 0;
+}
+
+/**
+ * A page of the team's ledger, newest first (`created_at`, `id`), after the entry `startingAfter`
+ * when given; `limit` rows at most.
+ */
+export function ledgerPage(
+  db: Queryable,
+  teamId: string,
+  startingAfter: string | null,
+  limit: number,
+): Promise<LedgerRow[]> {
+  return queryRows<LedgerRow>(
+    db,
+    `SELECT id, created_at, type, amount_micros::text, balance_after_micros::text, description,
+            external_provider, external_payment_id
+       FROM credit_ledger
+      WHERE team_id = $1
+        AND ($2::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM credit_ledger WHERE id = $2::uuid))
+      ORDER BY created_at DESC, id DESC
+      LIMIT $3`,
+    [teamId, startingAfter, limit],
+  );
 }

@@ -17,6 +17,7 @@ import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryPrepared, queryRows } from "../../db/sql.js";
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
+import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
 import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "../events/completion-events.service.js";
 import type { Principal } from "../platform/context.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
@@ -431,33 +432,7 @@ export class MeteringService {
            FROM ins JOIN input USING (id)
           WHERE ins.cost_micros > 0
        ),
-       locked AS (
-         SELECT id, credit_balance_micros AS before FROM teams
-          WHERE id IN (SELECT team_id FROM billable)
-          ORDER BY id
-            FOR NO KEY UPDATE
-       ),
-       charges AS (
-         SELECT b.*, LEAST(b.cost_micros, GREATEST(0, l.before - (b.running - b.cost_micros))) AS charged,
-                GREATEST(0, l.before - b.running) AS balance_after
-           FROM billable b JOIN locked l ON l.id = b.team_id
-       ),
-       ledger AS (
-         INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
-         SELECT ledger_id, team_id, 'usage', -charged, balance_after, id::text,
-                model || ' ' || endpoint ||
-                CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)' ELSE '' END
-           FROM charges
-          ORDER BY team_id, ledger_id
-         RETURNING source_id
-       ),
-       balances AS (
-         UPDATE teams t SET credit_balance_micros = GREATEST(0, l.before - s.total), updated_at = now()
-           FROM locked l JOIN (SELECT team_id, sum(cost_micros) AS total FROM billable GROUP BY team_id) s
-                ON s.team_id = l.id
-          WHERE t.id = l.id
-         RETURNING t.id, pg_notify('${CACHE_CHANNEL}', 'balance:' || t.id || '=' || t.credit_balance_micros)
-       ),
+       ${USAGE_CHARGE_CTES},
        used AS (
          UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[]) AND EXISTS (SELECT FROM serial)
        ),

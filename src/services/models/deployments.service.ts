@@ -138,3 +138,6 @@ export class DeploymentsService {
     this.directory.install(principal.teamId, rows);
   }
 }
+
+/** The deployment record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { DeploymentEntity } from "../../entities/deployment.entity.js";

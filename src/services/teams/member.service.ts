@@ -41,6 +41,7 @@ import { type Principal, type RequestContext, requirePrincipal } from "../platfo
 import type { Mailer } from "../platform/mail/mailer.js";
 import { authorize, authorizeMemberChange, authorizeRoleGrant, inTeam, ownTeam } from "../platform/policy.js";
 import type { IssuedToken, TokenService } from "../platform/tokens.js";
+import { TEAM_LEDGER_USED } from "../ledger/ledger.js";
 import { pgText } from "../platform/validation.js";
 
 /** How long an invitation can be used, days. */
@@ -469,13 +470,7 @@ export class MemberService implements InvitedUserFactory {
       );
     }
     const data = TEAM_DATA.map((table) => `EXISTS (SELECT 1 FROM ${table} WHERE team_id = $1)`).join(" OR ");
-    const [row] = await queryRows<{ used: boolean }>(
-      em,
-      `SELECT ${data}
-           OR EXISTS (SELECT 1 FROM credit_ledger
-                       WHERE team_id = $1 AND NOT (type = 'grant' AND source_id = 'signup:' || $1::text)) AS used`,
-      [teamId],
-    );
+    const [row] = await queryRows<{ used: boolean }>(em, `SELECT ${data} OR ${TEAM_LEDGER_USED} AS used`, [teamId]);
     if (row.used) {
       throw AppError.conflict(
         `Your team "${teamName}" has requests, batches, streams or payments; a user belongs to one team and a team with data is not removed, so you cannot join another team with this account`,
@@ -498,3 +493,6 @@ export class MemberService implements InvitedUserFactory {
     ].join("\n");
   }
 }
+
+/** The team member record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { TeamMemberEntity } from "../../entities/team-member.entity.js";

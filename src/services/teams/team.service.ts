@@ -112,3 +112,6 @@ export class TeamService {
     return team;
   }
 }
+
+/** The team record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { TeamEntity } from "../../entities/team.entity.js";

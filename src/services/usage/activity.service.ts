@@ -417,3 +417,6 @@ export class ActivityService {
     };
   }
 }
+
+/** The activity record as this domain hands it to the transports (persisted shape; transports never import entities). */
+export type { ActivityEntity } from "../../entities/activity.entity.js";
