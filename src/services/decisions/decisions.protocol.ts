@@ -23,7 +23,7 @@
 import { z } from "zod";
 import type { ChatMessage } from "../../inference/engine.js";
 import type { CandidateScore, ScoreQuestion } from "../../inference/engine.js";
-import { maxQueueWaitS, requestMetadata } from "../inference/inference.service.js";
+import { maxQueueWaitS, requestMetadata } from "../inference/inference-calls.js";
 
 /** Most questions in one request (spec: Limits, "questions per call: up to 64"). */
 export const MAX_QUESTIONS = 64;

@@ -4,19 +4,9 @@
  * protocol modules (`protocols/*`) translate OpenAI/Anthropic bodies to and from these calls.
  */
 import type { Logger } from "pino";
-import { z } from "zod";
 import type { CatalogModel } from "../../config/catalog.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
-import type {
-  ChatMessage,
-  EmbedResult,
-  EngineUsage,
-  GenerateResult,
-  GenerationStart,
-  SamplingParams,
-  ScoreQuestion,
-  ScoreResult,
-} from "../../inference/engine.js";
+import type { EngineUsage } from "../../inference/engine.js";
 import { ScoringStopped } from "../../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "../platform/context.js";
 import type { CreditReservation, CreditService } from "../ledger/credit.service.js";
@@ -26,131 +16,20 @@ import type { ActivityStatus, ActivityType } from "../../entities/activity.entit
 import { costMicros, type TokenPrices } from "../../shared/money.js";
 import { failureBody, withStatus } from "../events/webhooks/webhook-body.js";
 import { webhookTarget, type WebhookRequest } from "../events/webhooks/webhook-target.js";
+import type {
+  EmbeddingCall,
+  EmbeddingOutcome,
+  GenerationCall,
+  GenerationOutcome,
+  RequestInfo,
+  ScoringCall,
+  ScoringOutcome,
+} from "./inference-calls.js";
+import { GENERATION_LIMITS } from "./inference-calls.js";
 import type { StreamDirectory } from "./responses/stream-directory.js";
 import type { RateLimitService } from "../metering/rate-limit.service.js";
 import type { PriceLookup } from "../metering/price-book.service.js";
 import type { InFlightActivity, InFlightMark, InFlightStatus } from "../metering/in-flight-activity.js";
-
-/** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
-export const requestMetadata = z
-  .record(z.string(), z.unknown())
-  .superRefine((m, ctx) => {
-    if (m.stream_id !== undefined && m.stream_id !== null && !z.uuid().safeParse(m.stream_id).success) {
-      ctx.addIssue({ code: "custom", path: ["stream_id"], message: "must be a UUID" });
-    }
-    if (m.custom_id !== undefined && m.custom_id !== null && typeof m.custom_id !== "string") {
-      ctx.addIssue({ code: "custom", path: ["custom_id"], message: "must be a string" });
-    }
-  })
-  .nullish();
-
-/**
- * Bounds on what one generation may ask for (issue 5, item 1): each message costs work before
- * any token is counted, and each stop string is matched against every generated chunk.
- */
-export const GENERATION_LIMITS = { messages: 10_000, stopSequences: 16, stopSequenceChars: 1_000 } as const;
-
-/** `max_queue_wait_s` (DESIGN §3 Responses: 5–300 s). */
-export const maxQueueWaitS = z.number().int().min(5).max(300).nullish();
-
-/** Generation parameters after protocol translation. */
-export type GenerationParams = SamplingParams;
-
-/** What a protocol renders from a finished generation. */
-export interface Rendered<T> {
-  /** The API object returned to the caller (and kept as the activity's `result_json`). */
-  body: T;
-  /** Set when the object must be stored as a Response (`store: true`). */
-  response?: StoredResponse;
-  /** The activity's status, when not the default (`cancelled` for aborted, else `completed`). */
-  status?: ActivityStatus;
-}
-
-/** How a failed request is recorded when its caller decides (background responses, issue 6 item 2; batch items, issue 7). */
-export interface FailureRecord {
-  status: ActivityStatus;
-  errorJson: unknown;
-  response?: StoredResponse;
-}
-
-/** What every create operation records about its request. */
-export interface RequestInfo {
-  /** The request id (UUIDv7): activity id, ledger source, and the base of the object's id. */
-  requestId: string;
-  createdAt: Date;
-  /** The data-plane path, e.g. `/v1/chat/completions`. */
-  endpoint: string;
-  model: CatalogModel;
-  metadata: Record<string, unknown> | null | undefined;
-  /** The request body as received (activity `body_json`); null when it must not be kept. */
-  body: unknown;
-  /**
-   * A batch item (issue 7): activity `type: batch` with the batch's id and the item's `custom_id`;
-   * it waits behind interactive requests for an engine slot, and every failure before or in the
-   * engine goes to `onFailure` (refusals included).
-   */
-  batch?: { batchId: string; customId: string | null };
-  /** The service tier answered (usage `by_model`; issue 10, item 2); `default` when absent. */
-  serviceTier?: "default" | "flex";
-  /**
-   * Background responses and batch items: every failure, refusals included, is recorded as this
-   * says (a stored Response or batch item must reach a terminal status); null: not recorded (the
-   * caller retries). Without it refusals are not recorded.
-   */
-  onFailure?: (err: unknown) => FailureRecord | null;
-  /**
-   * True when the request was accepted earlier (a background response its worker runs): a stream
-   * closed since then does not refuse it. Otherwise a closed stream is a 400 (DESIGN §3 Streams).
-   */
-  admitted?: boolean;
-}
-
-export interface GenerationCall<T> extends RequestInfo {
-  messages: ChatMessage[];
-  params: GenerationParams;
-  /** The request's name for the stop strings in 400s (`stop`, Anthropic's `stop_sequences`). */
-  stopField?: string;
-  maxQueueWaitS?: number | null;
-  signal?: AbortSignal;
-  onStart?: (start: GenerationStart) => void;
-  onText?: (delta: string) => void;
-  render: (result: GenerateResult) => Rendered<T>;
-}
-
-export interface GenerationOutcome<T> {
-  result: GenerateResult;
-  body: T;
-  costMicros: bigint;
-}
-
-export interface EmbeddingCall<T = unknown> extends RequestInfo {
-  inputs: Array<string | number[]>;
-  maxQueueWaitS?: number | null;
-  signal?: AbortSignal;
-  /** The API object answered (also what the completion webhook delivers). */
-  render?: (result: EmbedResult) => T;
-}
-
-export interface EmbeddingOutcome<T = unknown> {
-  result: EmbedResult;
-  costMicros: bigint;
-  /** What `render` made, if given. */
-  body?: T;
-}
-
-export interface ScoringCall<T> extends RequestInfo {
-  questions: ScoreQuestion[];
-  maxQueueWaitS?: number | null;
-  signal?: AbortSignal;
-  /** The API object answered (activity `result_json`, completion event, batch result). */
-  render: (result: ScoreResult) => T;
-}
-
-export interface ScoringOutcome<T> {
-  result: ScoreResult;
-  body: T;
-  costMicros: bigint;
-}
 
 /** What the engine call of a metered request gets from the skeleton (`InferenceService.metered`). */
 interface MeteredEngineCall {

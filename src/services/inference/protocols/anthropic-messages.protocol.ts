@@ -6,7 +6,7 @@
 import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { messageId } from "../../platform/identifiers.js";
-import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference.service.js";
+import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
 const otherBlock = z.object({ type: z.string() }).loose();

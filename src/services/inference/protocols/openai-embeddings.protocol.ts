@@ -4,7 +4,7 @@
  * default); `dimensions` shortens vectors (truncate, then L2-normalise, as OpenAI does).
  */
 import { z } from "zod";
-import { maxQueueWaitS, requestMetadata } from "../inference.service.js";
+import { maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 
 const MAX_INPUTS = 2048;
 

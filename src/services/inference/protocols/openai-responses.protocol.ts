@@ -7,7 +7,7 @@
 import { z } from "zod";
 import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import { messageId, unixSeconds } from "../../platform/identifiers.js";
-import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference.service.js";
+import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const inputItem = z

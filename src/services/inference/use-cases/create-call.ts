@@ -8,7 +8,8 @@ import type { GenerateResult, GenerationStart } from "../../../inference/engine.
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import type { RequestContext } from "../../platform/context.js";
-import type { FailureRecord, GenerationCall, InferenceService } from "../inference.service.js";
+import type { FailureRecord, GenerationCall } from "../inference-calls.js";
+import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
 export interface InferenceOperations {

@@ -7,7 +7,7 @@ import type { CatalogModel } from "../../../config/catalog.js";
 import type { ActivityStatus } from "../../../entities/activity.entity.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import type { StoredResponse } from "../../metering/metering.service.js";
-import type { FailureRecord } from "../inference.service.js";
+import type { FailureRecord } from "../inference-calls.js";
 import {
   type ResponseObject,
   type ResponseRequest,
