@@ -385,16 +385,7 @@ export class InferenceService {
         status,
         errorJson: error,
         ...metered,
-        webhook: webhookRequest(call.metadata, () =>
-          failureBody({
-            requestId: call.requestId,
-            createdAt: call.createdAt,
-            endpoint: call.endpoint,
-            model: call.model.id,
-            status,
-            error,
-          }),
-        ),
+        webhook: failureWebhook(call, status, error),
       };
     }
     // The engine's error is what the caller gets; a failed write is logged, or the work would go unpaid unseen.
@@ -438,16 +429,7 @@ export class InferenceService {
         ...usageRecord(principal, call, type),
         status,
         errorJson: error,
-        webhook: webhookRequest(call.metadata, () =>
-          failureBody({
-            requestId: call.requestId,
-            createdAt: call.createdAt,
-            endpoint: call.endpoint,
-            model: call.model.id,
-            status,
-            error,
-          }),
-        ),
+        webhook: failureWebhook(call, status, error),
       })
       .then(
         () => true,
@@ -522,6 +504,24 @@ function webhookRequest(
 ): WebhookRequest | null {
   const target = webhookTarget(metadata);
   return target ? { ...target, body: body() } : null;
+}
+
+/** The completion webhook of a failed or cancelled request (its failure body), or null. */
+function failureWebhook(
+  call: RequestInfo,
+  status: "cancelled" | "failed",
+  error: { code: string; message: string },
+): WebhookRequest | null {
+  return webhookRequest(call.metadata, () =>
+    failureBody({
+      requestId: call.requestId,
+      createdAt: call.createdAt,
+      endpoint: call.endpoint,
+      model: call.model.id,
+      status,
+      error,
+    }),
+  );
 }
 
 function labels(metadata: Record<string, unknown> | null | undefined): {

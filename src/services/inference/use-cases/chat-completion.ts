@@ -1,6 +1,5 @@
 /** `createChatCompletion`: the OpenAI Chat Completions create operation (REST and batch items). */
-import { v7 as uuidv7 } from "uuid";
-import { requirePrincipal, type RequestContext } from "../../platform/context.js";
+import type { RequestContext } from "../../platform/context.js";
 import {
   type ChatCompletionRequest,
   ChatChunkWriter,
@@ -12,11 +11,9 @@ import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  assertTextOnly,
-  batchFields,
-  callMetadata,
+  callFields,
+  prepareGeneration,
   runGeneration,
-  streamTransport,
 } from "./create-call.js";
 
 /** The `chat.completion` object. */
@@ -35,11 +32,7 @@ export async function createChatCompletion(
   body: ChatCompletionRequest,
   options: CreateOptions,
 ): Promise<Created<ChatCompletion>> {
-  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
-  const { messages, unsupported } = chatMessages(body);
-  assertTextOnly(unsupported);
-  const transport = streamTransport(body.stream, options);
-  const requestId = options.requestId ?? uuidv7();
+  const { model, messages, transport, requestId } = prepareGeneration(ops, ctx, body, chatMessages(body), options);
   const createdAt = new Date();
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
   return runGeneration(
@@ -52,11 +45,7 @@ export async function createChatCompletion(
       model,
       messages,
       params: chatParams(body),
-      metadata: callMetadata(body.metadata, options.batch),
-      body: options.rawBody,
-      maxQueueWaitS: options.maxQueueWaitS ?? body.max_queue_wait_s,
-      signal: options.signal,
-      ...batchFields(options.batch),
+      ...callFields(body, options),
       render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result) }),
     },
     transport && {

@@ -4,10 +4,11 @@
  * `createMessage`, `createEmbedding`, `createResponse`) with the parsed protocol body and these
  * options; only HTTP (status, body, SSE framing) stays in the transport.
  */
-import type { GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import { v7 as uuidv7 } from "uuid";
+import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
-import type { RequestContext } from "../../platform/context.js";
+import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { InferenceService } from "../inference.service.js";
 
@@ -29,6 +30,11 @@ export interface BatchItemCall {
 export interface ProtocolEvent {
   event?: string;
   data: unknown;
+}
+
+/** `[event, data]` pairs (as the protocol modules build them) → named events. */
+export function namedEvents(events: [string, unknown][]): ProtocolEvent[] {
+  return events.map(([event, data]) => ({ event, data }));
 }
 
 /** How one protocol streams a generation; the transport frames and sends what these return. */
@@ -140,4 +146,48 @@ export function streamTransport(
   if (!options.stream)
     throw AppError.invalid("stream is not allowed here", [{ field: "stream", message: "is not allowed here" }]);
   return options.stream;
+}
+
+/** The request fields every create operation's body has in common. */
+interface CommonBody {
+  model: string;
+  metadata?: Record<string, unknown> | null;
+  max_queue_wait_s?: number | null;
+}
+
+/**
+ * The parts of an engine call that come from the caller's options and the body's common fields:
+ * the metadata as the call sees it, the raw body, the queue wait (the caller's, else the body's),
+ * the abort signal and a batch item's record.
+ */
+export function callFields(body: CommonBody, options: CreateOptions) {
+  return {
+    metadata: callMetadata(body.metadata, options.batch),
+    body: options.rawBody,
+    maxQueueWaitS: options.maxQueueWaitS ?? body.max_queue_wait_s,
+    signal: options.signal,
+    ...batchFields(options.batch),
+  };
+}
+
+/**
+ * What a text generation checks before it runs: its model resolved for the caller's team, the
+ * translated messages text only, streaming possible where asked for; and its request id.
+ * @throws AppError 404 unknown model; 400 for non-text content or `stream` where it cannot stream.
+ */
+export function prepareGeneration(
+  ops: InferenceOperations,
+  ctx: RequestContext,
+  body: CommonBody & { stream?: boolean | null },
+  translated: { messages: ChatMessage[]; unsupported: string[] },
+  options: CreateOptions,
+) {
+  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
+  assertTextOnly(translated.unsupported);
+  return {
+    model,
+    messages: translated.messages,
+    transport: streamTransport(body.stream, options),
+    requestId: options.requestId ?? uuidv7(),
+  };
 }

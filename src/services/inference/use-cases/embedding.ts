@@ -8,7 +8,7 @@ import {
   embeddingList,
   shorten,
 } from "../protocols/openai-embeddings.protocol.js";
-import { type CreateOptions, type InferenceOperations, batchFields, callMetadata } from "./create-call.js";
+import { type CreateOptions, type InferenceOperations, callFields } from "./create-call.js";
 
 /** The `list` of embeddings answered. */
 export type EmbeddingList = ReturnType<typeof embeddingList>;
@@ -40,11 +40,7 @@ export async function createEmbedding(
     endpoint: "/v1/embeddings",
     model,
     inputs: embeddingInputs(body),
-    metadata: callMetadata(body.metadata, options.batch),
-    body: options.rawBody,
-    maxQueueWaitS: options.maxQueueWaitS ?? body.max_queue_wait_s,
-    signal: options.signal,
-    ...batchFields(options.batch),
+    ...callFields(body, options),
     render: (result) => {
       const vectors =
         body.dimensions != null ? result.vectors.map((v) => shorten(v, body.dimensions!)) : result.vectors;

@@ -1,6 +1,5 @@
 /** `createMessage`: the Anthropic Messages create operation (REST and batch items). */
-import { v7 as uuidv7 } from "uuid";
-import { requirePrincipal, type RequestContext } from "../../platform/context.js";
+import type { RequestContext } from "../../platform/context.js";
 import {
   type MessagesRequest,
   anthropicMessage,
@@ -12,21 +11,14 @@ import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  type ProtocolEvent,
-  assertTextOnly,
-  batchFields,
-  callMetadata,
+  callFields,
+  namedEvents,
+  prepareGeneration,
   runGeneration,
-  streamTransport,
 } from "./create-call.js";
 
 /** The Anthropic `message` object. */
 export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
-
-/** `[event, data]` pairs (as the protocol module builds them) → named events. */
-function named(events: [string, unknown][]): ProtocolEvent[] {
-  return events.map(([event, data]) => ({ event, data }));
-}
 
 /**
  * Runs a message: resolve the model → translate the messages (text only) → generate, metered
@@ -40,11 +32,7 @@ export async function createMessage(
   body: MessagesRequest,
   options: CreateOptions,
 ): Promise<Created<AnthropicMessage>> {
-  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
-  const { messages, unsupported } = anthropicMessages(body);
-  assertTextOnly(unsupported);
-  const transport = streamTransport(body.stream, options);
-  const requestId = options.requestId ?? uuidv7();
+  const { model, messages, transport, requestId } = prepareGeneration(ops, ctx, body, anthropicMessages(body), options);
   return runGeneration(
     ops.inference,
     ctx,
@@ -56,19 +44,15 @@ export async function createMessage(
       messages,
       params: anthropicParams(body),
       stopField: "stop_sequences",
-      metadata: callMetadata(body.metadata, options.batch),
-      body: options.rawBody,
-      maxQueueWaitS: options.maxQueueWaitS ?? body.max_queue_wait_s,
-      signal: options.signal,
-      ...batchFields(options.batch),
+      ...callFields(body, options),
       render: (result) => ({ body: anthropicMessage(requestId, model.id, result) }),
     },
     transport && {
       transport,
       events: {
-        start: (prompt) => named(messageEvents.start(requestId, model.id, prompt)),
-        delta: (text) => named([messageEvents.delta(text)]),
-        finish: (result) => named(messageEvents.finish(result)),
+        start: (prompt) => namedEvents(messageEvents.start(requestId, model.id, prompt)),
+        delta: (text) => namedEvents([messageEvents.delta(text)]),
+        finish: (result) => namedEvents(messageEvents.finish(result)),
         error: (status, detail) => [
           {
             event: "error",

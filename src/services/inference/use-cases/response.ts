@@ -21,8 +21,8 @@ import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  type ProtocolEvent,
   assertTextOnly,
+  namedEvents,
   runGeneration,
   streamTransport,
 } from "./create-call.js";
@@ -60,11 +60,6 @@ export function storedResponse(
   requestJson: unknown,
 ): StoredResponse {
   return { status: object.status, background, metadata, requestJson, responseJson: { ...object } };
-}
-
-/** `[event, data]` pairs (as the protocol module builds them) → named events. */
-function named(events: [string, unknown][]): ProtocolEvent[] {
-  return events.map(([event, data]) => ({ event, data }));
 }
 
 /**
@@ -125,10 +120,10 @@ export async function createResponse(
     transport && {
       transport,
       events: {
-        start: () => named(events.start()),
-        delta: (text) => named(events.delta(text)),
-        finish: (_result, response) => named(events.finish(response)),
-        error: (status, detail) => named(events.error(detail, String(status))),
+        start: () => namedEvents(events.start()),
+        delta: (text) => namedEvents(events.delta(text)),
+        finish: (_result, response) => namedEvents(events.finish(response)),
+        error: (status, detail) => namedEvents(events.error(detail, String(status))),
       },
     },
   );
