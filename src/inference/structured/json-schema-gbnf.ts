@@ -1,0 +1,507 @@
+/**
+ * JSON Schema → GBNF (llama.cpp's grammar format), so the embedded engine constrains its output
+ * while it decodes (issue 26, item 1): every answer that ends with `stop` parses and validates
+ * against the schema, even from a tiny model. Our own generator rather than node-llama-cpp's
+ * `createGrammarForJsonSchema`, which requires every property, has no numeric bounds, no
+ * `anyOf`, and few formats; the official clients' schemas (`zodResponseFormat`: `anyOf` with
+ * `null`, ±9007199254740991 bounds on every `.int()`, `$defs`/`$ref`) need all three.
+ *
+ * The enforced subset (README "Structured outputs" says the same):
+ * - `type` (one or a list), `enum`, `const`, `anyOf` / `oneOf` (each alternative allowed; the
+ *   model's pick is one of them), `$ref` to `#`, `#/$defs/…` or `#/definitions/…` (recursion too);
+ * - objects: `properties` in their order, `required` (the others may be left out),
+ *   `additionalProperties` `false`, or a schema / `true` for an object without `properties`;
+ * - arrays: `items`, `prefixItems`, `minItems`, `maxItems`;
+ * - strings: `minLength`, `maxLength`, `format` `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`;
+ * - integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (exact, as digit
+ *   ranges); numbers: a lower bound of 0 (inclusive or exclusive). Unbounded integers and the
+ *   integer part of numbers have at most 15 digits, so no answer breaks the ±2^53 bounds
+ *   `zodResponseFormat` puts on every `.int()` (and JavaScript reads every answer exactly);
+ * - annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`,
+ *   `deprecated`, `readOnly`, `writeOnly`) are ignored.
+ * Anything else (`pattern`, other formats, `multipleOf`, `uniqueItems`, other number bounds,
+ * `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…) is listed as an issue; the
+ * caller refuses the request under `strict: true` and otherwise decodes without that keyword.
+ */
+
+/** A keyword the grammar cannot enforce, with where it stands (a JSON pointer into the schema). */
+export interface SchemaIssue {
+  path: string;
+  keyword: string;
+  message: string;
+}
+
+/** The grammar (root rule `root`) and what it leaves unenforced. */
+export interface SchemaGrammar {
+  gbnf: string;
+  issues: SchemaIssue[];
+}
+
+/** Longest integer (and integer part of a number) the grammar writes, digits: under 2^53. */
+const MAX_DIGITS = 15;
+const MAX_SAFE = 10 ** MAX_DIGITS - 1;
+
+const ANNOTATIONS = new Set([
+  "title",
+  "description",
+  "default",
+  "examples",
+  "$schema",
+  "$id",
+  "$comment",
+  "deprecated",
+  "readOnly",
+  "writeOnly",
+  "$defs",
+  "definitions",
+  "nullable",
+]);
+
+/** Keywords handled per type (anything else on a schema of that type is an issue). */
+const HANDLED: Record<string, Set<string>> = {
+  common: new Set(["type", "enum", "const", "anyOf", "oneOf", "$ref"]),
+  object: new Set(["properties", "required", "additionalProperties"]),
+  array: new Set(["items", "prefixItems", "minItems", "maxItems"]),
+  string: new Set(["minLength", "maxLength", "format"]),
+  integer: new Set(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
+  number: new Set(["minimum", "exclusiveMinimum"]),
+};
+
+const FORMATS: Record<string, string> = {
+  date: "date",
+  time: "time",
+  "date-time": "date-time",
+  uuid: "uuid",
+  email: "email",
+  ipv4: "ipv4",
+};
+
+/** The fixed rules every grammar may use. */
+const PRIMITIVES: Record<string, string> = {
+  ws: `| " " | "\\n" [ \\t]{0,20}`,
+  char: `[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})`,
+  string: `"\\"" char* "\\""`,
+  digits: `[0-9]{1,${MAX_DIGITS}}`,
+  int: `"-"? ("0" | [1-9] [0-9]{0,${MAX_DIGITS - 1}})`,
+  frac: `"." [0-9]{1,${MAX_DIGITS}}`,
+  number: `int frac? ([eE] [-+]? [0-9]{1,2})?`,
+  boolean: `"true" | "false"`,
+  null: `"null"`,
+  value: `object | array | string | number | boolean | null`,
+  object: `"{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"`,
+  array: `"[" ws ( value ( ws "," ws value )* )? ws "]"`,
+  "nonneg-number": `("0" | [1-9] [0-9]{0,${MAX_DIGITS - 1}}) frac?`,
+  "pos-number": `"0" "." [0-9]{0,${MAX_DIGITS - 1}} [1-9] [0-9]{0,${MAX_DIGITS - 1}} | [1-9] [0-9]{0,${MAX_DIGITS - 1}} frac?`,
+  d2: `[0-9] [0-9]`,
+  month: `"0" [1-9] | "1" [0-2]`,
+  // Days 01–28 are valid in every month: no calendar in the grammar, and no invalid date out of it.
+  day: `"0" [1-9] | "1" [0-9] | "2" [0-8]`,
+  hour: `[01] [0-9] | "2" [0-3]`,
+  minsec: `[0-5] [0-9]`,
+  "date-body": `[12] [0-9] [0-9] [0-9] "-" month "-" day`,
+  "time-body": `hour ":" minsec ":" minsec ("." [0-9]{1,6})? "Z"`,
+  date: `"\\"" date-body "\\""`,
+  time: `"\\"" time-body "\\""`,
+  "date-time": `"\\"" date-body "T" time-body "\\""`,
+  hex: `[0-9a-f]`,
+  uuid: `"\\"" hex{8} "-" hex{4} "-" [1-8] hex{3} "-" [89ab] hex{3} "-" hex{12} "\\""`,
+  "email-part": `[a-z0-9] ([a-z0-9_+-]{0,30} [a-z0-9])?`,
+  email: `"\\"" email-part ("." email-part){0,3} "@" email-part ("." email-part){0,3} "." [a-z]{2,6} "\\""`,
+  octet: `[0-9] | [1-9] [0-9] | "1" [0-9] [0-9] | "2" [0-4] [0-9] | "25" [0-5]`,
+  ipv4: `"\\"" octet "." octet "." octet "." octet "\\""`,
+};
+
+/** Which fixed rules each fixed rule uses (so only what is needed is written out). */
+const USES: Record<string, string[]> = {
+  string: ["char"],
+  number: ["int", "frac"],
+  value: ["object", "array", "string", "number", "boolean", "null"],
+  object: ["ws", "string", "value"],
+  array: ["ws", "value"],
+  "nonneg-number": ["frac"],
+  "pos-number": ["frac"],
+  "date-body": ["month", "day"],
+  "time-body": ["hour", "minsec"],
+  date: ["date-body"],
+  time: ["time-body"],
+  "date-time": ["date-body", "time-body"],
+  uuid: ["hex"],
+  email: ["email-part"],
+  ipv4: ["octet"],
+};
+
+/** A GBNF string literal of `text`. */
+function literal(text: string): string {
+  return `"${text.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n").replace(/\r/g, "\\r").replace(/\t/g, "\\t")}"`;
+}
+
+/** A JSON value as the GBNF literal of its compact JSON text. */
+function jsonLiteral(value: unknown): string {
+  return literal(JSON.stringify(value));
+}
+
+/** GBNF for the decimal numbers of [lo, hi] (non-negative, lo ≤ hi), without leading zeros. */
+export function digitRange(lo: number, hi: number): string {
+  const alts: string[] = [];
+  // Split by digit count so each part has a fixed length.
+  for (let len = String(lo).length; len <= String(hi).length; len++) {
+    const from = Math.max(lo, len === 1 ? 0 : 10 ** (len - 1));
+    const to = Math.min(hi, 10 ** len - 1);
+    if (from <= to) alts.push(...sameLength(String(from), String(to)));
+  }
+  return alts.join(" | ");
+}
+
+/** Alternatives for the numbers between two digit strings of one length. */
+function sameLength(a: string, b: string): string[] {
+  if (a.length === 0) return [""];
+  if (a === b) return [literal(a)];
+  if (a[0] === b[0]) return sameLength(a.slice(1), b.slice(1)).map((r) => seq(literal(a[0]), r));
+  const rest = a.length - 1;
+  const zeros = "0".repeat(rest);
+  const nines = "9".repeat(rest);
+  const out: string[] = [];
+  // a[0] followed by a.slice(1)..99…; the digits strictly between with any tail; b[0] followed by 00…..b.slice(1).
+  let first = Number(a[0]);
+  let last = Number(b[0]);
+  if (a.slice(1) !== zeros) {
+    out.push(...sameLength(a.slice(1), nines).map((r) => seq(literal(a[0]), r)));
+    first += 1;
+  }
+  if (b.slice(1) !== nines) {
+    out.push(...sameLength(zeros, b.slice(1)).map((r) => seq(literal(b[0]), r)));
+    last -= 1;
+  }
+  if (first <= last) {
+    const head = first === last ? literal(String(first)) : `[${first}-${last}]`;
+    out.push(seq(head, rest > 0 ? `[0-9]{${rest}}` : ""));
+  }
+  return out;
+}
+
+function seq(a: string, b: string): string {
+  return [a, b].filter(Boolean).join(" ");
+}
+
+/**
+ * Builds the grammar of `schema` (an answer is one JSON value that validates against it).
+ */
+export function jsonSchemaGrammar(schema: unknown): SchemaGrammar {
+  return new GrammarBuilder(schema).build();
+}
+
+/** The grammar of any JSON object (`response_format: {type: "json_object"}`). */
+export function jsonObjectGrammar(): string {
+  const b = new GrammarBuilder({ type: "object" });
+  return b.build().gbnf;
+}
+
+class GrammarBuilder {
+  private readonly rules = new Map<string, string>();
+  private readonly fixed = new Set<string>();
+  private readonly issues: SchemaIssue[] = [];
+  /** Rule names of `$ref` targets, made once each (recursion refers back to them). */
+  private readonly refs = new Map<string, string>();
+  private counter = 0;
+
+  constructor(private readonly root: unknown) {}
+
+  build(): SchemaGrammar {
+    const body = this.visit(this.root, "#");
+    this.rules.set("root", body);
+    const lines = [`root ::= ${this.rules.get("root")}`];
+    for (const [name, rule] of this.rules) if (name !== "root") lines.push(`${name} ::= ${rule}`);
+    for (const name of this.fixedClosure()) lines.push(`${name} ::= ${PRIMITIVES[name]}`);
+    return { gbnf: lines.join("\n") + "\n", issues: this.issues };
+  }
+
+  private fixedClosure(): string[] {
+    const out = new Set<string>();
+    const add = (n: string) => {
+      if (out.has(n)) return;
+      out.add(n);
+      for (const u of USES[n] ?? []) add(u);
+    };
+    for (const n of this.fixed) add(n);
+    return [...out].sort();
+  }
+
+  private use(name: string): string {
+    this.fixed.add(name);
+    return name;
+  }
+
+  private issue(path: string, keyword: string, message: string): void {
+    this.issues.push({ path, keyword, message });
+  }
+
+  /** A new rule holding `body`; returns its name. */
+  private rule(hint: string, body: string): string {
+    const name = `${hint.replace(/[^a-zA-Z0-9-]/g, "-").replace(/-+/g, "-").slice(0, 40) || "r"}-${this.counter++}`;
+    this.rules.set(name, body);
+    return name;
+  }
+
+  /** GBNF (an expression) for one schema at `path`. */
+  private visit(schema: unknown, path: string): string {
+    if (schema === true || (isObject(schema) && Object.keys(schema).every((k) => ANNOTATIONS.has(k)))) {
+      return this.use("value");
+    }
+    if (schema === false) {
+      this.issue(path, "false", "a schema that allows nothing cannot be answered");
+      return this.use("value");
+    }
+    if (!isObject(schema)) {
+      this.issue(path, "schema", "must be an object or a boolean");
+      return this.use("value");
+    }
+    if (typeof schema.$ref === "string") {
+      this.checkKeywords(schema, path, new Set(["$ref"]));
+      return this.ref(schema.$ref, path);
+    }
+    if ("const" in schema) {
+      this.checkKeywords(schema, path, new Set(["const", "type"]));
+      return jsonLiteral(schema.const);
+    }
+    if (Array.isArray(schema.enum)) {
+      this.checkKeywords(schema, path, new Set(["enum", "type"]));
+      if (schema.enum.length === 0) this.issue(path, "enum", "an empty enum allows nothing");
+      return group(schema.enum.map(jsonLiteral));
+    }
+    const alternatives = Array.isArray(schema.anyOf) ? "anyOf" : Array.isArray(schema.oneOf) ? "oneOf" : null;
+    if (alternatives) {
+      this.checkKeywords(schema, path, new Set([alternatives]));
+      const list = schema[alternatives] as unknown[];
+      return group(list.map((s, i) => this.visit(s, `${path}/${alternatives}/${i}`)));
+    }
+    const types = typeof schema.type === "string" ? [schema.type] : Array.isArray(schema.type) ? schema.type : null;
+    if (!types) {
+      this.checkKeywords(schema, path, new Set());
+      return this.use("value");
+    }
+    const handled = new Set([...HANDLED.common, ...types.flatMap((t) => [...(HANDLED[String(t)] ?? [])])]);
+    this.checkKeywords(schema, path, handled);
+    return group(types.map((t) => this.typed(String(t), schema, path)));
+  }
+
+  private checkKeywords(schema: Record<string, unknown>, path: string, handled: Set<string>): void {
+    for (const key of Object.keys(schema)) {
+      if (ANNOTATIONS.has(key) || handled.has(key)) continue;
+      this.issue(`${path}/${escapePointer(key)}`, key, `\`${key}\` is not enforced while decoding`);
+    }
+  }
+
+  private typed(type: string, s: Record<string, unknown>, path: string): string {
+    switch (type) {
+      case "string":
+        return this.string(s, path);
+      case "integer":
+        return this.integer(s, path);
+      case "number":
+        return this.number(s, path);
+      case "boolean":
+        return this.use("boolean");
+      case "null":
+        return this.use("null");
+      case "object":
+        return this.object(s, path);
+      case "array":
+        return this.array(s, path);
+      default:
+        this.issue(`${path}/type`, "type", `unknown type '${type}'`);
+        return this.use("value");
+    }
+  }
+
+  private string(s: Record<string, unknown>, path: string): string {
+    if (typeof s.format === "string") {
+      const f = FORMATS[s.format];
+      if (!f) {
+        this.issue(`${path}/format`, "format", `format '${s.format}' is not enforced while decoding`);
+      } else {
+        if (s.minLength !== undefined || s.maxLength !== undefined) {
+          this.issue(path, "minLength", "length bounds together with a format are not enforced");
+        }
+        return this.use(f);
+      }
+    }
+    const min = nonNegativeInt(s.minLength) ?? 0;
+    const max = nonNegativeInt(s.maxLength);
+    if (min === 0 && max === undefined) return this.use("string");
+    this.use("char");
+    if (max !== undefined && max < min) this.issue(path, "maxLength", "maxLength is below minLength");
+    return `"\\"" char{${min},${max ?? ""}} "\\""`;
+  }
+
+  /** Inclusive integer bounds from the schema's (in)exclusive ones. */
+  private integerBounds(s: Record<string, unknown>, path: string): { lo: number; hi: number } {
+    let lo = -MAX_SAFE;
+    let hi = MAX_SAFE;
+    const bound = (key: string, apply: (n: number) => void) => {
+      const v = s[key];
+      if (v === undefined) return;
+      if (typeof v !== "number" || !Number.isFinite(v)) return this.issue(`${path}/${key}`, key, "must be a number");
+      apply(v);
+    };
+    bound("minimum", (v) => (lo = Math.max(lo, Math.ceil(v))));
+    bound("exclusiveMinimum", (v) => (lo = Math.max(lo, Math.floor(v) + 1)));
+    bound("maximum", (v) => (hi = Math.min(hi, Math.floor(v))));
+    bound("exclusiveMaximum", (v) => (hi = Math.min(hi, Math.ceil(v) - 1)));
+    if (lo > hi) {
+      this.issue(path, "minimum", "no integer is within the bounds");
+      return { lo: 0, hi: 0 };
+    }
+    return { lo, hi };
+  }
+
+  private integer(s: Record<string, unknown>, path: string): string {
+    const { lo, hi } = this.integerBounds(s, path);
+    if (lo === -MAX_SAFE && hi === MAX_SAFE) return this.use("int");
+    const alts: string[] = [];
+    if (lo < 0) {
+      // Negative part: "-" then the magnitudes [max(1, -hi), -lo].
+      const from = Math.max(1, -Math.min(hi, -1));
+      alts.push(`"-" (${digitRange(from, -lo)})`);
+    }
+    if (hi >= 0) alts.push(digitRange(Math.max(lo, 0), hi));
+    return this.rule(`int-${pathHint(path)}`, alts.join(" | "));
+  }
+
+  private number(s: Record<string, unknown>, path: string): string {
+    const min = s.minimum;
+    const exclusive = s.exclusiveMinimum;
+    if (exclusive === 0 && min === undefined) return this.use("pos-number");
+    if (min === 0 && exclusive === undefined) return this.use("nonneg-number");
+    if (min !== undefined || exclusive !== undefined) {
+      const key = min !== undefined ? "minimum" : "exclusiveMinimum";
+      this.issue(`${path}/${key}`, key, "number bounds other than a lower bound of 0 are not enforced");
+    }
+    return this.use("number");
+  }
+
+  private object(s: Record<string, unknown>, path: string): string {
+    const props = isObject(s.properties) ? Object.entries(s.properties) : [];
+    const required = new Set(Array.isArray(s.required) ? s.required.map(String) : []);
+    const extra = s.additionalProperties;
+    this.use("ws");
+    if (props.length === 0) {
+      if (extra === false) return `"{" ws "}"`;
+      if (extra === undefined || extra === true) return this.use("object");
+      // A map: string keys, values of one schema.
+      const value = this.visit(extra, `${path}/additionalProperties`);
+      const kv = this.rule(`kv-${pathHint(path)}`, `${this.use("string")} ws ":" ws ${value}`);
+      return `"{" ws ( ${kv} ( ws "," ws ${kv} )* )? ws "}"`;
+    }
+    if (extra !== undefined && extra !== false) {
+      this.issue(
+        `${path}/additionalProperties`,
+        "additionalProperties",
+        "other properties beside `properties` are not generated",
+      );
+    }
+    for (const name of required) {
+      if (!props.some(([p]) => p === name)) {
+        this.issue(`${path}/required`, "required", `'${name}' is required but not in properties`);
+      }
+    }
+    const kvs = props.map(([name, sub]) => ({
+      name,
+      required: required.has(name),
+      rule: this.rule(
+        `kv-${name}`,
+        `${literal(JSON.stringify(name))} ws ":" ws ${this.visit(sub, `${path}/properties/${escapePointer(name)}`)}`,
+      ),
+    }));
+    // Properties in their order; each optional one may be left out, and the commas stay right.
+    // after[i]: what may follow once a property before i was written (empty past the last).
+    const after: string[] = new Array<string>(kvs.length + 1).fill("");
+    for (let i = kvs.length - 1; i >= 1; i--) {
+      const tail = after[i + 1] ? ` ${after[i + 1]}` : "";
+      const own = `ws "," ws ${kvs[i].rule}`;
+      after[i] = this.rule(`after-${kvs[i].name}`, kvs[i].required ? `${own}${tail}` : `( ${own} )?${tail}`);
+    }
+    // The first property written: the first required one, or any optional one before it.
+    const starts: string[] = [];
+    for (let i = 0; i < kvs.length; i++) {
+      starts.push(after[i + 1] ? `${kvs[i].rule} ${after[i + 1]}` : kvs[i].rule);
+      if (kvs[i].required) break;
+    }
+    const body = group(starts);
+    return `"{" ws ${kvs.every((k) => !k.required) ? `( ${body} )?` : body} ws "}"`;
+  }
+
+  private array(s: Record<string, unknown>, path: string): string {
+    this.use("ws");
+    const min = nonNegativeInt(s.minItems) ?? 0;
+    const max = nonNegativeInt(s.maxItems);
+    if (max !== undefined && max < min) this.issue(path, "maxItems", "maxItems is below minItems");
+    if (Array.isArray(s.prefixItems)) {
+      const tuple = s.prefixItems.map((sub, i) => this.visit(sub, `${path}/prefixItems/${i}`));
+      if (s.items !== undefined && s.items !== false) {
+        this.issue(`${path}/items`, "items", "items after prefixItems are not generated");
+      }
+      if (tuple.length === 0) return `"[" ws "]"`;
+      return `"[" ws ${tuple.join(' ws "," ws ')} ws "]"`;
+    }
+    const item = s.items === undefined ? this.use("value") : this.visit(s.items, `${path}/items`);
+    const itemRule = this.rule(`item-${pathHint(path)}`, item);
+    if (max === 0) return `"[" ws "]"`;
+    const restMin = Math.max(0, min - 1);
+    const restMax = max === undefined ? "" : String(max - 1);
+    const list = `${itemRule} ( ws "," ws ${itemRule} ){${restMin},${restMax}}`;
+    return `"[" ws ${min === 0 ? `( ${list} )?` : list} ws "]"`;
+  }
+
+  private ref(ref: string, path: string): string {
+    const known = this.refs.get(ref);
+    if (known) return known;
+    const target = resolvePointer(this.root, ref);
+    if (target === undefined) {
+      this.issue(`${path}/$ref`, "$ref", `'${ref}' does not name a schema in this document`);
+      return this.use("value");
+    }
+    // Named before it is visited, so a recursive reference finds the rule.
+    const name = `ref-${this.counter++}`;
+    this.refs.set(ref, name);
+    this.rules.set(name, "");
+    this.rules.set(name, this.visit(target, ref));
+    return name;
+  }
+}
+
+function group(alts: string[]): string {
+  const unique = [...new Set(alts)];
+  return unique.length === 1 ? unique[0] : `( ${unique.join(" | ")} )`;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function nonNegativeInt(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined;
+}
+
+function escapePointer(key: string): string {
+  return key.replace(/~/g, "~0").replace(/\//g, "~1");
+}
+
+function pathHint(path: string): string {
+  return path.split("/").slice(-1)[0] || "root";
+}
+
+/** The schema a local `$ref` names (`#`, `#/$defs/X`, `#/definitions/X`, any JSON pointer in the document). */
+function resolvePointer(root: unknown, ref: string): unknown {
+  if (!ref.startsWith("#")) return undefined;
+  const parts = ref
+    .slice(1)
+    .split("/")
+    .filter((p, i) => i > 0 || p !== "")
+    .map((p) => decodeURIComponent(p).replace(/~1/g, "/").replace(/~0/g, "~"));
+  let node: unknown = root;
+  for (const part of parts) {
+    if (!isObject(node) && !Array.isArray(node)) return undefined;
+    node = (node as Record<string, unknown>)[part];
+  }
+  return node;
+}
