@@ -237,7 +237,12 @@ class GrammarBuilder {
 
   /** A new rule holding `body`; returns its name. */
   private rule(hint: string, body: string): string {
-    const name = `${hint.replace(/[^a-zA-Z0-9-]/g, "-").replace(/-+/g, "-").slice(0, 40) || "r"}-${this.counter++}`;
+    const name = `${
+      hint
+        .replace(/[^a-zA-Z0-9-]/g, "-")
+        .replace(/-+/g, "-")
+        .slice(0, 40) || "r"
+    }-${this.counter++}`;
     this.rules.set(name, body);
     return name;
   }
