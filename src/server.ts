@@ -33,7 +33,7 @@ import { Metrics } from "./shared/metrics.js";
 import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
-import { LocalModelFiles } from "./inference/engines/llama-cpp/model-store.js";
+import { LocalModelFiles } from "./inference/artifacts/model-store.js";
 import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";

@@ -22,13 +22,8 @@ import {
   inspectPullLock,
   partialPath,
   takeOverStaleLock,
-} from "../../src/inference/engines/llama-cpp/hub-download.js";
-import {
-  LocalModelFiles,
-  type PullWait,
-  pullModel,
-  removeModel,
-} from "../../src/inference/engines/llama-cpp/model-store.js";
+} from "../../src/inference/artifacts/hub-download.js";
+import { LocalModelFiles, type PullWait, pullModel, removeModel } from "../../src/inference/artifacts/model-store.js";
 import { pullAtStart } from "../../src/services/models/start-models.js";
 import { type FakeHub, startFakeHub } from "../support/fake-hub.js";
 import { MODELS_DIR } from "../support/harness.js";

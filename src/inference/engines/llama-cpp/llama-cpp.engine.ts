@@ -51,7 +51,7 @@ import {
 } from "../../input-bounds.js";
 import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
-import { type ModelFileSettings, resolveModelPath } from "./model-files.js";
+import { type ModelFileSettings, resolveModelPath } from "../../artifacts/model-files.js";
 import { planScoring, scoreOnSequence } from "./llama-cpp.scoring.js";
 import { type EngineTuning, type TuningSetting, chooseTuning } from "./engine-tuning.js";
 

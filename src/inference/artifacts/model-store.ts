@@ -12,7 +12,7 @@
 import { readdir, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
+import type { CatalogModel, LlamaCppEngineSpec } from "../../config/catalog.js";
 import {
   DownloadError,
   type DownloadProgress,

@@ -46,7 +46,7 @@ import { link, mkdir, open, readFile, rename, rm, stat, utimes, writeFile } from
 import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { isLoopbackHost } from "../../../config/config.js";
+import { isLoopbackHost } from "../../config/config.js";
 
 /** Default hub (`HF_ENDPOINT` overrides it). */
 export const DEFAULT_HUB = "https://huggingface.co";
