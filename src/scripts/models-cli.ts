@@ -15,7 +15,7 @@
  */
 import { type Catalog, type CatalogModel, loadCatalog } from "../config/catalog.js";
 import { type Config, ConfigError, loadConfig } from "../config/config.js";
-import { DownloadError } from "../inference/artifacts/hub-download.js";
+import { DownloadError } from "../inference/artifacts/download-error.js";
 import {
   type ModelDirs,
   installDir,

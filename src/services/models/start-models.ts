@@ -21,7 +21,8 @@ import type { Catalog, CatalogModel } from "../../config/catalog.js";
 import { ConfigError } from "../../config/config.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
 import type { EngineTuning } from "../../inference/engines/llama-cpp/engine-tuning.js";
-import { DownloadError, redactUrl } from "../../inference/artifacts/hub-download.js";
+import { DownloadError } from "../../inference/artifacts/download-error.js";
+import { redactUrl } from "../../inference/artifacts/hub-request.js";
 import {
   type LocalModelFiles,
   type ModelDirs,
