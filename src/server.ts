@@ -107,7 +107,7 @@ import { BillingService } from "./services/billing/billing.service.js";
 import { LocalPaymentProvider, warnOfLocalPayments } from "./services/billing/payment-provider.js";
 import { StripePaymentProvider } from "./services/billing/stripe-provider.js";
 import { AuthThrottle } from "./services/platform/auth-throttle.js";
-import { DEFAULT_ENGINE_SEQUENCES } from "./inference/engines/llama-cpp/engine-tuning.js";
+import { DEFAULT_ENGINE_SEQUENCES } from "./inference/tuning.js";
 import { TokenService } from "./services/platform/tokens.js";
 import { WebhookDispatcher } from "./services/events/webhooks/webhook-dispatcher.js";
 

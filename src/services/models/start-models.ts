@@ -20,7 +20,7 @@ import type { Logger } from "pino";
 import type { Catalog, CatalogModel } from "../../config/catalog.js";
 import { ConfigError } from "../../config/config.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
-import type { EngineTuning } from "../../inference/engines/llama-cpp/engine-tuning.js";
+import type { EngineTuning } from "../../inference/tuning.js";
 import { DownloadError } from "../../inference/artifacts/download-error.js";
 import { redactUrl } from "../../inference/artifacts/hub-request.js";
 import {

@@ -53,7 +53,8 @@ import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import { type ModelFileSettings, resolveModelPath } from "../../artifacts/model-files.js";
 import { planScoring, scoreOnSequence } from "./llama-cpp.scoring.js";
-import { type EngineTuning, type TuningSetting, chooseTuning } from "./engine-tuning.js";
+import type { EngineTuning, TuningSetting } from "../../tuning.js";
+import { chooseTuning } from "./engine-tuning.js";
 
 /** The node-llama-cpp module (an ES module loaded on first use). */
 type NodeLlamaCpp = typeof NodeLlamaCppModule;
