@@ -77,6 +77,13 @@ module.exports = {
       "engines know no rules or transports",
     ),
     layer("services", ["resolvers", "schema", "rest", "jobs"], "services are called, they call no transport"),
+    {
+      name: "services-behind-engine-interface",
+      severity: "error",
+      comment: "services see only the engine interface and model artifacts",
+      from: { path: "^src/services/" },
+      to: { path: "^src/inference/engines/" },
+    },
     layer("jobs", ["resolvers", "schema", "rest"], "jobs call services, never HTTP handlers"),
     {
       name: "rest-no-persistence",

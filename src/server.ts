@@ -33,7 +33,7 @@ import { Metrics } from "./shared/metrics.js";
 import { queryRows } from "./db/sql.js";
 import { withSafeErrors } from "./logging.js";
 import { LlamaCppEngine } from "./inference/engines/llama-cpp/llama-cpp.engine.js";
-import { LocalModelFiles } from "./inference/engines/llama-cpp/model-store.js";
+import { LocalModelFiles } from "./inference/artifacts/model-store.js";
 import { OpenAiCompatibleEngine } from "./inference/engines/openai-compatible/openai-compatible.engine.js";
 import { workBackgroundResponses } from "./jobs/background-response.jobs.js";
 import { workBatches } from "./jobs/batch.jobs.js";
@@ -107,7 +107,7 @@ import { BillingService } from "./services/billing/billing.service.js";
 import { LocalPaymentProvider, warnOfLocalPayments } from "./services/billing/payment-provider.js";
 import { StripePaymentProvider } from "./services/billing/stripe-provider.js";
 import { AuthThrottle } from "./services/platform/auth-throttle.js";
-import { DEFAULT_ENGINE_SEQUENCES } from "./inference/engines/llama-cpp/engine-tuning.js";
+import { DEFAULT_ENGINE_SEQUENCES } from "./inference/tuning.js";
 import { TokenService } from "./services/platform/tokens.js";
 import { WebhookDispatcher } from "./services/events/webhooks/webhook-dispatcher.js";
 

@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync
 import os from "node:os";
 import path from "node:path";
 import { packageRoot } from "../src/config/config.js";
-import { acquirePullLock } from "../src/inference/engines/llama-cpp/hub-download.js";
+import { acquirePullLock } from "../src/inference/artifacts/pull-lock.js";
 import { type FakeHub, startFakeHub } from "./support/fake-hub.js";
 import { MODELS_DIR, createTestCaller, eventually, expectEnvelope, http, startTestServer } from "./support/harness.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";

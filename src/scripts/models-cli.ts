@@ -15,14 +15,14 @@
  */
 import { type Catalog, type CatalogModel, loadCatalog } from "../config/catalog.js";
 import { type Config, ConfigError, loadConfig } from "../config/config.js";
-import { DownloadError } from "../inference/engines/llama-cpp/hub-download.js";
+import { DownloadError } from "../inference/artifacts/download-error.js";
 import {
   type ModelDirs,
   installDir,
   modelFileStates,
   pullModel,
   removeModel,
-} from "../inference/engines/llama-cpp/model-store.js";
+} from "../inference/artifacts/model-store.js";
 import { ProgressReporter, formatBytes } from "./pull-progress.js";
 
 const USAGE = `usage: npm run models -- list | pull <id…> | rm <id…>`;

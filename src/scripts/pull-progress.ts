@@ -3,7 +3,7 @@
  * bar redrawn in place with the percentage, MB/s and the time left; otherwise (a log, a pipe, CI)
  * one line each time another 10 % has arrived.
  */
-import type { DownloadProgress } from "../inference/engines/llama-cpp/hub-download.js";
+import type { DownloadProgress } from "../inference/artifacts/hub-transfer.js";
 
 /** Where progress is written: a stream, a terminal when `isTTY` is true. */
 export interface ProgressOutput {

@@ -6,7 +6,8 @@
  * `release`, then releases it and exits.
  */
 import { createInterface } from "node:readline";
-import { DownloadError, acquirePullLock } from "../../src/inference/engines/llama-cpp/hub-download.js";
+import { DownloadError } from "../../src/inference/artifacts/download-error.js";
+import { acquirePullLock } from "../../src/inference/artifacts/pull-lock.js";
 
 const [file] = process.argv.slice(2);
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();

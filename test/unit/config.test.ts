@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { type LlamaCppEngineSpec, loadCatalog } from "../../src/config/catalog.js";
 import { ConfigError, loadConfig } from "../../src/config/config.js";
-import { resolveModelPath } from "../../src/inference/engines/llama-cpp/model-files.js";
+import { resolveModelPath } from "../../src/inference/artifacts/model-files.js";
 import { MODELS_DIR } from "../support/harness.js";
 
 const tmp = () => mkdtempSync(path.join(os.tmpdir(), "switchyard-config-"));

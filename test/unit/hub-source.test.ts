@@ -2,7 +2,8 @@
  * Where a catalog source is downloaded from (issue 17): `hf:owner/repo/path[#revision]` on
  * `HF_ENDPOINT` (Hugging Face's `resolve` URLs), http(s) URLs as they are.
  */
-import { DownloadError, sourceUrl } from "../../src/inference/engines/llama-cpp/hub-download.js";
+import { DownloadError } from "../../src/inference/artifacts/download-error.js";
+import { sourceUrl } from "../../src/inference/artifacts/hub-request.js";
 
 test("when a source is hf:owner/repo/path, then it resolves on the hub's main revision", () => {
   expect(sourceUrl("hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf")).toBe(

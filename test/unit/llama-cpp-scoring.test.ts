@@ -5,7 +5,7 @@
  */
 import type { Token } from "node-llama-cpp";
 import { hasPrefixAnswers } from "../../src/services/decisions/decisions.protocol.js";
-import { planScoring } from "../../src/inference/engines/llama-cpp/llama-cpp.scoring.js";
+import { planScoring } from "../../src/inference/engines/llama-cpp/scoring.js";
 
 const t = (...ids: number[]) => ids as Token[];
 

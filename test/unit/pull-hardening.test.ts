@@ -15,20 +15,10 @@ import os from "node:os";
 import path from "node:path";
 import { type Catalog, type CatalogModel, loadCatalog } from "../../src/config/catalog.js";
 import { ConfigError, loadConfig, packageRoot } from "../../src/config/config.js";
-import {
-  DownloadError,
-  acquirePullLock,
-  downloadModelFile,
-  inspectPullLock,
-  partialPath,
-  takeOverStaleLock,
-} from "../../src/inference/engines/llama-cpp/hub-download.js";
-import {
-  LocalModelFiles,
-  type PullWait,
-  pullModel,
-  removeModel,
-} from "../../src/inference/engines/llama-cpp/model-store.js";
+import { DownloadError } from "../../src/inference/artifacts/download-error.js";
+import { downloadModelFile, partialPath } from "../../src/inference/artifacts/hub-download.js";
+import { acquirePullLock, inspectPullLock, takeOverStaleLock } from "../../src/inference/artifacts/pull-lock.js";
+import { LocalModelFiles, type PullWait, pullModel, removeModel } from "../../src/inference/artifacts/model-store.js";
 import { pullAtStart } from "../../src/services/models/start-models.js";
 import { type FakeHub, startFakeHub } from "../support/fake-hub.js";
 import { MODELS_DIR } from "../support/harness.js";

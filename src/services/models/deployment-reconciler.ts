@@ -27,7 +27,7 @@ import { queryRows } from "../../db/sql.js";
 import { CustomModelEntity } from "../../entities/custom-model.entity.js";
 import { DeploymentEntity } from "../../entities/deployment.entity.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
-import { findLocalModelFile } from "../../inference/engines/llama-cpp/model-files.js";
+import { findLocalModelFile } from "../../inference/artifacts/model-files.js";
 import { AppError } from "../../shared/errors.js";
 import type { CacheBus } from "../platform/cache-bus.js";
 import {

@@ -20,8 +20,9 @@ import type { Logger } from "pino";
 import type { Catalog, CatalogModel } from "../../config/catalog.js";
 import { ConfigError } from "../../config/config.js";
 import type { EngineRouter } from "../../inference/engine-router.js";
-import type { EngineTuning } from "../../inference/engines/llama-cpp/engine-tuning.js";
-import { DownloadError, redactUrl } from "../../inference/engines/llama-cpp/hub-download.js";
+import type { EngineTuning } from "../../inference/tuning.js";
+import { DownloadError } from "../../inference/artifacts/download-error.js";
+import { redactUrl } from "../../inference/artifacts/hub-request.js";
 import {
   type LocalModelFiles,
   type ModelDirs,
@@ -29,7 +30,7 @@ import {
   notDownloadedReason,
   pullCommand,
   pullModel,
-} from "../../inference/engines/llama-cpp/model-store.js";
+} from "../../inference/artifacts/model-store.js";
 import { AppError } from "../../shared/errors.js";
 
 export interface StartPullSettings extends ModelDirs {

@@ -24,9 +24,7 @@ import os from "node:os";
 import path from "node:path";
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import type { Logger } from "pino";
-
-/** A configured count, or `auto` (measured). */
-export type TuningSetting = number | "auto";
+import { DEFAULT_ENGINE_SEQUENCES, type EngineTuning, type TuningSetting } from "../../tuning.js";
 
 /** Tokens each thread count decodes (after `WARMUP_TOKENS`). */
 export const PROBE_TOKENS = 32;
@@ -43,24 +41,8 @@ export const SEQUENCE_GAIN_FLOOR = 0.85;
 export const MIN_AUTO_SEQUENCES = 2;
 /** Longest one measurement may take, ms (a big model on a slow CPU decodes fewer tokens). */
 const PROBE_BUDGET_MS = 2_000;
-/** Sequences when none was measured (no generation model loaded, or the probe failed). */
-export const DEFAULT_ENGINE_SEQUENCES = 8;
 /** Bump when the probe changes, so cached choices of an older probe are measured again. */
 const PROBE_VERSION = 1;
-
-/** What was chosen for one model file, and from what. */
-export interface EngineTuning {
-  threads: number;
-  sequences: number;
-  /** `measured` now, `cached` from an earlier start, `config` when both came from the configuration. */
-  source: "measured" | "cached" | "config";
-  /** Decode tokens/s per thread count (one sequence), when threads were measured. */
-  threadsTokensPerS?: Record<string, number>;
-  /** Aggregate decode tokens/s per sequence count, when sequences were measured. */
-  sequencesTokensPerS?: Record<string, number>;
-  /** How long the probe took, ms (0 when cached or configured). */
-  probeMs: number;
-}
 
 export interface TuningOptions {
   threads: TuningSetting;

@@ -7,8 +7,8 @@
  */
 import { existsSync, statSync } from "node:fs";
 import path from "node:path";
-import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
-import { ConfigError } from "../../../config/config.js";
+import type { CatalogModel, LlamaCppEngineSpec } from "../../config/catalog.js";
+import { ConfigError } from "../../config/config.js";
 
 export interface ModelFileSettings {
   modelsDir?: string;

@@ -12,17 +12,11 @@
 import { readdir, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
-import {
-  DownloadError,
-  type DownloadProgress,
-  type DownloadResult,
-  type LockHolder,
-  clearStalePullLock,
-  downloadModelFile,
-  inspectPullLock,
-  partialPath,
-} from "./hub-download.js";
+import type { CatalogModel, LlamaCppEngineSpec } from "../../config/catalog.js";
+import { DownloadError, type LockHolder } from "./download-error.js";
+import { type DownloadResult, downloadModelFile, partialPath } from "./hub-download.js";
+import type { DownloadProgress } from "./hub-transfer.js";
+import { clearStalePullLock, inspectPullLock } from "./pull-lock.js";
 import { type LocalModelFile, inspectLocalModelFile } from "./model-files.js";
 
 /** The folders model files live in. */

@@ -1,0 +1,159 @@
+/**
+ * Generation on the embedded engine (see `llama-cpp.engine.ts`): a prompt is bounded (by length,
+ * then by a chunked token count) and checked against the context before admission, then decoded
+ * on the free sequence whose KV cache shares the longest prefix with it (that prefix is reused
+ * and reported as cached prompt tokens). Caller stop strings are matched on the text; the chat
+ * template's end-of-turn triggers go to llama.cpp.
+ */
+import type { LlamaContextSequence, Token } from "node-llama-cpp";
+import type { Logger } from "pino";
+import { AppError, ErrorCode } from "../../../shared/errors.js";
+import { clientGone } from "../../client-gone.js";
+import type { FinishReason, GenerateRequest, GenerateResult } from "../../engine.js";
+import { TOKENIZE_CHUNK_CHARS, mayFitTokens } from "../../input-bounds.js";
+import { StopSequenceFilter } from "../../stop-sequences.js";
+import type { LlamaCppLoader } from "./loading.js";
+
+/**
+ * Generates a completion for `req.messages` on a sequence of `req.model`'s runtime (the free one
+ * sharing the longest prefix with the prompt), streaming text to `req.onText`.
+ * @param logger where a llama.cpp failure is logged.
+ * @throws AppError InvalidRequest when prompt + max tokens exceed the context; RateLimited when
+ *   no sequence frees up within `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
+ */
+export async function generate(loader: LlamaCppLoader, logger: Logger, req: GenerateRequest): Promise<GenerateResult> {
+  const rt = await loader.runtime(req.model);
+  if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+  // Refuse what cannot fit before tokenizing it all (issue 5, item 1): by length first, then
+  // by a chunked count that yields to other requests.
+  const chars = req.messages.reduce((n, m) => n + m.content.length + 1, 0);
+  if (
+    chars > rt.maxPromptChars ||
+    (chars > TOKENIZE_CHUNK_CHARS &&
+      !(await mayFitTokens(
+        req.messages.map((m) => m.content).join("\n"),
+        rt.contextSize,
+        (t) => rt.model.tokenize(t).length,
+      )))
+  ) {
+    throw AppError.invalid(
+      `This model's context is ${rt.contextSize} tokens; the prompt (${chars} characters) is longer`,
+      [{ field: "messages", message: "context_length_exceeded" }],
+    );
+  }
+  const prompt = rt.formatPrompt(req.messages);
+  const promptTokens = prompt.tokens.length + rt.bosCount;
+  const budget = rt.contextSize - promptTokens;
+  if (budget < 1 || (req.maxTokens !== undefined && req.maxTokens > budget)) {
+    throw AppError.invalid(
+      `This model's context is ${rt.contextSize} tokens; the prompt takes ${promptTokens}` +
+        (req.maxTokens !== undefined ? ` and ${req.maxTokens} were asked for the completion` : ""),
+      [{ field: "messages", message: "context_length_exceeded" }],
+    );
+  }
+  await req.admit?.(promptTokens, req.maxTokens ?? budget);
+  const queued = performance.now();
+  const seq = await rt.pool.acquire(
+    req.maxQueueWaitMs,
+    (free) => longestPrefix(free, prompt.tokens, rt.bosCount),
+    req.signal,
+    req.priority === "batch",
+  );
+  const started = performance.now();
+  let completionTokens = 0;
+  // Reused KV prefix; a shared BOS alone is not reported as a cache hit.
+  const reused = Math.min(commonPrefix(seq.contextTokens, prompt.tokens, rt.bosCount), promptTokens - 1);
+  const cachedPromptTokens = reused > rt.bosCount ? reused : 0;
+  const completion = new loader.library.LlamaCompletion({ contextSequence: seq });
+  // Caller stop strings are matched on the text here (exact OpenAI semantics, even inside a
+  // token); the chat template's end-of-turn triggers go to llama.cpp as stop triggers.
+  const stops = new StopSequenceFilter(req.stop ?? []);
+  const halt = new AbortController();
+  const signal = req.signal ? AbortSignal.any([req.signal, halt.signal]) : halt.signal;
+  let text = "";
+  const emit = (chunk: string) => {
+    if (!chunk) return;
+    text += chunk;
+    req.onText?.(chunk);
+  };
+  try {
+    req.onStart?.({ promptTokens, cachedPromptTokens, queueMs: started - queued });
+    const penalties = req.frequencyPenalty || req.presencePenalty;
+    const result = await completion.generateCompletionWithMeta(prompt.tokens, {
+      maxTokens: req.maxTokens ?? budget,
+      temperature: req.temperature ?? 1,
+      topP: req.topP,
+      topK: req.topK,
+      seed: req.seed,
+      signal,
+      stopOnAbortSignal: true,
+      disableContextShift: true,
+      // No room is kept for a context shift (there is none): the whole prompt stays in context,
+      // as the budget check above promised. The library's default reserves 10 % and drops the
+      // prompt's first tokens to make it.
+      contextShiftSize: 0,
+      repeatPenalty: penalties
+        ? { penalty: 1, frequencyPenalty: req.frequencyPenalty, presencePenalty: req.presencePenalty }
+        : false,
+      customStopTriggers:
+        rt.endTriggers.length + prompt.templateStops.length > 0
+          ? [...rt.endTriggers, ...prompt.templateStops]
+          : undefined,
+      onToken: (tokens) => {
+        completionTokens += tokens.length;
+      },
+      onTextChunk: (chunk) => {
+        emit(stops.push(chunk));
+        if (stops.stopped) halt.abort();
+      },
+    });
+    let finishReason: FinishReason;
+    if (stops.stopped) finishReason = "stop_sequence";
+    else {
+      emit(stops.end());
+      const reason = result.metadata.stopReason;
+      finishReason = reason === "maxTokens" ? "length" : reason === "abort" ? "cancelled" : "stop";
+    }
+    return {
+      text,
+      finishReason,
+      stopSequence: stops.matched,
+      usage: { promptTokens, completionTokens, cachedPromptTokens },
+      engineMs: performance.now() - started,
+      queueMs: started - queued,
+    };
+  } catch (err) {
+    if (err instanceof AppError) throw err;
+    // The sequence's state is unknown after a failure: forget its tokens before reuse.
+    await seq.clearHistory().catch(() => undefined);
+    // Aborted before generation began: the library throws the signal's reason or its own error.
+    if (req.signal?.aborted) throw clientGone(req.signal);
+    logger.error({ err, model: req.model.id }, "llama.cpp generation failed");
+    throw new AppError(ErrorCode.EngineFailure, "The engine failed to generate a completion");
+  } finally {
+    completion.dispose({ disposeSequence: false });
+    rt.pool.release(seq);
+  }
+}
+
+/** Index of the first differing token between a sequence's cached tokens and `[BOS?] + prompt`. */
+function commonPrefix(cached: readonly Token[], prompt: readonly Token[], bosCount: number): number {
+  if (cached.length === 0) return 0;
+  let i = bosCount; // the BOS token is the same for every prompt
+  while (i < cached.length && i - bosCount < prompt.length && cached[i] === prompt[i - bosCount]) i++;
+  return i;
+}
+
+/** The free sequence whose cached tokens share the longest prefix with `[BOS?] + prompt`. */
+function longestPrefix(free: LlamaContextSequence[], prompt: Token[], bosCount: number): LlamaContextSequence {
+  let best = free[0];
+  let bestLen = -1;
+  for (const seq of free) {
+    const len = commonPrefix(seq.contextTokens, prompt, bosCount);
+    if (len > bestLen) {
+      best = seq;
+      bestLen = len;
+    }
+  }
+  return best;
+}
