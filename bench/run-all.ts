@@ -30,6 +30,7 @@ const QUICK: Record<string, Record<string, string>> = {
   background: { BENCH_REQUESTS: "40", BENCH_CONCURRENCY: "4" },
   batches: { BENCH_ITEMS: "100", BENCH_RESULT_ITEMS: "1000", BENCH_UPLOAD_ITEMS: "1000" },
   decisions: { BENCH_ROUNDS: "1" },
+  structured: { BENCH_SECONDS: "1", BENCH_ROUNDS: "1", BENCH_TTFT_RUNS: "3" },
   "events-feed": { BENCH_COMPLETIONS: "30" },
   gateway: { BENCH_SECONDS: "2", BENCH_RATE: "100" },
   webhooks: { BENCH_REQUESTS: "40" },

@@ -156,6 +156,7 @@ describe("GET /v1/models: OpenAI shape", () => {
         tools: { supported: false },
         dimensions: null,
         decisions: { supported: true },
+        structured_outputs: { supported: true, modes: ["json_object", "json_schema"] },
       },
       context_tokens: 512,
       provider: "switchyard",

@@ -53,6 +53,19 @@ test("when the README's curl block runs, then it signs up, creates a key and get
   expect(lines[0].length).toBeGreaterThan(10);
 });
 
+test("when the README's structured-output example runs, then it prints a parsed object of its schema", async () => {
+  const file = path.join(packageRoot, "examples/structured-output.mjs");
+  expect(readFileSync(file, "utf8")).toContain(block("## Structured outputs", "js"));
+  const { key } = await createTestCaller(server.url);
+  const out = await run("node", [file], {
+    cwd: packageRoot,
+    timeout: 30_000,
+    env: { ...process.env, SWITCHYARD_API_KEY: key, SWITCHYARD_BASE_URL: `${server.url}/v1` },
+  });
+  expect(out.stdout).toMatch(/kind: '(cat|dog|bird)'/);
+  expect(out.stdout).toMatch(/age: \d+/);
+});
+
 describe("the README's 'Use a real model' examples", () => {
   // The real models' files cannot be downloaded here: the test model's file stands in for them
   // under their ids, so what is checked is that the README's curl and openai code runs as written.

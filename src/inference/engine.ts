@@ -27,6 +27,14 @@ export interface EngineUsage {
   cachedPromptTokens: number;
 }
 
+/**
+ * Structured output (issue 26, item 1): the answer is one JSON object, or one JSON value valid
+ * against `schema`. An engine that constrains decoding refuses a schema keyword it cannot enforce
+ * when `strict` (400 naming `field` + the keyword's place in the schema).
+ */
+export type ResponseFormat =
+  { type: "json_object" } | { type: "json_schema"; schema: Record<string, unknown>; strict: boolean; field: string };
+
 /** Sampling and length parameters, after translation from the OpenAI/Anthropic bodies. */
 export interface SamplingParams {
   /** Upper bound on completion tokens; undefined = until end of turn or context end. */
@@ -42,6 +50,8 @@ export interface SamplingParams {
   /** −2–2 (OpenAI semantics). */
   frequencyPenalty?: number;
   presencePenalty?: number;
+  /** Structured output; absent: free text. */
+  responseFormat?: ResponseFormat;
 }
 
 /** What is known when generation starts. */

@@ -82,6 +82,10 @@ export const modelShape = z.object({
     thinking: z.object({ supported: z.boolean(), types: z.object({ enabled: supported, adaptive: supported }) }),
     tools: supported,
     dimensions: int().nullable(),
+    structured_outputs: z.object({
+      supported: z.boolean(),
+      modes: z.array(z.enum(["json_object", "json_schema"])),
+    }),
   }),
   context_tokens: int(),
   provider: z.string(),

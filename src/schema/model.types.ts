@@ -44,6 +44,13 @@ export class ThinkingType {
   @Field(() => ThinkingTypesType) types!: ThinkingTypesType;
 }
 
+@ObjectType("StructuredOutputs")
+export class StructuredOutputsType {
+  @Field() supported!: boolean;
+  @Field(() => [String], { description: "response_format / text.format types: json_object, json_schema." })
+  modes!: Array<"json_object" | "json_schema">;
+}
+
 @ObjectType("ModelCapabilities")
 export class ModelCapabilitiesType implements ModelCapabilitiesDto {
   @Field(() => SupportedType, { name: "imageInput" }) image_input!: SupportedDto;
@@ -52,6 +59,11 @@ export class ModelCapabilitiesType implements ModelCapabilitiesDto {
   @Field(() => SupportedType) tools!: SupportedDto;
   @Field(() => Int, { nullable: true, description: "Embedding width (embedding models)." }) dimensions!: number | null;
   @Field(() => SupportedType, { description: "Answers decisions (POST /v1/decisions)." }) decisions!: SupportedDto;
+  @Field(() => StructuredOutputsType, {
+    name: "structuredOutputs",
+    description: "Structured outputs it decodes under.",
+  })
+  structured_outputs!: StructuredOutputsType;
 }
 
 @ObjectType("ModelPricing", { description: "USD per million tokens." })

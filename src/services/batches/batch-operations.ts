@@ -13,10 +13,19 @@ import type { FailureRecord } from "../inference/inference-calls.js";
 import type { InferenceService } from "../inference/inference.service.js";
 import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import { PG_TEXT_MESSAGE, isPgStorableText } from "../platform/validation.js";
-import { anthropicMessages, messagesRequest } from "../inference/protocols/anthropic-messages.protocol.js";
-import { chatCompletionRequest, chatMessages } from "../inference/protocols/openai-chat.protocol.js";
+import {
+  anthropicMessages,
+  messagesRequest,
+  messagesUnhonoured,
+} from "../inference/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest, chatMessages, chatUnhonoured } from "../inference/protocols/openai-chat.protocol.js";
 import { embeddingRequest } from "../inference/protocols/openai-embeddings.protocol.js";
-import { responseMessages, responseRequest } from "../inference/protocols/openai-responses.protocol.js";
+import {
+  responseMessages,
+  responseRequest,
+  responseUnhonoured,
+} from "../inference/protocols/openai-responses.protocol.js";
+import type { UnhonouredField } from "../inference/protocols/structured.js";
 import { createDecision, prepareDecision } from "../decisions/decisions.service.js";
 import { createChatCompletion } from "../inference/use-cases/chat-completion.js";
 import { createEmbedding } from "../inference/use-cases/embedding.js";
@@ -124,6 +133,7 @@ export function prepareBatchItem(
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const found = [
         ...modelIssue(parsed.data.model, "text_generation"),
+        ...unhonoured(chatUnhonoured(parsed.data), bodyPrefix),
         ...textOnly(chatMessages(parsed.data).unsupported, bodyPrefix),
       ];
       if (issues.length + found.length > 0) return fail(found);
@@ -133,7 +143,11 @@ export function prepareBatchItem(
       const parsed = responseRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const { messages, unsupported } = responseMessages(parsed.data);
-      const found = [...modelIssue(parsed.data.model, "text_generation"), ...textOnly(unsupported, bodyPrefix)];
+      const found = [
+        ...modelIssue(parsed.data.model, "text_generation"),
+        ...unhonoured(responseUnhonoured(parsed.data), bodyPrefix),
+        ...textOnly(unsupported, bodyPrefix),
+      ];
       if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: "/v1/chat/completions", body: responsesToChat(parsed.data, messages) } };
     }
@@ -156,6 +170,7 @@ export function prepareBatchItem(
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const found = [
         ...modelIssue(parsed.data.model, "text_generation"),
+        ...unhonoured(messagesUnhonoured(parsed.data), bodyPrefix),
         ...textOnly(anthropicMessages(parsed.data).unsupported, bodyPrefix),
       ];
       if (issues.length + found.length > 0) return fail(found);
@@ -194,6 +209,11 @@ function inferUrl(
   return "/v1/chat/completions";
 }
 
+/** Fields an item sets that the service does not honour (issue 26, item 6), under the item's prefix. */
+function unhonoured(fields: UnhonouredField[], bodyPrefix: string): FieldIssue[] {
+  return fields.map((u) => ({ field: `${bodyPrefix}.${u.field}`, message: u.message }));
+}
+
 function textOnly(unsupported: string[], bodyPrefix: string): FieldIssue[] {
   return unsupported.map((field) => ({ field: `${bodyPrefix}.${field}`, message: "unsupported content type" }));
 }
@@ -205,6 +225,12 @@ function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMes
   if (req.temperature != null) chat.temperature = req.temperature;
   if (req.top_p != null) chat.top_p = req.top_p;
   if (req.metadata != null) chat.metadata = req.metadata;
+  const format = req.text?.format;
+  if (format?.type === "json_object") chat.response_format = { type: "json_object" };
+  if (format?.type === "json_schema") {
+    const { name, description, schema, strict } = format;
+    chat.response_format = { type: "json_schema", json_schema: { name, description, schema, strict } };
+  }
   return chat;
 }
 

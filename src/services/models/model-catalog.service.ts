@@ -24,6 +24,12 @@ export interface ModelCapabilitiesDto {
   dimensions: number | null;
   /** Answers `POST /v1/decisions` (DESIGN §3 Decisions: "or say so in capabilities"). */
   decisions: SupportedDto;
+  /**
+   * Structured outputs (issue 26, item 6): the `response_format` / `text.format` types this model
+   * decodes under (the embedded engine enforces the README's JSON Schema subset; an upstream
+   * engine passes them through).
+   */
+  structured_outputs: { supported: boolean; modes: Array<"json_object" | "json_schema"> };
 }
 
 export interface ModelPricingDto {
@@ -172,6 +178,10 @@ export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
     tools: { supported: m.capabilities.tools },
     dimensions: m.capabilities.dimensions,
     decisions: { supported: m.capabilities.decisions },
+    structured_outputs:
+      m.modality === "text_generation"
+        ? { supported: true, modes: ["json_object", "json_schema"] }
+        : { supported: false, modes: [] },
   };
 }
 

@@ -13,17 +13,28 @@ import type { FinishReason, GenerateRequest, GenerateResult } from "../../engine
 import { TOKENIZE_CHUNK_CHARS, mayFitTokens } from "../../input-bounds.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import type { LlamaCppLoader } from "./loading.js";
+import { type GrammarCache, formatGrammar } from "./structured-decoding.js";
 
 /**
  * Generates a completion for `req.messages` on a sequence of `req.model`'s runtime (the free one
  * sharing the longest prefix with the prompt), streaming text to `req.onText`.
  * @param logger where a llama.cpp failure is logged.
- * @throws AppError InvalidRequest when prompt + max tokens exceed the context; RateLimited when
+ * @param grammars compiled grammars of structured outputs (`req.responseFormat`).
+ * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
+ *   uses a keyword the grammar cannot enforce; RateLimited when
  *   no sequence frees up within `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
  */
-export async function generate(loader: LlamaCppLoader, logger: Logger, req: GenerateRequest): Promise<GenerateResult> {
+export async function generate(
+  loader: LlamaCppLoader,
+  grammars: GrammarCache,
+  logger: Logger,
+  req: GenerateRequest,
+): Promise<GenerateResult> {
   const rt = await loader.runtime(req.model);
   if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
+  // A structured output decodes under its grammar; a strict schema it cannot enforce is a 400 here,
+  // before admission (issue 26, item 1).
+  const grammar = req.responseFormat ? await grammars.get(formatGrammar(req.responseFormat, req.model.id)) : undefined;
   // Refuse what cannot fit before tokenizing it all (issue 5, item 1): by length first, then
   // by a chunked count that yields to other requests.
   const chars = req.messages.reduce((n, m) => n + m.content.length + 1, 0);
@@ -85,6 +96,7 @@ export async function generate(loader: LlamaCppLoader, logger: Logger, req: Gene
       topP: req.topP,
       topK: req.topK,
       seed: req.seed,
+      grammar,
       signal,
       stopOnAbortSignal: true,
       disableContextShift: true,

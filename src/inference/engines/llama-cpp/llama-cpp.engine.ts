@@ -37,13 +37,17 @@ import { generate } from "./generation.js";
 import { LlamaCppLoader } from "./loading.js";
 import type { LlamaCppEngineOptions } from "./runtime.js";
 import { scoreContinuations } from "./scoring.js";
+import { GrammarCache } from "./structured-decoding.js";
 
 /** The node-llama-cpp `InferenceEngine` (see the module header for pooling and prefix reuse). */
 export class LlamaCppEngine implements InferenceEngine {
   private readonly loader: LlamaCppLoader;
+  /** Structured-output grammars, compiled once each (`structured-decoding.ts`). */
+  private readonly grammars: GrammarCache;
 
   constructor(private readonly opts: LlamaCppEngineOptions) {
     this.loader = new LlamaCppLoader(opts);
+    this.grammars = new GrammarCache(() => this.loader.llamaInstance());
   }
 
   /** True once `model`'s runtime is built. */
@@ -71,11 +75,13 @@ export class LlamaCppEngine implements InferenceEngine {
 
   /**
    * Generates a completion for `req.messages` (`generation.ts`).
-   * @throws AppError InvalidRequest when prompt + max tokens exceed the context; RateLimited when
-   *   no sequence frees up within `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
+   * A structured output decodes under its grammar (`structured-decoding.ts`).
+   * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
+   *   uses a keyword it cannot enforce; RateLimited when no sequence frees up within
+   *   `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
    */
   generate(req: GenerateRequest): Promise<GenerateResult> {
-    return generate(this.loader, this.opts.logger, req);
+    return generate(this.loader, this.grammars, this.opts.logger, req);
   }
 
   /**

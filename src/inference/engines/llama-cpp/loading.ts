@@ -287,7 +287,8 @@ export class LlamaCppLoader {
     return llama.gpu === false ? "cpu" : llama.gpu;
   }
 
-  private llamaInstance(): Promise<Llama> {
+  /** llama.cpp itself (started on first use), for what is compiled against it (grammars). */
+  llamaInstance(): Promise<Llama> {
     this.llama ??= this.loadLibrary().then((lib) =>
       lib.getLlama({
         gpu: this.opts.gpu === "auto" ? "auto" : false,

@@ -73,6 +73,13 @@ export function chatBody(req: GenerateRequest, upstreamModel: string, stream: bo
   if (req.stop !== undefined && req.stop.length > 0) body.stop = req.stop;
   if (req.frequencyPenalty !== undefined) body.frequency_penalty = req.frequencyPenalty;
   if (req.presencePenalty !== undefined) body.presence_penalty = req.presencePenalty;
+  // Structured outputs pass through as OpenAI's `response_format` (vLLM, SGLang and llama.cpp
+  // server decode under it); the upstream answers 400 for a schema it cannot serve.
+  if (req.responseFormat?.type === "json_object") body.response_format = { type: "json_object" };
+  if (req.responseFormat?.type === "json_schema") {
+    const { schema, strict } = req.responseFormat;
+    body.response_format = { type: "json_schema", json_schema: { name: "response", schema, strict } };
+  }
   if (stream) {
     body.stream = true;
     body.stream_options = { include_usage: true };

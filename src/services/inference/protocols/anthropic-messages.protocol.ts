@@ -7,6 +7,7 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
+import { type UnhonouredField, isSet } from "./structured.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
 const otherBlock = z.object({ type: z.string() }).loose();
@@ -46,8 +47,22 @@ export const messagesRequest = z.object({
   stream: z.boolean().nullish(),
   metadata: requestMetadata,
   max_queue_wait_s: maxQueueWaitS,
+  // Read so that a request asking for them is refused by name, never answered as if they were absent.
+  tools: z.array(z.unknown()).nullish(),
+  tool_choice: z.unknown().optional(),
 });
 export type MessagesRequest = z.infer<typeof messagesRequest>;
+
+/** The fields of a Messages body this service does not honour yet (tools). */
+export function messagesUnhonoured(req: MessagesRequest): UnhonouredField[] {
+  const out: UnhonouredField[] = [];
+  if (isSet(req.tools)) out.push({ field: "tools", message: "tool use is not supported" });
+  const choice = (req.tool_choice as { type?: unknown } | null | undefined)?.type;
+  if (isSet(req.tool_choice) && choice !== "none" && !isSet(req.tools)) {
+    out.push({ field: "tool_choice", message: "tool use is not supported" });
+  }
+  return out;
+}
 
 /** `?beta=true` is accepted (the SDK's beta namespace sends it). */
 export const messagesQuery = z.object({ beta: z.enum(["true", "false", ""]).optional() });

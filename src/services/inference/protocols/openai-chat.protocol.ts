@@ -7,6 +7,7 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
+import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
@@ -45,6 +46,15 @@ export const chatCompletionRequest = z.object({
   metadata: requestMetadata,
   max_queue_wait_s: maxQueueWaitS,
   user: z.string().nullish(),
+  response_format: chatResponseFormat.nullish(),
+  // Read so that a request asking for them is refused by name, never answered as if they were absent.
+  tools: z.array(z.unknown()).nullish(),
+  tool_choice: z.unknown().optional(),
+  parallel_tool_calls: z.boolean().nullish(),
+  functions: z.array(z.unknown()).nullish(),
+  function_call: z.unknown().optional(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
 });
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 
@@ -79,7 +89,24 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
     stop: req.stop === null || req.stop === undefined ? undefined : Array.isArray(req.stop) ? req.stop : [req.stop],
     frequencyPenalty: req.frequency_penalty ?? undefined,
     presencePenalty: req.presence_penalty ?? undefined,
+    responseFormat: chatFormat(req.response_format),
   };
+}
+
+/** The fields of a chat body this service does not honour yet (tools, log-probabilities). */
+export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
+  const out: UnhonouredField[] = [];
+  if (isSet(req.tools)) out.push({ field: "tools", message: "tool calling is not supported" });
+  if (isSet(req.functions)) out.push({ field: "functions", message: "function calling is not supported" });
+  if (isSet(req.tool_choice) && req.tool_choice !== "none" && !isSet(req.tools)) {
+    out.push({ field: "tool_choice", message: "tool calling is not supported" });
+  }
+  if (isSet(req.function_call) && req.function_call !== "none") {
+    out.push({ field: "function_call", message: "function calling is not supported" });
+  }
+  if (req.logprobs === true) out.push({ field: "logprobs", message: "log-probabilities are not supported" });
+  if ((req.top_logprobs ?? 0) > 0) out.push({ field: "top_logprobs", message: "log-probabilities are not supported" });
+  return out;
 }
 
 /** Engine finish reason → OpenAI `finish_reason` (a stop string is `stop`, as OpenAI reports it). */

@@ -8,6 +8,7 @@ import { z } from "zod";
 import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import { messageId, unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
+import { type UnhonouredField, isSet, responseTextFormat, textFormat } from "./structured.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const inputItem = z
@@ -33,6 +34,14 @@ export const responseRequest = z
     max_queue_wait_s: maxQueueWaitS,
     timeout_s: z.number().int().min(1).max(86_400).nullish(),
     metadata: requestMetadata,
+    text: z.object({ format: responseTextFormat.nullish() }).loose().nullish(),
+    // Read so that a request asking for them is refused by name, never answered as if they were absent.
+    tools: z.array(z.unknown()).nullish(),
+    tool_choice: z.unknown().optional(),
+    parallel_tool_calls: z.boolean().nullish(),
+    previous_response_id: z.string().nullish(),
+    include: z.array(z.string()).nullish(),
+    top_logprobs: z.number().int().min(0).max(20).nullish(),
   })
   .superRefine((r, ctx) => {
     if (r.background && r.max_queue_wait_s != null) {
@@ -83,7 +92,27 @@ export function responseParams(req: ResponseRequest): GenerationParams {
     maxTokens: req.max_output_tokens ?? undefined,
     temperature: req.temperature ?? undefined,
     topP: req.top_p ?? undefined,
+    responseFormat: textFormat(req.text?.format),
   };
+}
+
+/** The fields of a Responses body this service does not honour yet (tools, log-probabilities, conversation state). */
+export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
+  const out: UnhonouredField[] = [];
+  if (isSet(req.tools)) out.push({ field: "tools", message: "tool calling is not supported" });
+  if (isSet(req.tool_choice) && req.tool_choice !== "none" && !isSet(req.tools)) {
+    out.push({ field: "tool_choice", message: "tool calling is not supported" });
+  }
+  if (isSet(req.previous_response_id)) {
+    out.push({ field: "previous_response_id", message: "continuing a stored response is not supported" });
+  }
+  (req.include ?? []).forEach((item, i) => {
+    if (item === "message.output_text.logprobs") {
+      out.push({ field: `include[${i}]`, message: "log-probabilities are not supported" });
+    }
+  });
+  if ((req.top_logprobs ?? 0) > 0) out.push({ field: "top_logprobs", message: "log-probabilities are not supported" });
+  return out;
 }
 
 /** `service_tier` as answered: `flex` when asked for, else `default` (DESIGN §3 Responses). */

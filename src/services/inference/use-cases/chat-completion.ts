@@ -6,6 +6,7 @@ import {
   chatCompletion,
   chatMessages,
   chatParams,
+  chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
 import {
   type CreateOptions,
@@ -32,7 +33,14 @@ export async function createChatCompletion(
   body: ChatCompletionRequest,
   options: CreateOptions,
 ): Promise<Created<ChatCompletion>> {
-  const { model, messages, transport, requestId } = prepareGeneration(ops, ctx, body, chatMessages(body), options);
+  const { model, messages, transport, requestId } = prepareGeneration(
+    ops,
+    ctx,
+    body,
+    chatMessages(body),
+    chatUnhonoured(body),
+    options,
+  );
   const createdAt = new Date();
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
   return runGeneration(

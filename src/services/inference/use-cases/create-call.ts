@@ -6,10 +6,12 @@
  */
 import { v7 as uuidv7 } from "uuid";
 import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import type { CatalogModel } from "../../../config/catalog.js";
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
+import type { UnhonouredField } from "../protocols/structured.js";
 import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
@@ -95,6 +97,19 @@ export function assertTextOnly(unsupported: string[]): void {
 }
 
 /**
+ * Refuses a request that sets fields the service does not honour (tools, log-probabilities, …)
+ * with a 400 naming each field and the model (issue 26, item 6: never answered as if they were
+ * absent).
+ */
+export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[]): void {
+  if (unhonoured.length === 0) return;
+  throw AppError.invalid(
+    `Model '${model.id}' cannot honour ${unhonoured.map((u) => u.field).join(", ")}: ${unhonoured[0].message}`,
+    unhonoured.map((u) => ({ field: u.field, message: `${u.message} for model '${model.id}'` })),
+  );
+}
+
+/**
  * A create request's metadata as its call sees it. A batch item's has no completion webhook and
  * no stream: batch items are followed through the batch (results, the events feed with
  * `batch_id`), not one callback per item (the token is redacted when the item is stored, so it
@@ -171,18 +186,21 @@ export function callFields(body: CommonBody, options: CreateOptions) {
 }
 
 /**
- * What a text generation checks before it runs: its model resolved for the caller's team, the
- * translated messages text only, streaming possible where asked for; and its request id.
- * @throws AppError 404 unknown model; 400 for non-text content or `stream` where it cannot stream.
+ * What a text generation checks before it runs: its model resolved for the caller's team, every
+ * field it sets honoured (issue 26, item 6), the translated messages text only, streaming possible where asked for; and its request id.
+ * @throws AppError 404 unknown model; 400 for a field not honoured, non-text content, or `stream`
+ *   where it cannot stream.
  */
 export function prepareGeneration(
   ops: InferenceOperations,
   ctx: RequestContext,
   body: CommonBody & { stream?: boolean | null },
   translated: { messages: ChatMessage[]; unsupported: string[] },
+  unhonoured: UnhonouredField[],
   options: CreateOptions,
 ) {
   const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
+  assertHonoured(model, unhonoured);
   assertTextOnly(translated.unsupported);
   return {
     model,

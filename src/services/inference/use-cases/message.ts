@@ -6,6 +6,7 @@ import {
   anthropicMessages,
   anthropicParams,
   messageEvents,
+  messagesUnhonoured,
 } from "../protocols/anthropic-messages.protocol.js";
 import {
   type CreateOptions,
@@ -32,7 +33,14 @@ export async function createMessage(
   body: MessagesRequest,
   options: CreateOptions,
 ): Promise<Created<AnthropicMessage>> {
-  const { model, messages, transport, requestId } = prepareGeneration(ops, ctx, body, anthropicMessages(body), options);
+  const { model, messages, transport, requestId } = prepareGeneration(
+    ops,
+    ctx,
+    body,
+    anthropicMessages(body),
+    messagesUnhonoured(body),
+    options,
+  );
   return runGeneration(
     ops.inference,
     ctx,

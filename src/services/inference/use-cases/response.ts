@@ -16,11 +16,13 @@ import {
   responseMessages,
   responseObject,
   responseParams,
+  responseUnhonoured,
 } from "../protocols/openai-responses.protocol.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
+  assertHonoured,
   assertTextOnly,
   namedEvents,
   runGeneration,
@@ -80,6 +82,7 @@ export async function createResponse(
 ): Promise<Created<ResponseObject>> {
   const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
   const { messages, unsupported } = responseMessages(body);
+  assertHonoured(model, responseUnhonoured(body));
   assertTextOnly(unsupported);
   const run = options.run;
   if (body.background && !run) return { body: await ops.background.submit(ctx, body, options.rawBody, model) };

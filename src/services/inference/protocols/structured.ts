@@ -1,0 +1,70 @@
+/**
+ * Structured outputs and the capabilities a request may ask for, in the protocols' terms
+ * (issue 26, items 1 and 6): OpenAI Chat `response_format`, Responses `text.format`, and the
+ * fields the service does not honour yet (tools, log-probabilities, conversation state), which
+ * are refused with a 400 naming the field and the model instead of being answered with prose.
+ */
+import { z } from "zod";
+import type { ResponseFormat } from "../../../inference/engine.js";
+
+/** `json_schema.name` (OpenAI: a-z, A-Z, 0-9, underscores and dashes, at most 64). */
+const schemaName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "must be 1–64 letters, digits, underscores or dashes");
+const jsonSchema = z.record(z.string(), z.unknown());
+
+/** Chat Completions `response_format`. */
+export const chatResponseFormat = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text") }),
+  z.object({ type: z.literal("json_object") }),
+  z.object({
+    type: z.literal("json_schema"),
+    json_schema: z.object({
+      name: schemaName,
+      description: z.string().nullish(),
+      schema: jsonSchema.nullish(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+]);
+
+/** Responses `text.format`. */
+export const responseTextFormat = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text") }),
+  z.object({ type: z.literal("json_object") }),
+  z.object({
+    type: z.literal("json_schema"),
+    name: schemaName,
+    description: z.string().nullish(),
+    schema: jsonSchema,
+    strict: z.boolean().nullish(),
+  }),
+]);
+
+/** Chat `response_format` → the engine's response format (`field` names the schema in 400s). */
+export function chatFormat(format: z.infer<typeof chatResponseFormat> | null | undefined): ResponseFormat | undefined {
+  if (!format || format.type === "text") return undefined;
+  if (format.type === "json_object" || !format.json_schema.schema) return { type: "json_object" };
+  return {
+    type: "json_schema",
+    schema: format.json_schema.schema,
+    strict: format.json_schema.strict === true,
+    field: "response_format.json_schema.schema",
+  };
+}
+
+/** Responses `text.format` → the engine's response format. */
+export function textFormat(format: z.infer<typeof responseTextFormat> | null | undefined): ResponseFormat | undefined {
+  if (!format || format.type === "text") return undefined;
+  if (format.type === "json_object") return { type: "json_object" };
+  return { type: "json_schema", schema: format.schema, strict: format.strict === true, field: "text.format.schema" };
+}
+
+/** A field the request sets that this service does not honour yet, and why. */
+export interface UnhonouredField {
+  field: string;
+  message: string;
+}
+
+/** Whether a list field is set to something (an empty list asks for nothing). */
+export function isSet(value: unknown): boolean {
+  return value !== undefined && value !== null && !(Array.isArray(value) && value.length === 0);
+}

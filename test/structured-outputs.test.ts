@@ -1,0 +1,326 @@
+/**
+ * Structured outputs (issue 26, item 1) and fields never silently ignored (item 6), through the
+ * official clients against the embedded engine with the tiny model: `chat.completions.parse` with
+ * `zodResponseFormat`, `responses.parse` with `zodTextFormat`, `json_object`, streaming, strict
+ * refusals naming the keyword, truncation as `length`, and 400s naming the field and the model for
+ * tools and log-probabilities.
+ */
+import { Ajv } from "ajv";
+import addFormatsModule from "ajv-formats";
+import { LengthFinishReasonError } from "openai/core/error";
+import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
+import {
+  CHAT_MODEL,
+  type TestServer,
+  anthropicClient,
+  createTestCaller,
+  expectEnvelope,
+  expectInvalid,
+  http,
+  openaiClient,
+  startTestServer,
+} from "./support/harness.js";
+import { writeEditedCatalog } from "./support/test-catalog.js";
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+/** zodResponseFormat writes draft-07 schemas (`$schema`), which this Ajv reads. */
+const ajv = addFormats(new Ajv({ strict: false }));
+
+let server: TestServer;
+let caller: Awaited<ReturnType<typeof createTestCaller>>;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  caller = await createTestCaller(server.url);
+});
+afterAll(() => server.close());
+
+const Pet = z.object({
+  name: z.string().max(16),
+  age: z.number().int(),
+  kind: z.enum(["cat", "dog", "bird"]),
+  nickname: z.string().max(8).nullable(),
+  toys: z.array(z.string().max(8)).max(2),
+});
+
+const ask = { model: CHAT_MODEL, messages: [{ role: "user" as const, content: "Once upon a time" }] };
+
+describe("chat response_format", () => {
+  test("when chat.completions.parse is called with zodResponseFormat, then every answer parses into the schema", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const format = zodResponseFormat(Pet, "pet");
+    for (let seed = 0; seed < 6; seed++) {
+      const completion = await client.chat.completions.parse({
+        ...ask,
+        response_format: format,
+        max_tokens: 400,
+        temperature: 1,
+        seed,
+      });
+      const choice = completion.choices[0];
+      expect(choice.finish_reason).toBe("stop");
+      expect(Pet.parse(choice.message.parsed)).toEqual(choice.message.parsed);
+      expect(ajv.validate(format.json_schema.schema!, JSON.parse(choice.message.content!))).toBe(true);
+    }
+  });
+
+  test("when the answer is streamed, then the chunks join into JSON valid against the schema", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const format = zodResponseFormat(Pet, "pet");
+    const stream = await client.chat.completions.create({
+      ...ask,
+      response_format: format,
+      max_tokens: 400,
+      seed: 3,
+      stream: true,
+    });
+    let text = "";
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(finish).toBe("stop");
+    expect(Pet.parse(JSON.parse(text))).toBeDefined();
+  });
+
+  test("when json_object is asked for, then the answer is a JSON object", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const completion = await client.chat.completions.create({
+      ...ask,
+      response_format: { type: "json_object" },
+      max_tokens: 300,
+      seed: 1,
+    });
+    if (completion.choices[0].finish_reason === "stop") {
+      const value = JSON.parse(completion.choices[0].message.content!);
+      expect(typeof value).toBe("object");
+      expect(Array.isArray(value)).toBe(false);
+    } else {
+      expect(completion.choices[0].message.content!.startsWith("{")).toBe(true);
+    }
+  });
+
+  test("when max_tokens cuts the answer, then finish_reason is length and the client reports the truncation", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const err = await client.chat.completions
+      .parse({ ...ask, response_format: zodResponseFormat(Pet, "pet"), max_tokens: 4 })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LengthFinishReasonError);
+  });
+
+  test("when a strict schema uses a keyword the engine cannot enforce, then 400 names it and nothing runs", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: {
+        ...ask,
+        response_format: {
+          type: "json_schema",
+          json_schema: {
+            name: "code",
+            strict: true,
+            schema: {
+              type: "object",
+              properties: { code: { type: "string", pattern: "^[A-Z]{3}$" } },
+              required: ["code"],
+              additionalProperties: false,
+            },
+          },
+        },
+      },
+    });
+    expectInvalid(res, "response_format.json_schema.schema.properties.code.pattern");
+    expect(res.body.detail).toContain("pattern");
+  });
+
+  test("when the same schema is not strict, then it is answered (the keyword is not enforced)", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: {
+        ...ask,
+        max_tokens: 60,
+        response_format: {
+          type: "json_schema",
+          json_schema: {
+            name: "code",
+            schema: { type: "object", properties: { code: { type: "string", pattern: "^[A-Z]{3}$" } } },
+          },
+        },
+      },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.choices[0].message.content.startsWith("{")).toBe(true);
+  });
+
+  test("when response_format is malformed, then 400 names it", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, response_format: { type: "json_schema", json_schema: { name: "has space" } } },
+    });
+    expectInvalid(res, "response_format.json_schema.name");
+  });
+
+  test("when the key is missing, then a structured request gets 401", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      body: { ...ask, response_format: { type: "json_object" } },
+    });
+    expectEnvelope(res, 401);
+  });
+});
+
+describe("Responses text.format", () => {
+  test("when responses.parse is called with zodTextFormat, then output_parsed fits the schema", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const response = await client.responses.parse({
+      model: CHAT_MODEL,
+      input: "Once upon a time",
+      text: { format: zodTextFormat(Pet, "pet") },
+      max_output_tokens: 400,
+    });
+    expect(response.status).toBe("completed");
+    expect(Pet.parse(response.output_parsed)).toEqual(response.output_parsed);
+  });
+
+  test("when a strict text.format uses a keyword the engine cannot enforce, then 400 names it", async () => {
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: {
+        model: CHAT_MODEL,
+        input: "Once upon a time",
+        text: {
+          format: {
+            type: "json_schema",
+            name: "n",
+            strict: true,
+            schema: { type: "object", properties: { n: { type: "number", multipleOf: 3 } }, required: ["n"] },
+          },
+        },
+      },
+    });
+    expectInvalid(res, "text.format.schema.properties.n.multipleOf");
+  });
+});
+
+describe("fields never silently ignored", () => {
+  const tool = { type: "function" as const, function: { name: "get_weather", parameters: { type: "object" } } };
+
+  test("when chat asks for tools, then 400 names tools and the model", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const err: any = await client.chat.completions.create({ ...ask, tools: [tool] }).catch((e: unknown) => e);
+    expect(err.status).toBe(400);
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, tools: [tool] },
+    });
+    expectInvalid(res, "tools");
+    expect(res.body.detail).toContain(CHAT_MODEL);
+  });
+
+  test("when chat asks for logprobs, then 400 names logprobs", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, logprobs: true, top_logprobs: 2 },
+    });
+    expectInvalid(res, "logprobs");
+    expectInvalid(res, "top_logprobs");
+  });
+
+  test("when Responses asks for tools or previous_response_id, then 400 names them", async () => {
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: {
+        model: CHAT_MODEL,
+        input: "hi",
+        tools: [{ type: "function", name: "f", parameters: {} }],
+        previous_response_id: "resp_1",
+      },
+    });
+    expectInvalid(res, "tools");
+    expectInvalid(res, "previous_response_id");
+  });
+
+  test("when Anthropic Messages asks for tools, then the client gets a 400 naming tools", async () => {
+    const client = anthropicClient(server.url, caller.key);
+    const err: any = await client.messages
+      .create({
+        model: CHAT_MODEL,
+        max_tokens: 10,
+        messages: [{ role: "user", content: "hi" }],
+        tools: [{ name: "f", input_schema: { type: "object" } }],
+      })
+      .catch((e: unknown) => e);
+    expect(err.status).toBe(400);
+    expect(JSON.stringify(err.error)).toContain("tools");
+  });
+
+  test("when a batch item asks for tools, then the batch is refused naming the item's field", async () => {
+    const res = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ custom_id: "a", url: "/v1/chat/completions", body: { ...ask, tools: [tool] } }] },
+    });
+    expectInvalid(res, "requests[0].body.tools");
+  });
+});
+
+describe("through the upstream engine (a gateway in front of another Switchyard)", () => {
+  let upstream: TestServer;
+  let gateway: TestServer;
+  let gatewayKey: string;
+
+  beforeAll(async () => {
+    upstream = await startTestServer();
+    const account = await createTestCaller(upstream.url);
+    const catalog = writeEditedCatalog((c) => {
+      const chat = c.models.find((m) => m.id === CHAT_MODEL)!;
+      c.models.push({
+        ...chat,
+        id: "up-chat",
+        display_name: "up-chat",
+        engine: { type: "openai_compatible", upstream_model: CHAT_MODEL },
+      });
+    });
+    gateway = await startTestServer({
+      catalogPath: catalog,
+      upstreams: [{ name: "a", base_url: `${upstream.url}/v1`, api_key: account.key, models: [CHAT_MODEL] }],
+    });
+    gatewayKey = (await createTestCaller(gateway.url)).key;
+  }, 120_000);
+  afterAll(async () => {
+    await gateway?.close();
+    await upstream?.close();
+  });
+
+  test("when chat.completions.parse goes through the gateway, then the upstream decodes under the schema", async () => {
+    const client = openaiClient(gateway.url, gatewayKey);
+    const completion = await client.chat.completions.parse({
+      ...ask,
+      model: "up-chat",
+      response_format: zodResponseFormat(Pet, "pet"),
+      max_tokens: 400,
+      seed: 2,
+    });
+    expect(completion.choices[0].finish_reason).toBe("stop");
+    expect(Pet.parse(completion.choices[0].message.parsed)).toBeDefined();
+  });
+
+  test("when the upstream refuses a strict schema, then the gateway answers 400 naming the keyword", async () => {
+    const res = await http(gateway.url, "POST", "/v1/chat/completions", {
+      token: gatewayKey,
+      body: {
+        ...ask,
+        model: "up-chat",
+        response_format: {
+          type: "json_schema",
+          json_schema: {
+            name: "code",
+            strict: true,
+            schema: { type: "object", properties: { code: { type: "string", pattern: "^x" } }, required: ["code"] },
+          },
+        },
+      },
+    });
+    expectEnvelope(res, 400);
+    expect(res.body.detail).toContain("pattern");
+  });
+});
