@@ -162,6 +162,10 @@ export const responseShape = z.object({
     })
     .nullable(),
   service_tier: z.enum(["default", "flex"]),
+  previous_response_id: z
+    .string()
+    .optional()
+    .meta({ description: "The response this one continues (present only when the request named one)." }),
 });
 export type ResponseFits = Fits<ResponseObject, z.output<typeof responseShape>>;
 

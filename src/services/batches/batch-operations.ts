@@ -146,6 +146,10 @@ export function prepareBatchItem(
       const found = [
         ...modelIssue(parsed.data.model, "text_generation"),
         ...unhonoured(responseUnhonoured(parsed.data), bodyPrefix),
+        // Items run as chat bodies made at create time, with no stored conversation to read then.
+        ...(parsed.data.previous_response_id
+          ? [{ field: `${bodyPrefix}.previous_response_id`, message: "is not supported in batch items" }]
+          : []),
         ...textOnly(unsupported, bodyPrefix),
       ];
       if (issues.length + found.length > 0) return fail(found);

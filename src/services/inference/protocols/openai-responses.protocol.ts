@@ -96,15 +96,12 @@ export function responseParams(req: ResponseRequest): GenerationParams {
   };
 }
 
-/** The fields of a Responses body this service does not honour yet (tools, log-probabilities, conversation state). */
+/** The fields of a Responses body this service does not honour yet (tools, log-probabilities). */
 export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
   if (isSet(req.tools)) out.push({ field: "tools", message: "tool calling is not supported" });
   if (isSet(req.tool_choice) && req.tool_choice !== "none" && !isSet(req.tools)) {
     out.push({ field: "tool_choice", message: "tool calling is not supported" });
-  }
-  if (isSet(req.previous_response_id)) {
-    out.push({ field: "previous_response_id", message: "continuing a stored response is not supported" });
   }
   (req.include ?? []).forEach((item, i) => {
     if (item === "message.output_text.logprobs") {
@@ -144,6 +141,13 @@ export interface ResponseObject {
     output_tokens_details: { reasoning_tokens: number };
   } | null;
   service_tier: "default" | "flex";
+  /** The response this one continues, when it does (echoed as sent). */
+  previous_response_id?: string;
+}
+
+/** `previous_response_id`, echoed on the Response when the request continues one. */
+function continuing(previous: string | null | undefined): { previous_response_id?: string } {
+  return previous ? { previous_response_id: previous } : {};
 }
 
 /**
@@ -156,6 +160,7 @@ export function responseObject(
   model: string,
   tier: "default" | "flex",
   result: GenerateResult,
+  previous?: string | null,
 ): ResponseObject {
   const incomplete = result.finishReason === "length";
   const status = result.finishReason === "cancelled" ? "cancelled" : incomplete ? "incomplete" : "completed";
@@ -185,6 +190,7 @@ export function responseObject(
       output_tokens_details: { reasoning_tokens: 0 },
     },
     service_tier: tier,
+    ...continuing(previous),
   };
 }
 
@@ -194,6 +200,7 @@ export function inProgressResponse(
   createdAt: Date,
   model: string,
   tier: "default" | "flex",
+  previous?: string | null,
 ): ResponseObject {
   return {
     id: requestId,
@@ -206,6 +213,7 @@ export function inProgressResponse(
     error: null,
     usage: null,
     service_tier: tier,
+    ...continuing(previous),
   };
 }
 
@@ -223,6 +231,7 @@ export class ResponseStreamEvents {
     private readonly createdAt: Date,
     private readonly model: string,
     private readonly tier: "default" | "flex",
+    private readonly previous: string | null = null,
   ) {
     this.itemId = messageId(requestId);
   }
@@ -232,7 +241,7 @@ export class ResponseStreamEvents {
   }
 
   start(): [string, unknown][] {
-    const response = inProgressResponse(this.requestId, this.createdAt, this.model, this.tier);
+    const response = inProgressResponse(this.requestId, this.createdAt, this.model, this.tier, this.previous);
     return [
       this.event("response.created", { response }),
       this.event("response.in_progress", { response }),

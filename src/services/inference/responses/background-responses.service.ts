@@ -147,7 +147,7 @@ export class BackgroundResponsesService {
     const createdAt = new Date();
     const windowS = req.timeout_s ?? BACKGROUND_WINDOW_S;
     const deadline = new Date(createdAt.getTime() + windowS * 1000);
-    const object = inProgressResponse(id, createdAt, model.id, answeredTier(req));
+    const object = inProgressResponse(id, createdAt, model.id, answeredTier(req), req.previous_response_id);
     await this.ds.transaction(async (m) => {
       if (streamId) {
         // Checked again under a share lock on the stream row: a PATCH that closes the stream waits
@@ -377,7 +377,7 @@ export class BackgroundResponsesService {
     // The stored request is redacted; the webhook of its record needs the token kept apart.
     const metadata = withWebhookToken(row.metadata, row.webhook_token);
     await createResponse(
-      { inference: this.inference, catalog: this.catalog, background: this },
+      { inference: this.inference, catalog: this.catalog, background: this, responses: this.responses },
       { requestId: row.id, principal },
       req,
       {
@@ -405,7 +405,7 @@ export class BackgroundResponsesService {
                 : { code: err instanceof AppError ? err.code : ErrorCode.Internal, message: errorMessage(err) };
             const status = kind === "cancelled" ? "cancelled" : "failed";
             const object: ResponseObject = {
-              ...inProgressResponse(row.id, row.created_at, model.id, tier),
+              ...inProgressResponse(row.id, row.created_at, model.id, tier, req.previous_response_id),
               status,
               error: kind === "cancelled" ? null : error,
             };

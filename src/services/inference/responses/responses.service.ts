@@ -8,8 +8,12 @@ import { queryRows } from "../../../db/sql.js";
 import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import { AppError, parseInput, parseUuidParam } from "../../../shared/errors.js";
 import { unixSeconds } from "../../platform/identifiers.js";
-import type { ResponseObject } from "../protocols/openai-responses.protocol.js";
+import type { ChatMessage } from "../../../inference/engine.js";
+import { type ResponseObject, responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
 import { optionalQuery, queryInt } from "../../platform/validation.js";
+
+/** How many responses back a `previous_response_id` chain is followed. */
+export const MAX_CHAIN = 100;
 
 /** `GET /v1/responses` query (DESIGN §3 List limits: `limit` 1–1000, default 100). */
 export const listResponsesQuery = z.object({
@@ -51,6 +55,61 @@ export class ResponsesService {
     );
     if (!rows[0]) throw AppError.notFound("Response not found");
     return rows[0].response_json;
+  }
+
+  /**
+   * The conversation a Responses create continues (`previous_response_id`; issue 26, item 4): the
+   * chain of stored responses it names, oldest first, each as its input messages (its
+   * `instructions` are not carried over, OpenAI's rule) followed by its output text as the
+   * assistant's turn. At most `MAX_CHAIN` responses back.
+   * @throws AppError 400 naming `previous_response_id` when it is not a uuid, when that response was
+   *   not stored (`store: false`, zero data retention) or is still in progress; 404 when unknown or
+   *   another team's.
+   */
+  async conversation(ctx: RequestContext, id: string): Promise<ChatMessage[]> {
+    const principal = requirePrincipal(ctx);
+    const field = "previous_response_id";
+    if (!z.uuid().safeParse(id).success) {
+      throw AppError.invalid(`Invalid request: ${field}`, [{ field, message: "is not a response id" }]);
+    }
+    const rows = await queryRows<{ status: string; request_json: unknown; response_json: ResponseObject }>(
+      this.ds,
+      `WITH RECURSIVE chain AS (
+         SELECT id, status, request_json, response_json, 0 AS depth FROM responses WHERE id = $1 AND team_id = $2
+         UNION ALL
+         SELECT r.id, r.status, r.request_json, r.response_json, c.depth + 1
+           FROM chain c JOIN responses r
+             ON r.id = CASE WHEN c.request_json->>'previous_response_id' ~* '^[0-9a-f-]{36}$'
+                            THEN (c.request_json->>'previous_response_id')::uuid END
+            AND r.team_id = $2
+          WHERE c.depth < $3
+       )
+       SELECT status, request_json, response_json FROM chain ORDER BY depth DESC`,
+      [id, principal.teamId, MAX_CHAIN - 1],
+    );
+    if (rows.length === 0) {
+      // Unstored responses leave their activity row without a body (store: false, zero data retention).
+      const [unstored] = await queryRows(
+        this.ds,
+        "SELECT 1 FROM activity WHERE id = $1 AND team_id = $2 AND endpoint = '/v1/responses' AND body_json IS NULL",
+        [id, principal.teamId],
+      );
+      if (unstored) {
+        throw AppError.invalid(`Response ${id} was not stored (store: false), so it cannot be continued`, [
+          { field, message: "names a response that was not stored" },
+        ]);
+      }
+      throw AppError.notFound("Response not found");
+    }
+    if (rows.at(-1)!.status === "in_progress") {
+      throw AppError.invalid(`Response ${id} is still in progress`, [{ field, message: "is still in progress" }]);
+    }
+    return rows.flatMap((r) => {
+      const parsed = responseRequest.safeParse(r.request_json);
+      const input = parsed.success ? responseMessages({ ...parsed.data, instructions: null }).messages : [];
+      const output = r.response_json.output.flatMap((item) => item.content.map((c) => c.text)).join("");
+      return [...input, { role: "assistant" as const, content: output }];
+    });
   }
 
   /**

@@ -4,6 +4,7 @@
  */
 import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../../../config/catalog.js";
+import type { ChatMessage } from "../../../inference/engine.js";
 import type { ActivityStatus } from "../../../entities/activity.entity.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import type { StoredResponse } from "../../metering/metering.service.js";
@@ -34,9 +35,15 @@ export interface BackgroundSubmitter {
   submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject>;
 }
 
+/** The conversation a create continues (`ResponsesService.conversation`). */
+export interface ConversationReader {
+  conversation(ctx: RequestContext, id: string): Promise<ChatMessage[]>;
+}
+
 /** The services the Responses create operation runs on. */
 export interface ResponseOperations extends InferenceOperations {
   background: BackgroundSubmitter;
+  responses: ConversationReader;
 }
 
 /** What the background worker adds when it runs a submitted response (issue 6, item 2). */
@@ -69,7 +76,8 @@ export function storedResponse(
  * `background: true`, store it `in_progress` and enqueue it (answered at once); else generate,
  * metered once → the Response (stored unless `store: false`), or its stream events. Given `run`,
  * it is the background worker's generation of a submitted response (accepted earlier: a stream
- * closed since does not refuse it).
+ * closed since does not refuse it). With `previous_response_id`, the stored conversation it names
+ * comes before the input (`ResponsesService.conversation`).
  * @throws AppError 400 (body, non-text parts, prompt or limits), 401, 402, 404 unknown model or
  *   another team's stream, 429, 502/503 (see `InferenceService.generate`,
  *   `BackgroundResponsesService.submit`).
@@ -81,18 +89,27 @@ export async function createResponse(
   options: CreateOptions & { run?: SubmittedRun },
 ): Promise<Created<ResponseObject>> {
   const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
-  const { messages, unsupported } = responseMessages(body);
+  const { messages: own, unsupported } = responseMessages(body);
   assertHonoured(model, responseUnhonoured(body));
   assertTextOnly(unsupported);
   const run = options.run;
-  if (body.background && !run) return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
+  if (body.background && !run) {
+    // Checked now, so a bad id is a 400/404 at submission rather than a failed run later.
+    if (body.previous_response_id) await ops.responses.conversation(ctx, body.previous_response_id);
+    return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
+  }
+  // The earlier turns go after this request's instructions and before its input (issue 26, item 4).
+  const history = body.previous_response_id ? await ops.responses.conversation(ctx, body.previous_response_id) : [];
+  const instructions = body.instructions ? 1 : 0;
+  const messages = [...own.slice(0, instructions), ...history, ...own.slice(instructions)];
+  const previous = body.previous_response_id ?? null;
   const transport = streamTransport(body.stream, options);
   const requestId = run?.requestId ?? uuidv7();
   const createdAt = run?.createdAt ?? new Date();
   const tier = answeredTier(body);
   const store = body.store !== false;
   const metadata = run ? run.metadata : body.metadata;
-  const events = new ResponseStreamEvents(requestId, createdAt, model.id, tier);
+  const events = new ResponseStreamEvents(requestId, createdAt, model.id, tier, previous);
   return runGeneration(
     ops.inference,
     ctx,
@@ -110,8 +127,8 @@ export async function createResponse(
       maxQueueWaitS: run?.maxQueueWaitS ?? body.max_queue_wait_s,
       signal: options.signal,
       render: (result) => {
-        const ended = run?.end(responseObject(requestId, createdAt, model.id, tier, result)) ?? {
-          object: responseObject(requestId, createdAt, model.id, tier, result),
+        const ended = run?.end(responseObject(requestId, createdAt, model.id, tier, result, previous)) ?? {
+          object: responseObject(requestId, createdAt, model.id, tier, result, previous),
         };
         return {
           body: ended.object,

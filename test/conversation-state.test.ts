@@ -1,0 +1,142 @@
+/**
+ * Conversation state on Responses (issue 26, item 4) through the official `openai` client:
+ * `previous_response_id` makes the earlier response's input and output the history (its
+ * `instructions` are not carried over), is echoed on the response, counts the whole history in
+ * usage, works for background responses too, and refuses another team's id (404), an unstored
+ * response (400) and a malformed id (400).
+ */
+import {
+  CHAT_MODEL,
+  type TestServer,
+  createTestCaller,
+  expectEnvelope,
+  expectInvalid,
+  http,
+  openaiClient,
+  startTestServer,
+} from "./support/harness.js";
+
+let server: TestServer;
+let caller: Awaited<ReturnType<typeof createTestCaller>>;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  caller = await createTestCaller(server.url);
+});
+afterAll(() => server.close());
+
+const greedy = { model: CHAT_MODEL, max_output_tokens: 12, temperature: 0 };
+
+describe("previous_response_id", () => {
+  test("when a response continues another, then its prompt is the earlier input and output plus the new input, without the earlier instructions", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const first = await client.responses.create({
+      ...greedy,
+      instructions: "You tell short stories about a dog named Max who likes to run in the park.",
+      input: "Once upon a time",
+    });
+    const second = await client.responses.create({ ...greedy, input: "Then", previous_response_id: first.id });
+    expect(second.previous_response_id).toBe(first.id);
+    expect(second.status).toBe("incomplete"); // cut at max_output_tokens
+    // The same conversation written out by hand costs exactly the same prompt tokens.
+    const explicit = await client.responses.create({
+      ...greedy,
+      input: [
+        { role: "user", content: "Once upon a time" },
+        { role: "assistant", content: first.output_text },
+        { role: "user", content: "Then" },
+      ],
+    });
+    expect(second.usage!.input_tokens).toBe(explicit.usage!.input_tokens);
+    expect(second.output_text).toBe(explicit.output_text);
+    expect(second.usage!.input_tokens).toBeLessThan(first.usage!.input_tokens + first.usage!.output_tokens + 4);
+
+    // A third turn walks the whole chain.
+    const third = await client.responses.create({ ...greedy, input: "And", previous_response_id: second.id });
+    const explicit3 = await client.responses.create({
+      ...greedy,
+      input: [
+        { role: "user", content: "Once upon a time" },
+        { role: "assistant", content: first.output_text },
+        { role: "user", content: "Then" },
+        { role: "assistant", content: second.output_text },
+        { role: "user", content: "And" },
+      ],
+    });
+    expect(third.usage!.input_tokens).toBe(explicit3.usage!.input_tokens);
+    expect((await client.responses.retrieve(third.id)).previous_response_id).toBe(second.id);
+  });
+
+  test("when a background response continues another, then it runs with the history", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const first = await client.responses.create({ ...greedy, input: "Once upon a time" });
+    const submitted = await client.responses.create({
+      ...greedy,
+      input: "Then",
+      previous_response_id: first.id,
+      background: true,
+    });
+    expect(submitted.previous_response_id).toBe(first.id);
+    let done = submitted;
+    for (let i = 0; i < 200 && done.status === "in_progress"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      done = await client.responses.retrieve(submitted.id);
+    }
+    expect(done.status).toBe("incomplete");
+    const sync = await client.responses.create({ ...greedy, input: "Then", previous_response_id: first.id });
+    expect(done.usage!.input_tokens).toBe(sync.usage!.input_tokens);
+  });
+
+  test("when the earlier response was not stored, then 400 says it cannot be continued", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const unstored = await client.responses.create({ ...greedy, input: "Once upon a time", store: false });
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "Then", previous_response_id: unstored.id },
+    });
+    expectInvalid(res, "previous_response_id");
+    expect(res.body.detail).toContain("store: false");
+  });
+
+  test("when the id is another team's or unknown, then 404; when malformed, then 400", async () => {
+    const other = await createTestCaller(server.url);
+    const theirs = await openaiClient(server.url, other.key).responses.create({ ...greedy, input: "Once" });
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "Then", previous_response_id: theirs.id },
+    });
+    expectEnvelope(res, 404);
+    const unknown = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "Then", previous_response_id: "0190c8d2-0000-7000-8000-000000000000" },
+    });
+    expectEnvelope(unknown, 404);
+    const malformed = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "Then", previous_response_id: "resp_123" },
+    });
+    expectInvalid(malformed, "previous_response_id");
+  });
+
+  test("when a batch item names a previous response, then the batch is refused naming the field", async () => {
+    const res = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          {
+            url: "/v1/responses",
+            body: { ...greedy, input: "x", previous_response_id: "0190c8d2-0000-7000-8000-000000000000" },
+          },
+        ],
+      },
+    });
+    expectInvalid(res, "requests[0].body.previous_response_id");
+  });
+
+  test("when the key is missing, then 401", async () => {
+    const res = await http(server.url, "POST", "/v1/responses", {
+      body: { ...greedy, input: "Then", previous_response_id: "0190c8d2-0000-7000-8000-000000000000" },
+    });
+    expectEnvelope(res, 401);
+  });
+});
