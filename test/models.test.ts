@@ -153,7 +153,7 @@ describe("GET /v1/models: OpenAI shape", () => {
         image_input: { supported: false },
         pdf_input: { supported: false },
         thinking: { supported: false, types: { enabled: { supported: false }, adaptive: { supported: false } } },
-        tools: { supported: false },
+        tools: { supported: true },
         dimensions: null,
         decisions: { supported: true },
         structured_outputs: { supported: true, modes: ["json_object", "json_schema"] },

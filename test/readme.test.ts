@@ -66,6 +66,19 @@ test("when the README's structured-output example runs, then it prints a parsed 
   expect(out.stdout).toMatch(/age: \d+/);
 });
 
+test("when the README's tool-calling example runs, then the forced function is called with parsed arguments", async () => {
+  const file = path.join(packageRoot, "examples/tool-calling.mjs");
+  expect(readFileSync(file, "utf8")).toContain(block("## Tool calling", "js"));
+  const { key } = await createTestCaller(server.url);
+  const out = await run("node", [file], {
+    cwd: packageRoot,
+    timeout: 30_000,
+    env: { ...process.env, SWITCHYARD_API_KEY: key, SWITCHYARD_BASE_URL: `${server.url}/v1` },
+  });
+  expect(out.stdout).toMatch(/^called get_weather with \{"city":".*","unit":"(celsius|fahrenheit)"\}$/m);
+  expect(out.stdout).toMatch(/^result: It is sunny in /m);
+});
+
 describe("the README's 'Use a real model' examples", () => {
   // The real models' files cannot be downloaded here: the test model's file stands in for them
   // under their ids, so what is checked is that the README's curl and openai code runs as written.

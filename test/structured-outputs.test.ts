@@ -21,7 +21,7 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
-import { writeEditedCatalog } from "./support/test-catalog.js";
+import { addUpstreamChat, writeEditedCatalog } from "./support/test-catalog.js";
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 /** zodResponseFormat writes draft-07 schemas (`$schema`), which this Ajv reads. */
@@ -205,18 +205,6 @@ describe("Responses text.format", () => {
 describe("fields never silently ignored", () => {
   const tool = { type: "function" as const, function: { name: "get_weather", parameters: { type: "object" } } };
 
-  test("when chat asks for tools, then 400 names tools and the model", async () => {
-    const client = openaiClient(server.url, caller.key);
-    const err: any = await client.chat.completions.create({ ...ask, tools: [tool] }).catch((e: unknown) => e);
-    expect(err.status).toBe(400);
-    const res = await http(server.url, "POST", "/v1/chat/completions", {
-      token: caller.key,
-      body: { ...ask, tools: [tool] },
-    });
-    expectInvalid(res, "tools");
-    expect(res.body.detail).toContain(CHAT_MODEL);
-  });
-
   test("when chat asks for logprobs, then 400 names logprobs", async () => {
     const res = await http(server.url, "POST", "/v1/chat/completions", {
       token: caller.key,
@@ -255,7 +243,11 @@ describe("fields never silently ignored", () => {
   test("when a batch item asks for tools, then the batch is refused naming the item's field", async () => {
     const res = await http(server.url, "POST", "/v1/batches", {
       token: caller.key,
-      body: { requests: [{ custom_id: "a", url: "/v1/chat/completions", body: { ...ask, tools: [tool] } }] },
+      body: {
+        requests: [
+          { custom_id: "a", url: "/v1/responses", body: { model: CHAT_MODEL, input: "hi", tools: [tool.function] } },
+        ],
+      },
     });
     expectInvalid(res, "requests[0].body.tools");
   });
@@ -269,15 +261,7 @@ describe("through the upstream engine (a gateway in front of another Switchyard)
   beforeAll(async () => {
     upstream = await startTestServer();
     const account = await createTestCaller(upstream.url);
-    const catalog = writeEditedCatalog((c) => {
-      const chat = c.models.find((m) => m.id === CHAT_MODEL)!;
-      c.models.push({
-        ...chat,
-        id: "up-chat",
-        display_name: "up-chat",
-        engine: { type: "openai_compatible", upstream_model: CHAT_MODEL },
-      });
-    });
+    const catalog = writeEditedCatalog((c) => addUpstreamChat(c, "up-chat"));
     gateway = await startTestServer({
       catalogPath: catalog,
       upstreams: [{ name: "a", base_url: `${upstream.url}/v1`, api_key: account.key, models: [CHAT_MODEL] }],

@@ -115,9 +115,18 @@ export const chatCompletionShape = z.object({
         content: z.string().nullable(),
         refusal: z.string().nullable(),
         annotations: z.array(z.unknown()),
+        tool_calls: z
+          .array(
+            z.object({
+              id: z.string().meta({ description: "call_…" }),
+              type: z.literal("function"),
+              function: z.object({ name: z.string(), arguments: z.string().meta({ description: "JSON text" }) }),
+            }),
+          )
+          .optional(),
       }),
       logprobs: z.unknown().nullable(),
-      finish_reason: z.enum(["stop", "length"]),
+      finish_reason: z.enum(["stop", "length", "tool_calls"]),
     }),
   ),
   usage: z.object({

@@ -60,3 +60,18 @@ export function writeEditedCatalog(edit: (catalog: CatalogJson) => void): string
   writeFileSync(file, JSON.stringify(catalog, null, 2));
   return file;
 }
+
+/**
+ * Adds `id`, a copy of the chat test model served by an upstream engine (`openai_compatible`,
+ * upstream model `tinystories-260k`), to `catalog`; returns the chat test model's entry.
+ */
+export function addUpstreamChat(catalog: CatalogJson, id: string): CatalogJson["models"][number] {
+  const chat = catalog.models.find((m) => m.id === "tinystories-260k")!;
+  catalog.models.push({
+    ...chat,
+    id,
+    display_name: id,
+    engine: { type: "openai_compatible", upstream_model: "tinystories-260k" },
+  });
+  return chat;
+}

@@ -175,7 +175,8 @@ export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
       supported: m.capabilities.thinking,
       types: { enabled: { supported: m.capabilities.thinking }, adaptive: { supported: false } },
     },
-    tools: { supported: m.capabilities.tools },
+    // Tools run on the embedded engine (grammar-constrained calls; issue 26, item 2), not through upstreams yet.
+    tools: { supported: m.capabilities.tools && m.engine.type === "llama_cpp" },
     dimensions: m.capabilities.dimensions,
     decisions: { supported: m.capabilities.decisions },
     structured_outputs:

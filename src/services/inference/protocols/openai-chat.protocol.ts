@@ -7,31 +7,61 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
+import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
+import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
 
 /**
- * Required on every message (issue 5, item 3). OpenAI lets an assistant message leave it out or
- * null only when it carries `tool_calls`/`function_call`, and this service has no tools.
+ * Required on every message (issue 5, item 3), except that an assistant message carrying
+ * `tool_calls` may leave it out or null (OpenAI's rule).
  */
 const chatContent = z.union([z.string(), z.array(z.union([textPart, otherPart]))], {
   error: (issue) =>
     issue.input === undefined || issue.input === null ? "is required" : "must be a string or an array of content parts",
 });
 
+/** A call in an assistant message of the history (`arguments` is JSON text, as OpenAI sends it). */
+const historyToolCall = z.object({
+  id: z.string().min(1).max(256),
+  type: z.literal("function"),
+  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+});
+
+/** One function tool (`tools[i]`). */
+const chatTool = z.object({
+  type: z.literal("function"),
+  function: z.object({
+    name: z.string().regex(TOOL_NAME, "must be 1–64 letters, digits, underscores or dashes"),
+    description: z.string().nullish(),
+    parameters: z.record(z.string(), z.unknown()).nullish(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
+const chatMessage = z
+  .object({
+    role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
+    content: chatContent.nullish(),
+    name: z.string().optional(),
+    tool_calls: z.array(historyToolCall).nullish(),
+    tool_call_id: z.string().nullish(),
+  })
+  .superRefine((m, ctx) => {
+    const carriesCalls = m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0;
+    if ((m.content === undefined || m.content === null) && !carriesCalls) {
+      ctx.addIssue({ code: "custom", path: ["content"], message: "is required" });
+    }
+    if (m.role === "tool" && !m.tool_call_id) {
+      ctx.addIssue({ code: "custom", path: ["tool_call_id"], message: "is required on a tool message" });
+    }
+  });
+
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
-  messages: z
-    .array(
-      z.object({
-        role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
-        content: chatContent,
-        name: z.string().optional(),
-      }),
-    )
-    .min(1),
+  messages: z.array(chatMessage).min(1),
   max_tokens: z.number().int().min(1).nullish(),
   max_completion_tokens: z.number().int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
@@ -48,8 +78,13 @@ export const chatCompletionRequest = z.object({
   user: z.string().nullish(),
   response_format: chatResponseFormat.nullish(),
   // Read so that a request asking for them is refused by name, never answered as if they were absent.
-  tools: z.array(z.unknown()).nullish(),
-  tool_choice: z.unknown().optional(),
+  tools: z.array(chatTool).max(128).nullish(),
+  tool_choice: z
+    .union([
+      z.enum(["none", "auto", "required"]),
+      z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
+    ])
+    .nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   functions: z.array(z.unknown()).nullish(),
   function_call: z.unknown().optional(),
@@ -64,6 +99,7 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
   const messages = req.messages.map((m, i): ChatMessage => {
     let content = "";
     if (typeof m.content === "string") content = m.content;
+    else if (m.content === null || m.content === undefined) content = "";
     else if (Array.isArray(m.content)) {
       content = m.content
         .map((p, j) => {
@@ -74,7 +110,9 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
         .join("");
     }
     const role = m.role === "function" ? "tool" : m.role;
-    return { role, content };
+    if (role === "tool") return { role, content: toolResultText(content) };
+    const calls = (m.tool_calls ?? []).map((c) => toolCallText(c.function.name, c.function.arguments));
+    return { role, content: [content, ...calls].filter(Boolean).join("\n") };
   });
   return { messages, unsupported };
 }
@@ -93,14 +131,45 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
   };
 }
 
-/** The fields of a chat body this service does not honour yet (tools, log-probabilities). */
+/**
+ * The tools a chat body offers and how the model must use them (`tool_choice`: default `auto`
+ * with tools, `none` without).
+ * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
+ *   no tools.
+ */
+export function chatTooling(req: ChatCompletionRequest): { tools: ToolSpec[]; mode: ToolMode } {
+  const tools: ToolSpec[] = (req.tools ?? []).map((t, i) => ({
+    name: t.function.name,
+    description: t.function.description,
+    parameters: t.function.parameters ?? { type: "object", properties: {} },
+    field: `tools[${i}].function.parameters`,
+    strict: t.function.strict === true,
+  }));
+  const choice = req.tool_choice ?? (tools.length > 0 ? "auto" : "none");
+  if (choice === "none" || tools.length === 0) {
+    if (choice !== "none") {
+      throw AppError.invalid("tool_choice asks for a tool call but no tools are given", [
+        { field: "tool_choice", message: "needs tools" },
+      ]);
+    }
+    return { tools, mode: { kind: "none" } };
+  }
+  if (choice === "auto") return { tools, mode: { kind: "auto" } };
+  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  const name = choice.function.name;
+  if (!tools.some((t) => t.name === name)) {
+    throw AppError.invalid(`tool_choice names '${name}', which is not in tools`, [
+      { field: "tool_choice.function.name", message: "is not one of the tools" },
+    ]);
+  }
+  return { tools, mode: { kind: "forced", names: [name] } };
+}
+
+/** The fields of a chat body this service does not honour yet (legacy functions, log-probabilities). */
 export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
-  if (isSet(req.tools)) out.push({ field: "tools", message: "tool calling is not supported" });
-  if (isSet(req.functions)) out.push({ field: "functions", message: "function calling is not supported" });
-  if (isSet(req.tool_choice) && req.tool_choice !== "none" && !isSet(req.tools)) {
-    out.push({ field: "tool_choice", message: "tool calling is not supported" });
-  }
+  if (isSet(req.functions))
+    out.push({ field: "functions", message: "legacy function calling is not supported; use tools" });
   if (isSet(req.function_call) && req.function_call !== "none") {
     out.push({ field: "function_call", message: "function calling is not supported" });
   }
@@ -112,6 +181,13 @@ export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
 /** Engine finish reason → OpenAI `finish_reason` (a stop string is `stop`, as OpenAI reports it). */
 export function chatFinishReason(reason: FinishReason): "stop" | "length" {
   return reason === "length" ? "length" : "stop";
+}
+
+/** A call the model made, as a chat message carries it. */
+export interface ChatToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
 }
 
 /** `chatcmpl-<request uuid>`: the activity id behind a completion is its id without the prefix. */
@@ -136,8 +212,14 @@ export function chatUsage(result: GenerateResult) {
   };
 }
 
-/** The `chat.completion` object. `created` is Unix seconds. */
-export function chatCompletion(requestId: string, createdAt: Date, model: string, result: GenerateResult) {
+/** The `chat.completion` object (a tool call instead of text when `call`). `created` is Unix seconds. */
+export function chatCompletion(
+  requestId: string,
+  createdAt: Date,
+  model: string,
+  result: GenerateResult,
+  call?: ChatToolCall | null,
+) {
   return {
     id: chatCompletionId(requestId),
     object: "chat.completion" as const,
@@ -146,9 +228,11 @@ export function chatCompletion(requestId: string, createdAt: Date, model: string
     choices: [
       {
         index: 0,
-        message: { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
+        message: call
+          ? { role: "assistant" as const, content: null, refusal: null, annotations: [], tool_calls: [call] }
+          : { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
         logprobs: null,
-        finish_reason: chatFinishReason(result.finishReason),
+        finish_reason: call ? ("tool_calls" as const) : chatFinishReason(result.finishReason),
       },
     ],
     usage: chatUsage(result),
@@ -194,8 +278,23 @@ export class ChatChunkWriter {
     return this.chunk({ content: text }, null);
   }
 
-  finish(result: GenerateResult) {
-    return this.chunk({}, chatFinishReason(result.finishReason));
+  finish(result: GenerateResult, call?: ChatToolCall | null) {
+    return this.chunk({}, call ? "tool_calls" : chatFinishReason(result.finishReason));
+  }
+
+  /** A call as OpenAI streams it: id, type and name once (empty arguments), then the arguments. */
+  toolCall(call: ChatToolCall) {
+    return [
+      this.chunk(
+        {
+          tool_calls: [
+            { index: 0, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } },
+          ],
+        },
+        null,
+      ),
+      this.chunk({ tool_calls: [{ index: 0, function: { arguments: call.function.arguments } }] }, null),
+    ];
   }
 
   /** The usage chunk (empty `choices`), sent only with `stream_options.include_usage`. */

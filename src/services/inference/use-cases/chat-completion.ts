@@ -1,17 +1,22 @@
 /** `createChatCompletion`: the OpenAI Chat Completions create operation (REST and batch items). */
+import type { GenerateResult } from "../../../inference/engine.js";
 import type { RequestContext } from "../../platform/context.js";
 import {
   type ChatCompletionRequest,
+  type ChatToolCall,
   ChatChunkWriter,
   chatCompletion,
   chatMessages,
   chatParams,
+  chatTooling,
   chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
+import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
+  assertToolsServed,
   callFields,
   prepareGeneration,
   runGeneration,
@@ -21,11 +26,16 @@ import {
 export type ChatCompletion = ReturnType<typeof chatCompletion>;
 
 /**
- * Runs a chat completion: resolve the model → translate the messages (text only) → generate,
- * metered once → `chat.completion`, or `chat.completion.chunk` events ending with `[DONE]` when
- * `stream: true` (usage chunk with `stream_options.include_usage`).
- * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream), 401,
- *   402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
+ * Runs a chat completion: resolve the model → translate the messages (text only; earlier tool
+ * calls and results as the tools prompt format writes them) → generate, metered once →
+ * `chat.completion`, or `chat.completion.chunk` events ending with `[DONE]` when `stream: true`
+ * (usage chunk with `stream_options.include_usage`). With `tools`, the tools go in the prompt; a
+ * forced call (`tool_choice` `required` or a named function) decodes under the grammar of the
+ * allowed calls, and an answer that is a call comes back as `tool_calls` with
+ * `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments).
+ * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream, a tool
+ *   the engine cannot serve or a strict tool schema it cannot enforce), 401, 402, 404 unknown
+ *   model, 429, 502/503 (see `InferenceService.generate`).
  */
 export async function createChatCompletion(
   ops: InferenceOperations,
@@ -33,16 +43,23 @@ export async function createChatCompletion(
   body: ChatCompletionRequest,
   options: CreateOptions,
 ): Promise<Created<ChatCompletion>> {
-  const { model, messages, transport, requestId } = prepareGeneration(
-    ops,
-    ctx,
-    body,
-    chatMessages(body),
-    chatUnhonoured(body),
-    options,
-  );
+  const prepared = prepareGeneration(ops, ctx, body, chatMessages(body), chatUnhonoured(body), options);
+  const { model, transport, requestId } = prepared;
+  const { tools, mode } = chatTooling(body);
+  assertToolsServed(model, tools, mode);
+  const messages = withToolsPrompt(prepared.messages, tools, mode);
+  const params = chatParams(body);
+  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   const createdAt = new Date();
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
+  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  const toolCall = (result: GenerateResult): ChatToolCall | null => {
+    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
+    const parsed = parseToolCall(result.text, tools, mode);
+    return parsed && { id: toolCallId("call_"), type: "function", function: parsed };
+  };
+  // With tools the text is held until the end: it may turn out to be a call.
+  const holdText = mode.kind !== "none";
   return runGeneration(
     ops.inference,
     ctx,
@@ -52,18 +69,28 @@ export async function createChatCompletion(
       endpoint: "/v1/chat/completions",
       model,
       messages,
-      params: chatParams(body),
+      params,
       ...callFields(body, options),
-      render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result) }),
+      render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result, toolCall(result)) }),
     },
     transport && {
       transport,
       events: {
         start: () => [{ data: chunks.start() }],
-        delta: (text) => [{ data: chunks.delta(text) }],
-        finish: (result) => {
+        delta: (text) => (holdText ? [] : [{ data: chunks.delta(text) }]),
+        finish: (result, completion) => {
+          const message = completion.choices[0].message;
+          const call = message.tool_calls?.[0] ?? null;
+          const held = holdText && !call && result.text ? [{ data: chunks.delta(result.text) }] : [];
+          const calls = call ? chunks.toolCall(call).map((data) => ({ data })) : [];
           const usage = chunks.usage(result);
-          return [{ data: chunks.finish(result) }, ...(usage ? [{ data: usage }] : []), { data: "[DONE]" }];
+          return [
+            ...held,
+            ...calls,
+            { data: chunks.finish(result, call) },
+            ...(usage ? [{ data: usage }] : []),
+            { data: "[DONE]" },
+          ];
         },
         error: (status, detail) => [
           { data: { error: { message: detail, type: "server_error", code: String(status) } } },

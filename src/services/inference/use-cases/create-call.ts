@@ -12,6 +12,7 @@ import type { ModelCatalogService } from "../../models/model-catalog.service.js"
 import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { UnhonouredField } from "../protocols/structured.js";
+import { type ToolMode, type ToolSpec, strictToolIssues } from "../protocols/tools.js";
 import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
@@ -107,6 +108,28 @@ export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[
     `Model '${model.id}' cannot honour ${unhonoured.map((u) => u.field).join(", ")}: ${unhonoured[0].message}`,
     unhonoured.map((u) => ({ field: u.field, message: `${u.message} for model '${model.id}'` })),
   );
+}
+
+/**
+ * Tools run where the engine decodes under a grammar (the embedded engine; issue 26, item 2): a
+ * request offering tools to another model is refused naming `tools` and the model, and a strict
+ * tool whose parameters use a keyword the grammar cannot enforce is refused naming its place.
+ * @throws AppError 400.
+ */
+export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: ToolMode): void {
+  if (mode.kind === "none") return;
+  if (model.engine.type !== "llama_cpp") {
+    throw AppError.invalid(`Model '${model.id}' cannot call tools (it is served by an upstream engine)`, [
+      { field: "tools", message: `tool calling is not supported for model '${model.id}'` },
+    ]);
+  }
+  const issues = strictToolIssues(tools);
+  if (issues.length > 0) {
+    throw AppError.invalid(
+      `Model '${model.id}' cannot enforce ${issues[0].field} while decoding; strict: true needs every keyword enforced`,
+      issues,
+    );
+  }
 }
 
 /**

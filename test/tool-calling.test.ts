@@ -1,0 +1,280 @@
+/**
+ * Tool calling on Chat Completions (issue 26, item 2) through the official `openai` client,
+ * against the embedded engine with the tiny model: forced calls (a named function, `required`)
+ * decode under the grammar of the allowed calls, plain and streamed exactly as OpenAI streams them,
+ * `runTools` completes a round trip, tool calls and results in the history are read, `auto` never
+ * returns a broken call, and the refusals name their field.
+ */
+import { Ajv } from "ajv";
+import { parseToolCall } from "../src/services/inference/protocols/tools.js";
+import {
+  CHAT_MODEL,
+  type TestServer,
+  createTestCaller,
+  expectEnvelope,
+  expectInvalid,
+  http,
+  openaiClient,
+  startTestServer,
+} from "./support/harness.js";
+import { addUpstreamChat, writeEditedCatalog } from "./support/test-catalog.js";
+
+const ajv = new Ajv({ strict: false });
+
+let server: TestServer;
+let caller: Awaited<ReturnType<typeof createTestCaller>>;
+
+beforeAll(async () => {
+  // Tool definitions take hundreds of this tiny tokenizer's tokens: a context of 2,048 holds them
+  // (the grammar keeps the answers well-formed whatever the model makes of the extra positions).
+  const catalog = writeEditedCatalog((c) => {
+    const chat = addUpstreamChat(c, "up-chat");
+    (chat.engine as { context_size?: number }).context_size = 2048;
+  });
+  server = await startTestServer({
+    catalogPath: catalog,
+    upstreams: [{ name: "a", base_url: "http://127.0.0.1:9/v1", models: [CHAT_MODEL] }],
+  });
+  caller = await createTestCaller(server.url);
+});
+afterAll(() => server.close());
+
+const weatherParams = {
+  type: "object",
+  properties: {
+    city: { type: "string", maxLength: 20 },
+    unit: { type: "string", enum: ["celsius", "fahrenheit"] },
+    days: { type: "integer", minimum: 1, maximum: 7 },
+  },
+  required: ["city", "unit", "days"],
+  additionalProperties: false,
+};
+const timeParams = {
+  type: "object",
+  properties: { zone: { type: "string", maxLength: 10 } },
+  required: ["zone"],
+  additionalProperties: false,
+};
+const tools = [
+  { type: "function" as const, function: { name: "get_weather", description: "Weather", parameters: weatherParams } },
+  { type: "function" as const, function: { name: "get_time", parameters: timeParams } },
+];
+const ask = { model: CHAT_MODEL, messages: [{ role: "user" as const, content: "What is the weather?" }] };
+const paramsOf: Record<string, object> = { get_weather: weatherParams, get_time: timeParams };
+
+describe("forced tool calls", () => {
+  test("when tool_choice names a function, then the answer is that call with arguments valid against its schema", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const ids = new Set<string>();
+    for (let seed = 0; seed < 4; seed++) {
+      const completion = await client.chat.completions.create({
+        ...ask,
+        tools,
+        tool_choice: { type: "function", function: { name: "get_weather" } },
+        max_tokens: 200,
+        seed,
+      });
+      const choice = completion.choices[0];
+      expect(choice.finish_reason).toBe("tool_calls");
+      expect(choice.message.content).toBeNull();
+      const call = choice.message.tool_calls![0] as {
+        id: string;
+        type: string;
+        function: { name: string; arguments: string };
+      };
+      expect(call.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+      expect(call.type).toBe("function");
+      expect(call.function.name).toBe("get_weather");
+      expect(ajv.validate(weatherParams, JSON.parse(call.function.arguments))).toBe(true);
+      ids.add(call.id);
+    }
+    expect(ids.size).toBe(4);
+  });
+
+  test("when tool_choice is required, then the answer calls one of the tools with valid arguments", async () => {
+    const client = openaiClient(server.url, caller.key);
+    for (let seed = 0; seed < 4; seed++) {
+      const completion = await client.chat.completions.create({
+        ...ask,
+        tools,
+        tool_choice: "required",
+        max_tokens: 200,
+        seed,
+      });
+      const call = completion.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
+      expect(["get_weather", "get_time"]).toContain(call.function.name);
+      expect(ajv.validate(paramsOf[call.function.name], JSON.parse(call.function.arguments))).toBe(true);
+    }
+  });
+
+  test("when a forced call is streamed, then id, type and name come once and the argument fragments join into the call", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const stream = await client.chat.completions.create({
+      ...ask,
+      tools,
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      max_tokens: 200,
+      seed: 5,
+      stream: true,
+    });
+    const deltas: any[] = [];
+    let finish: string | null = null;
+    let content = "";
+    for await (const chunk of stream) {
+      const choice = chunk.choices[0];
+      if (!choice) continue;
+      if (choice.delta.tool_calls) deltas.push(...choice.delta.tool_calls);
+      content += choice.delta.content ?? "";
+      finish = choice.finish_reason ?? finish;
+    }
+    expect(finish).toBe("tool_calls");
+    expect(content).toBe("");
+    expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
+    expect(deltas[0].id).toMatch(/^call_/);
+    expect(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined && d.function.name === undefined)).toBe(
+      true,
+    );
+    const args = deltas.map((d) => d.function.arguments ?? "").join("");
+    expect(ajv.validate(weatherParams, JSON.parse(args))).toBe(true);
+  });
+
+  test("when runTools calls a forced function, then the function runs with parsed arguments and the conversation ends", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const seen: unknown[] = [];
+    const runner = client.chat.completions.runTools({
+      ...ask,
+      max_tokens: 200,
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      tools: [
+        {
+          type: "function",
+          function: {
+            name: "get_weather",
+            description: "Weather",
+            parameters: weatherParams,
+            parse: JSON.parse,
+            function: (args: unknown) => {
+              seen.push(args);
+              return "sunny";
+            },
+          },
+        },
+      ],
+    });
+    await runner.done();
+    expect(seen).toHaveLength(1);
+    expect(ajv.validate(weatherParams, seen[0])).toBe(true);
+    const messages = runner.messages;
+    expect(messages.some((m) => m.role === "tool" && m.content === "sunny")).toBe(true);
+  });
+});
+
+describe("tool calls and results in the history", () => {
+  test("when the history holds an assistant tool call and its result, then they are read and count in the prompt", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const history = [
+      { role: "user" as const, content: "What is the weather?" },
+      {
+        role: "assistant" as const,
+        content: null,
+        tool_calls: [
+          {
+            id: "call_abc",
+            type: "function" as const,
+            function: { name: "get_weather", arguments: '{"city":"Paris","unit":"celsius","days":1}' },
+          },
+        ],
+      },
+      { role: "tool" as const, tool_call_id: "call_abc", content: "It is sunny and warm." },
+    ];
+    const withResult = await client.chat.completions.create({
+      model: CHAT_MODEL,
+      messages: history,
+      tools,
+      max_tokens: 8,
+    });
+    const without = await client.chat.completions.create({
+      model: CHAT_MODEL,
+      messages: history.slice(0, 1),
+      tools,
+      max_tokens: 8,
+    });
+    expect(withResult.usage!.prompt_tokens).toBeGreaterThan(without.usage!.prompt_tokens + 10);
+  });
+
+  test("when a tool message has no tool_call_id, then 400 names it", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, messages: [{ role: "tool", content: "x" }] },
+    });
+    expectInvalid(res, "messages[0].tool_call_id");
+  });
+});
+
+describe("auto and refusals", () => {
+  test("when tools are offered with auto, then the tiny model's answer is text or a well-formed call, never a broken one", async () => {
+    const client = openaiClient(server.url, caller.key);
+    for (let seed = 0; seed < 3; seed++) {
+      const completion = await client.chat.completions.create({ ...ask, tools, max_tokens: 40, seed });
+      const choice = completion.choices[0];
+      if (choice.finish_reason === "tool_calls") {
+        const call = choice.message.tool_calls![0] as { function: { arguments: string } };
+        expect(() => JSON.parse(call.function.arguments)).not.toThrow();
+      } else {
+        expect(typeof choice.message.content).toBe("string");
+        expect(choice.message.tool_calls).toBeUndefined();
+      }
+    }
+  });
+
+  test("when an auto answer holds a malformed or unknown call, then it stays text", () => {
+    const specs = [{ name: "f", parameters: { type: "object" }, field: "tools[0]", strict: false }];
+    const auto = { kind: "auto" as const };
+    expect(parseToolCall('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', specs, auto)).toEqual({
+      name: "f",
+      arguments: '{"a":1}',
+    });
+    expect(parseToolCall('<tool_call>{"name": "f", "arguments": {"a": </tool_call>', specs, auto)).toBeNull();
+    expect(parseToolCall('<tool_call>{"name": "g", "arguments": {}}</tool_call>', specs, auto)).toBeNull();
+    expect(parseToolCall('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', specs, auto)).toBeNull();
+    expect(parseToolCall('{"name": "f", "arguments": {}}', specs, auto)).toBeNull();
+  });
+
+  test("when tool_choice names a function not in tools, then 400 names it", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, tools, tool_choice: { type: "function", function: { name: "nope" } } },
+    });
+    expectInvalid(res, "tool_choice.function.name");
+  });
+
+  test("when a strict tool uses a keyword the grammar cannot enforce, then 400 names its place", async () => {
+    const strictTool = {
+      type: "function",
+      function: {
+        name: "code",
+        strict: true,
+        parameters: { type: "object", properties: { c: { type: "string", pattern: "^x" } }, required: ["c"] },
+      },
+    };
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, tools: [strictTool], tool_choice: "required" },
+    });
+    expectInvalid(res, "tools[0].function.parameters.properties.c.pattern");
+  });
+
+  test("when a model served by an upstream engine is offered tools, then 400 names tools and the model", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: { ...ask, model: "up-chat", tools },
+    });
+    expectInvalid(res, "tools");
+    expect(res.body.detail).toContain("up-chat");
+  });
+
+  test("when the key is missing, then 401", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", { body: { ...ask, tools } });
+    expectEnvelope(res, 401);
+  });
+});
