@@ -86,6 +86,14 @@ module.exports = {
       to: { path: "^src/rest/" },
     },
     {
+      name: "schema-without-resolvers",
+      severity: "error",
+      comment:
+        "the schema folder holds GraphQL types; the resolver list comes from resolvers/index.ts through the composition root (issue 25, item 4)",
+      from: { path: "^src/schema/" },
+      to: { path: "^src/resolvers/" },
+    },
+    {
       name: "composition-root",
       severity: "error",
       comment: "only the entry points import the composition root",

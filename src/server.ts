@@ -62,7 +62,8 @@ import {
   graphqlErrorMiddleware,
   notFoundHandler,
 } from "./rest/error-envelope.js";
-import { type Resolvers, buildGraphqlSchema } from "./schema/build-schema.js";
+import { type Resolvers, schemaResolvers } from "./resolvers/index.js";
+import { buildGraphqlSchema } from "./schema/build-schema.js";
 import { formatGraphqlError } from "./schema/error-formatter.js";
 import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRule } from "./schema/graphql-limits.js";
 import { AccountService } from "./services/accounts/account.service.js";
@@ -520,7 +521,11 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     server.on("clientError", clientErrorHandler());
     server.on("checkExpectation", expectationFailedHandler);
     const limits = DEFAULT_GRAPHQL_LIMITS;
-    const schema = await buildGraphqlSchema(resolvers, opts.emitSchemaFile ?? false, completionEventsPubSub(events));
+    const schema = await buildGraphqlSchema(
+      schemaResolvers(resolvers),
+      opts.emitSchemaFile ?? false,
+      completionEventsPubSub(events),
+    );
 
     // Refused credentials fail only the operations that need a caller (login works with a stale token).
     const contextFromCredential = async (

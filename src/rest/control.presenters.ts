@@ -10,7 +10,7 @@ import type { DeploymentEntity } from "../entities/deployment.entity.js";
 import type { TeamEntity } from "../entities/team.entity.js";
 import type { TeamMemberEntity } from "../entities/team-member.entity.js";
 import type { UserEntity } from "../entities/user.entity.js";
-import type { Resolvers } from "../schema/build-schema.js";
+import type { Resolvers } from "../resolvers/index.js";
 import type { ActivityList } from "../services/usage/activity.service.js";
 import type { ApiKeyList } from "../services/accounts/api-key.service.js";
 import type { RequestContext } from "../services/platform/context.js";
