@@ -100,11 +100,27 @@ module.exports = {
       to: { path: "^src/rest/" },
     },
     {
+      name: "schema-without-resolvers",
+      severity: "error",
+      comment:
+        "the schema folder holds GraphQL types; the resolver list comes from resolvers/index.ts through the composition root (issue 25, item 4)",
+      from: { path: "^src/schema/" },
+      to: { path: "^src/resolvers/" },
+    },
+    {
       name: "composition-root",
       severity: "error",
-      comment: "only the entry points import the composition root",
-      from: { path: "^src/", pathNot: "^src/(main|scripts/)" },
-      to: { path: "^src/server\\.ts$" },
+      comment:
+        "only the entry points (main.ts, worker.ts, scripts, the server.ts re-export) import the composition root: src/app/ and src/server.ts",
+      from: { path: "^src/", pathNot: "^src/(main\\.ts|worker\\.ts|server\\.ts|scripts/|app/)" },
+      to: { path: "^src/(app/|server\\.ts$)" },
+    },
+    {
+      name: "composition-root-below-entry-points",
+      severity: "error",
+      comment: "src/app/ files import each other, never an entry point or the server.ts re-export",
+      from: { path: "^src/app/" },
+      to: { path: "^src/((main|worker|server)\\.ts$|scripts/)" },
     },
   ],
   options: {

@@ -10,7 +10,7 @@ import type { ApiKeyEntity } from "../services/accounts/api-key.service.js";
 import type { TeamEntity } from "../services/teams/team.service.js";
 import type { TeamMemberEntity } from "../services/teams/member.service.js";
 import type { UserEntity } from "../services/accounts/account.service.js";
-import type { Resolvers } from "../schema/build-schema.js";
+import type { Resolvers } from "../resolvers/index.js";
 import type { ActivityList } from "../services/usage/activity.service.js";
 import type { ApiKeyList } from "../services/accounts/api-key.service.js";
 import type { RequestContext } from "../services/platform/context.js";

@@ -5,7 +5,7 @@
  * resolvers, so REST and GraphQL answer bad input alike. Resolvers that answer entities (teams,
  * members, API keys) are shaped for REST by `control.presenters.ts`.
  */
-import type { Resolvers } from "../schema/build-schema.js";
+import type { Resolvers } from "../resolvers/index.js";
 import type { RequestContext } from "../services/platform/context.js";
 import type { LoginInput, SignupInput } from "../services/accounts/account.service.js";
 import type { CreateApiKeyInput } from "../services/accounts/api-key.service.js";

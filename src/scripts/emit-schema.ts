@@ -20,7 +20,8 @@ import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
-import { type Resolvers, buildGraphqlSchema } from "../schema/build-schema.js";
+import { type Resolvers, schemaResolvers } from "../resolvers/index.js";
+import { buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
 import type { AccountService } from "../services/accounts/account.service.js";
 import type { ApiKeyService } from "../services/accounts/api-key.service.js";
@@ -72,7 +73,7 @@ export function placeholderResolvers(): Resolvers {
 
 /** Builds the schema; with `file`, type-graphql writes it there (sorted, with its header). */
 export function buildSchemaForEmit(file: string | false = false): Promise<GraphQLSchema> {
-  return buildGraphqlSchema(placeholderResolvers(), file);
+  return buildGraphqlSchema(schemaResolvers(placeholderResolvers()), file);
 }
 
 const invokedDirectly =

@@ -1,6 +1,6 @@
 /** What data-plane handlers need: services and resolvers, wired once by the server. */
 import type { Request, Response } from "express";
-import type { Resolvers } from "../../schema/build-schema.js";
+import type { Resolvers } from "../../resolvers/index.js";
 import type { BackgroundResponsesService } from "../../services/inference/responses/background-responses.service.js";
 import type { BatchesService } from "../../services/batches/batches.service.js";
 import type { DecisionsService } from "../../services/decisions/decisions.service.js";

@@ -1,0 +1,79 @@
+/**
+ * The database side of the composition root: PostgreSQL (embedded when `DATABASE_URL` is unset)
+ * with migrations, the cache bus's LISTEN connection, and this process's credit leases.
+ */
+import path from "node:path";
+import type { Logger } from "pino";
+import type { DataSource } from "typeorm";
+import type { Config } from "../config/config.js";
+import { openDatabase } from "../db/data-source.js";
+import { startEmbeddedPostgres } from "../db/embedded.js";
+import { CreditService } from "../services/ledger/credit.service.js";
+import { CacheBus } from "../services/platform/cache-bus.js";
+import type { Lifecycle } from "./lifecycle.js";
+
+/** What every later part is built on. */
+export interface DatabaseParts {
+  /** `config.databaseUrl`, or the embedded PostgreSQL's URL when that is unset. */
+  databaseUrl: string;
+  dataSource: DataSource;
+  bus: CacheBus;
+  credit: CreditService;
+}
+
+/**
+ * Starts the components "embedded PostgreSQL" (only when `config.databaseUrl` is unset; its
+ * folder is `<dataDir>/pg`), "database pool" (migrations run), "cache listener" and "credit
+ * leases", in that order.
+ * @throws EmbeddedPostgresError when the embedded PostgreSQL cannot start; the driver's error
+ *   when PostgreSQL is unreachable.
+ */
+export async function startDatabase(config: Config, logger: Logger, life: Lifecycle): Promise<DatabaseParts> {
+  let databaseUrl = config.databaseUrl;
+  if (!databaseUrl) {
+    const started = Date.now();
+    const embedded = await life.start({
+      name: "embedded PostgreSQL",
+      start: () =>
+        startEmbeddedPostgres({
+          dir: path.join(config.dataDir, "pg"),
+          database: "switchyard",
+          onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
+          onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
+          onLeftover: (pid) =>
+            logger.warn({ postgresPid: pid }, "stopping the embedded PostgreSQL a previous Switchyard left running"),
+        }),
+      stop: (db) => db.stop(),
+    });
+    databaseUrl = embedded.url;
+    logger.info(
+      { port: embedded.port, postgresPid: embedded.pid, ms: Date.now() - started },
+      "embedded PostgreSQL started",
+    );
+  }
+  const url = databaseUrl;
+  const dataSource = await life.start({
+    name: "database pool",
+    start: () => openDatabase(url),
+    stop: (ds) => ds.destroy(),
+  });
+  const bus = await life.start({
+    name: "cache listener",
+    start: async () => {
+      const bus = new CacheBus(url, logger);
+      await bus.start();
+      return bus;
+    },
+    stop: (bus) => bus.close(),
+  });
+  const credit = await life.start({
+    name: "credit leases",
+    start: () => {
+      const credit = new CreditService(dataSource, bus, logger);
+      credit.start();
+      return credit;
+    },
+    stop: (credit) => credit.close(),
+  });
+  return { databaseUrl: url, dataSource, bus, credit };
+}

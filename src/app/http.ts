@@ -1,0 +1,92 @@
+/**
+ * The HTTP side of the composition root (issue 5): the Express app with the REST tables, one
+ * HTTP server with timeouts and a connection cap, and the error envelope on Node's own refusals
+ * and on whatever no route answered.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Express } from "express";
+import type { Logger } from "pino";
+import type { Config } from "../config/config.js";
+import { createApp } from "../rest/app.js";
+import {
+  clientErrorHandler,
+  errorMiddleware,
+  expectationFailedHandler,
+  notFoundHandler,
+} from "../rest/error-envelope.js";
+import type { DataPlaneDeps } from "../rest/handlers/deps.js";
+import type { CredentialService } from "../services/accounts/credential.service.js";
+import type { Metrics } from "../shared/metrics.js";
+import { usesPrettyLogs } from "./logger.js";
+
+/** The app (routes still open: GraphQL is mounted next) and the server that will serve it. */
+export interface HttpParts {
+  app: Express;
+  server: http.Server;
+}
+
+/**
+ * Builds the Express app over `deps` and an HTTP server for it; nothing listens yet.
+ * `requestTimeout` bounds receiving a request (headers and body), never the answer, so long SSE
+ * streams are not cut; Node checks both timeouts every `connectionsCheckingInterval` (¼ of the
+ * headers timeout, within 250 ms … 30 s).
+ */
+export function createHttp(
+  config: Config,
+  logger: Logger,
+  deps: DataPlaneDeps,
+  credentials: CredentialService,
+  metrics: Metrics,
+): HttpParts {
+  const app = createApp({
+    deps,
+    credentials,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    corsOrigins: config.corsOrigins,
+    trustProxy: config.trustProxy,
+    metrics,
+    metricsToken: config.metricsToken,
+    // A person at a terminal sees one line per request (with its id); JSON logs keep it at debug.
+    accessLogLevel: usesPrettyLogs(config.logFormat) ? "info" : "debug",
+  });
+  const server = http.createServer(
+    {
+      requestTimeout: config.requestTimeoutMs,
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(30_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
+    },
+    app,
+  );
+  server.keepAliveTimeout = 65_000;
+  server.maxConnections = config.maxConnections;
+  server.on("clientError", clientErrorHandler());
+  server.on("checkExpectation", expectationFailedHandler);
+  return { app, server };
+}
+
+/**
+ * Closes the app's routes (the error envelope's 404 and error handler) and listens on
+ * `config.port` (0 = a free port) and `config.host`.
+ * @returns the base URL (a wildcard host is named `127.0.0.1`) and the port listened on.
+ * @throws the server's `error` (e.g. EADDRINUSE) when it cannot listen.
+ */
+export async function listen(
+  config: Config,
+  logger: Logger,
+  { app, server }: HttpParts,
+): Promise<{ url: string; port: number }> {
+  app.use(notFoundHandler);
+  app.use(errorMiddleware(logger));
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  const url = `http://${host}:${port}`;
+  logger.info({ url, graphql: `${url}/graphql` }, "Switchyard listening");
+  return { url, port };
+}
