@@ -355,3 +355,76 @@ describe("Anthropic Messages tools", () => {
     expectInvalid(res, "tool_choice.name");
   });
 });
+
+describe("batch items run the same checks as the synchronous endpoint", () => {
+  test("when items offer tools the model cannot serve, a strict schema the grammar cannot enforce, or an unknown tool_choice, then the batch is refused naming each", async () => {
+    const strictTool = {
+      type: "function",
+      function: {
+        name: "c",
+        strict: true,
+        parameters: { type: "object", properties: { c: { type: "string", pattern: "^x" } } },
+      },
+    };
+    const res = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          { custom_id: "up", url: "/v1/chat/completions", body: { ...ask, model: "up-chat", tools } },
+          {
+            custom_id: "strict",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools: [strictTool], tool_choice: "required" },
+          },
+          {
+            custom_id: "choice",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools, tool_choice: { type: "function", function: { name: "nope" } } },
+          },
+          {
+            custom_id: "anthropic",
+            url: "/v1/messages",
+            body: {
+              ...ask,
+              max_tokens: 10,
+              tools: [{ name: "f", input_schema: {} }],
+              tool_choice: { type: "tool", name: "g" },
+            },
+          },
+        ],
+      },
+    });
+    expectInvalid(res, "requests[0].body.tools");
+    expectInvalid(res, "requests[1].body.tools[0].function.parameters.properties.c.pattern");
+    expectInvalid(res, "requests[2].body.tool_choice.function.name");
+    expectInvalid(res, "requests[3].body.tool_choice.name");
+  });
+
+  test("when an item forces a tool call, then its result row is the call", async () => {
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          {
+            custom_id: "call",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools, tool_choice: { type: "function", function: { name: "get_time" } }, max_tokens: 120 },
+          },
+        ],
+      },
+    });
+    const batch = created.body;
+    let done = batch;
+    for (let i = 0; i < 300 && !["completed", "failed", "expired", "cancelled"].includes(done.status); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      done = (await http(server.url, "GET", `/v1/batches/${batch.id}`, { token: caller.key })).body;
+    }
+    expect(done.status).toBe("completed");
+    const results = await http(server.url, "GET", `/v1/batches/${batch.id}/results.jsonl`, { token: caller.key });
+    const row = JSON.parse(results.text.trim().split("\n")[0]);
+    expect(row.result_json.choices[0].finish_reason).toBe("tool_calls");
+    const call = row.result_json.choices[0].message.tool_calls[0];
+    expect(call.function.name).toBe("get_time");
+    expect(ajv.validate(timeParams, JSON.parse(call.function.arguments))).toBe(true);
+  });
+});

@@ -1,6 +1,7 @@
 /** `createMessage`: the Anthropic Messages create operation (REST and batch items). */
 import type { GenerateResult } from "../../../inference/engine.js";
-import type { RequestContext } from "../../platform/context.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
+import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import {
   type AnthropicToolUse,
   type MessagesRequest,
@@ -18,6 +19,7 @@ import {
   type InferenceOperations,
   assertToolsServed,
   callFields,
+  checkGeneration,
   namedEvents,
   prepareGeneration,
   runGeneration,
@@ -25,6 +27,20 @@ import {
 
 /** The Anthropic `message` object. */
 export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
+
+/**
+ * The checks of a message that need no engine, for `teamId` (the batch create runs them for each
+ * item): the model resolved, every field honoured, text and tool blocks only, the tools servable.
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
+  const model = catalog.resolve(teamId, body.model, "text_generation");
+  const translated = anthropicMessages(body);
+  checkGeneration(model, translated, messagesUnhonoured(body));
+  const { tools, mode } = messagesTooling(body);
+  assertToolsServed(model, tools, mode);
+  return { model, messages: translated.messages, tools, mode };
+}
 
 /**
  * Runs a message: resolve the model → translate the messages (text only; earlier `tool_use` and
@@ -42,10 +58,9 @@ export async function createMessage(
   body: MessagesRequest,
   options: CreateOptions,
 ): Promise<Created<AnthropicMessage>> {
-  const prepared = prepareGeneration(ops, ctx, body, anthropicMessages(body), messagesUnhonoured(body), options);
-  const { model, transport, requestId } = prepared;
-  const { tools, mode } = messagesTooling(body);
-  assertToolsServed(model, tools, mode);
+  const checked = checkMessage(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { model, tools, mode } = checked;
+  const { transport, requestId } = prepareGeneration(model, body, options);
   const params = anthropicParams(body);
   if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
@@ -65,7 +80,7 @@ export async function createMessage(
       createdAt: new Date(),
       endpoint: "/v1/messages",
       model,
-      messages: withToolsPrompt(prepared.messages, tools, mode),
+      messages: withToolsPrompt(checked.messages, tools, mode),
       params,
       stopField: "stop_sequences",
       ...callFields(body, options),
