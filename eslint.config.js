@@ -35,6 +35,8 @@ export default tseslint.config(
   {
     files: ["**/*.cjs"],
     languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } },
+    // CommonJS config files load each other with require().
+    rules: { "@typescript-eslint/no-require-imports": "off" },
   },
   {
     files: ["test/**/*.ts"],

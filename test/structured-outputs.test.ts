@@ -13,7 +13,6 @@ import { z } from "zod";
 import {
   CHAT_MODEL,
   type TestServer,
-  anthropicClient,
   createTestCaller,
   expectEnvelope,
   expectInvalid,
@@ -224,20 +223,6 @@ describe("fields never silently ignored", () => {
       },
     });
     expectInvalid(res, "tools");
-  });
-
-  test("when Anthropic Messages asks for tools, then the client gets a 400 naming tools", async () => {
-    const client = anthropicClient(server.url, caller.key);
-    const err: any = await client.messages
-      .create({
-        model: CHAT_MODEL,
-        max_tokens: 10,
-        messages: [{ role: "user", content: "hi" }],
-        tools: [{ name: "f", input_schema: { type: "object" } }],
-      })
-      .catch((e: unknown) => e);
-    expect(err.status).toBe(400);
-    expect(JSON.stringify(err.error)).toContain("tools");
   });
 
   test("when a batch item asks for tools, then the batch is refused naming the item's field", async () => {

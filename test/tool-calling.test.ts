@@ -9,6 +9,7 @@ import { Ajv } from "ajv";
 import { parseToolCall } from "../src/services/inference/protocols/tools.js";
 import {
   CHAT_MODEL,
+  anthropicClient,
   type TestServer,
   createTestCaller,
   expectEnvelope,
@@ -276,5 +277,154 @@ describe("auto and refusals", () => {
   test("when the key is missing, then 401", async () => {
     const res = await http(server.url, "POST", "/v1/chat/completions", { body: { ...ask, tools } });
     expectEnvelope(res, 401);
+  });
+});
+
+describe("Anthropic Messages tools", () => {
+  const anthropicTools = [
+    { name: "get_weather", description: "Weather", input_schema: weatherParams },
+    { name: "get_time", input_schema: timeParams },
+  ];
+  const question = { model: CHAT_MODEL, max_tokens: 200, messages: [{ role: "user" as const, content: "Weather?" }] };
+
+  test("when tool_choice names a tool, then the answer is a tool_use block with valid input and stop_reason tool_use", async () => {
+    const client = anthropicClient(server.url, caller.key);
+    const message = await client.messages.create({
+      ...question,
+      tools: anthropicTools as any,
+      tool_choice: { type: "tool", name: "get_weather" },
+    });
+    expect(message.stop_reason).toBe("tool_use");
+    const block = message.content[0] as { type: string; id: string; name: string; input: unknown };
+    expect(block.type).toBe("tool_use");
+    expect(block.id).toMatch(/^toolu_[A-Za-z0-9]{24}$/);
+    expect(block.name).toBe("get_weather");
+    expect(ajv.validate(weatherParams, block.input)).toBe(true);
+  });
+
+  test("when tool_choice is any and the answer is streamed, then the SDK assembles a valid tool_use from input_json_delta", async () => {
+    const client = anthropicClient(server.url, caller.key);
+    const stream = client.messages.stream({ ...question, tools: anthropicTools as any, tool_choice: { type: "any" } });
+    const message = await stream.finalMessage();
+    expect(message.stop_reason).toBe("tool_use");
+    const block = message.content[0] as { type: string; name: string; input: unknown };
+    expect(block.type).toBe("tool_use");
+    expect(ajv.validate(paramsOf[block.name], block.input)).toBe(true);
+  });
+
+  test("when the history holds tool_use and tool_result blocks, then they are read and count in the prompt", async () => {
+    const client = anthropicClient(server.url, caller.key);
+    const history = [
+      { role: "user" as const, content: "Weather?" },
+      {
+        role: "assistant" as const,
+        content: [
+          {
+            type: "tool_use" as const,
+            id: "toolu_1",
+            name: "get_weather",
+            input: { city: "Oslo", unit: "celsius", days: 2 },
+          },
+        ],
+      },
+      {
+        role: "user" as const,
+        content: [{ type: "tool_result" as const, tool_use_id: "toolu_1", content: "Snow all week." }],
+      },
+    ];
+    const withResult = await client.messages.create({
+      model: CHAT_MODEL,
+      max_tokens: 8,
+      tools: anthropicTools as any,
+      messages: history,
+    });
+    const without = await client.messages.create({
+      model: CHAT_MODEL,
+      max_tokens: 8,
+      tools: anthropicTools as any,
+      messages: history.slice(0, 1),
+    });
+    expect(withResult.usage.input_tokens).toBeGreaterThan(without.usage.input_tokens + 10);
+  });
+
+  test("when tool_choice names a tool not in tools, then 400 names it", async () => {
+    const res = await http(server.url, "POST", "/v1/messages", {
+      token: caller.key,
+      body: { ...question, tools: anthropicTools, tool_choice: { type: "tool", name: "nope" } },
+    });
+    expectInvalid(res, "tool_choice.name");
+  });
+});
+
+describe("batch items run the same checks as the synchronous endpoint", () => {
+  test("when items offer tools the model cannot serve, a strict schema the grammar cannot enforce, or an unknown tool_choice, then the batch is refused naming each", async () => {
+    const strictTool = {
+      type: "function",
+      function: {
+        name: "c",
+        strict: true,
+        parameters: { type: "object", properties: { c: { type: "string", pattern: "^x" } } },
+      },
+    };
+    const res = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          { custom_id: "up", url: "/v1/chat/completions", body: { ...ask, model: "up-chat", tools } },
+          {
+            custom_id: "strict",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools: [strictTool], tool_choice: "required" },
+          },
+          {
+            custom_id: "choice",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools, tool_choice: { type: "function", function: { name: "nope" } } },
+          },
+          {
+            custom_id: "anthropic",
+            url: "/v1/messages",
+            body: {
+              ...ask,
+              max_tokens: 10,
+              tools: [{ name: "f", input_schema: {} }],
+              tool_choice: { type: "tool", name: "g" },
+            },
+          },
+        ],
+      },
+    });
+    expectInvalid(res, "requests[0].body.tools");
+    expectInvalid(res, "requests[1].body.tools[0].function.parameters.properties.c.pattern");
+    expectInvalid(res, "requests[2].body.tool_choice.function.name");
+    expectInvalid(res, "requests[3].body.tool_choice.name");
+  });
+
+  test("when an item forces a tool call, then its result row is the call", async () => {
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          {
+            custom_id: "call",
+            url: "/v1/chat/completions",
+            body: { ...ask, tools, tool_choice: { type: "function", function: { name: "get_time" } }, max_tokens: 120 },
+          },
+        ],
+      },
+    });
+    const batch = created.body;
+    let done = batch;
+    for (let i = 0; i < 300 && !["completed", "failed", "expired", "cancelled"].includes(done.status); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      done = (await http(server.url, "GET", `/v1/batches/${batch.id}`, { token: caller.key })).body;
+    }
+    expect(done.status).toBe("completed");
+    const results = await http(server.url, "GET", `/v1/batches/${batch.id}/results.jsonl`, { token: caller.key });
+    const row = JSON.parse(results.text.trim().split("\n")[0]);
+    expect(row.result_json.choices[0].finish_reason).toBe("tool_calls");
+    const call = row.result_json.choices[0].message.tool_calls[0];
+    expect(call.function.name).toBe("get_time");
+    expect(ajv.validate(timeParams, JSON.parse(call.function.arguments))).toBe(true);
   });
 });

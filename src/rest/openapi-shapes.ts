@@ -211,8 +211,18 @@ export const anthropicMessageShape = z.object({
   type: z.literal("message"),
   role: z.literal("assistant"),
   model: z.string(),
-  content: z.array(z.object({ type: z.literal("text"), text: z.string() })),
-  stop_reason: z.enum(["end_turn", "max_tokens", "stop_sequence"]),
+  content: z.array(
+    z.union([
+      z.object({ type: z.literal("text"), text: z.string() }),
+      z.object({
+        type: z.literal("tool_use"),
+        id: z.string().meta({ description: "toolu_…" }),
+        name: z.string(),
+        input: z.record(z.string(), z.unknown()),
+      }),
+    ]),
+  ),
+  stop_reason: z.enum(["end_turn", "max_tokens", "stop_sequence", "tool_use"]),
   stop_sequence: z.string().nullable(),
   usage: z.object({
     input_tokens: int(),

@@ -1,4 +1,3 @@
-/* eslint-disable @typescript-eslint/no-require-imports -- a CommonJS setup file for Jest */
 /**
  * Test-only: pg-boss's `delay()` loads `node:timers/promises` on every call. A call that comes
  * after a test file's Jest environment was torn down (pg-boss's once-a-second watch over its

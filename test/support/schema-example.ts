@@ -23,6 +23,7 @@ export function schemaExample(schema: Json, opts: ExampleOptions = {}): unknown 
     return opts.preferEnum !== undefined && schema.enum.includes(opts.preferEnum) ? opts.preferEnum : schema.enum[0];
   }
   if (schema.anyOf) return example((schema.anyOf as Json[]).find((s) => s.type !== "null") ?? schema.anyOf[0]);
+  if (schema.oneOf) return example((schema.oneOf as Json[]).find((s) => s.type !== "null") ?? schema.oneOf[0]);
   const type = Array.isArray(schema.type) ? schema.type.find((t: string) => t !== "null") : schema.type;
   switch (type) {
     case "object": {

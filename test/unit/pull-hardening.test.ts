@@ -123,11 +123,15 @@ describe("pull locks (finding 1)", () => {
     const holder = JSON.parse(readFileSync(lock, "utf8"));
     expect(holder).toMatchObject({ pid: process.pid, host: os.hostname() });
     expect(holder.started).toBeGreaterThan(0);
-    // The heartbeat (every lockStaleMs / 6 = 100 ms) moves the modification time on; compared
-    // with the time it had, not with the clock, so a loaded machine cannot fail it.
+    // The heartbeat (every lockStaleMs / 6 = 100 ms) keeps moving the modification time on:
+    // sampled twice, each compared with the one before, not with the clock, so a loaded machine
+    // cannot fail it and a heartbeat that beats once and dies does.
     const first = statSync(lock).mtimeMs;
-    await new Promise((r) => setTimeout(r, 1500));
-    expect(statSync(lock).mtimeMs).toBeGreaterThan(first);
+    await new Promise((r) => setTimeout(r, 750));
+    const second = statSync(lock).mtimeMs;
+    expect(second).toBeGreaterThan(first);
+    await new Promise((r) => setTimeout(r, 750));
+    expect(statSync(lock).mtimeMs).toBeGreaterThan(second);
     held.release();
     await pull;
     expect(existsSync(lock)).toBe(false);

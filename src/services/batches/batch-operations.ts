@@ -13,23 +13,15 @@ import type { FailureRecord } from "../inference/inference-calls.js";
 import type { InferenceService } from "../inference/inference.service.js";
 import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import { PG_TEXT_MESSAGE, isPgStorableText } from "../platform/validation.js";
-import {
-  anthropicMessages,
-  messagesRequest,
-  messagesUnhonoured,
-} from "../inference/protocols/anthropic-messages.protocol.js";
-import { chatCompletionRequest, chatMessages, chatUnhonoured } from "../inference/protocols/openai-chat.protocol.js";
+import { messagesRequest } from "../inference/protocols/anthropic-messages.protocol.js";
+import { chatCompletionRequest } from "../inference/protocols/openai-chat.protocol.js";
 import { embeddingRequest } from "../inference/protocols/openai-embeddings.protocol.js";
-import {
-  responseMessages,
-  responseRequest,
-  responseUnhonoured,
-} from "../inference/protocols/openai-responses.protocol.js";
-import type { UnhonouredField } from "../inference/protocols/structured.js";
+import { responseMessages, responseRequest } from "../inference/protocols/openai-responses.protocol.js";
 import { createDecision, prepareDecision } from "../decisions/decisions.service.js";
-import { createChatCompletion } from "../inference/use-cases/chat-completion.js";
-import { createEmbedding } from "../inference/use-cases/embedding.js";
-import { createMessage } from "../inference/use-cases/message.js";
+import { checkChatCompletion, createChatCompletion } from "../inference/use-cases/chat-completion.js";
+import { checkEmbedding, createEmbedding } from "../inference/use-cases/embedding.js";
+import { checkMessage, createMessage } from "../inference/use-cases/message.js";
+import { checkResponse } from "../inference/use-cases/response.js";
 
 /** The operations an item runs as, once converted (Responses bodies run as chat). */
 export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/decisions";
@@ -127,72 +119,51 @@ export function prepareBatchItem(
       throw err;
     }
   };
+  /** The synchronous endpoint's own checks (its use case's `check…`), once the model resolves, as item issues. */
+  const checked = (model: string, modality: "text_generation" | "text_embedding", check: () => void) => {
+    const found = modelIssue(model, modality);
+    return found.length > 0 ? found : issuesOf(check, bodyPrefix);
+  };
   switch (target) {
     case "/v1/chat/completions": {
       const parsed = chatCompletionRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
-      const found = [
-        ...modelIssue(parsed.data.model, "text_generation"),
-        ...unhonoured(chatUnhonoured(parsed.data), bodyPrefix),
-        ...textOnly(chatMessages(parsed.data).unsupported, bodyPrefix),
-      ];
+      const found = checked(parsed.data.model, "text_generation", () =>
+        checkChatCompletion(catalog, teamId, parsed.data),
+      );
       if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: target, body } };
     }
     case "/v1/responses": {
       const parsed = responseRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
-      const { messages, unsupported } = responseMessages(parsed.data);
-      const found = [
-        ...modelIssue(parsed.data.model, "text_generation"),
-        ...unhonoured(responseUnhonoured(parsed.data), bodyPrefix),
-        // Items run as chat bodies made at create time, with no stored conversation to read then.
-        ...(parsed.data.previous_response_id
-          ? [{ field: `${bodyPrefix}.previous_response_id`, message: "is not supported in batch items" }]
-          : []),
-        ...textOnly(unsupported, bodyPrefix),
-      ];
+      const found = checked(parsed.data.model, "text_generation", () => checkResponse(catalog, teamId, parsed.data));
+      // Items run as chat bodies made at create time, with no stored conversation to read then.
+      if (parsed.data.previous_response_id) {
+        found.push({ field: `${bodyPrefix}.previous_response_id`, message: "is not supported in batch items" });
+      }
       if (issues.length + found.length > 0) return fail(found);
+      const { messages } = responseMessages(parsed.data);
       return { item: { customId, url: "/v1/chat/completions", body: responsesToChat(parsed.data, messages) } };
     }
     case "/v1/embeddings": {
       const parsed = embeddingRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
-      const found = modelIssue(parsed.data.model, "text_embedding");
-      const native =
-        found.length === 0
-          ? catalog.resolve(teamId, parsed.data.model, "text_embedding").capabilities.dimensions
-          : null;
-      if (parsed.data.dimensions != null && native !== null && parsed.data.dimensions > native) {
-        found.push({ field: `${bodyPrefix}.dimensions`, message: `at most ${native}` });
-      }
+      const found = checked(parsed.data.model, "text_embedding", () => checkEmbedding(catalog, teamId, parsed.data));
       if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: target, body } };
     }
     case "/v1/messages": {
       const parsed = messagesRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
-      const found = [
-        ...modelIssue(parsed.data.model, "text_generation"),
-        ...unhonoured(messagesUnhonoured(parsed.data), bodyPrefix),
-        ...textOnly(anthropicMessages(parsed.data).unsupported, bodyPrefix),
-      ];
+      const found = checked(parsed.data.model, "text_generation", () => checkMessage(catalog, teamId, parsed.data));
       if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: target, body } };
     }
     case "/v1/decisions": {
       // The synchronous endpoint's checks (issue 11, item 5): schema, 1 MiB, a decision-capable model.
-      try {
-        prepareDecision(catalog, teamId, body);
-      } catch (err) {
-        if (!(err instanceof AppError)) throw err;
-        const named = (Array.isArray(err.extra) ? err.extra : [err.extra]) as Array<Partial<FieldIssue> | undefined>;
-        const found = named.every((i) => typeof i?.field === "string")
-          ? named.map((i) => ({ field: `${bodyPrefix}.${i!.field}`, message: i!.message ?? err.detail }))
-          : [{ field: bodyPrefix, message: err.detail }];
-        return fail(found);
-      }
-      if (issues.length > 0) return fail([]);
+      const found = issuesOf(() => prepareDecision(catalog, teamId, body), bodyPrefix);
+      if (issues.length + found.length > 0) return fail(found);
       return { item: { customId, url: target, body } };
     }
   }
@@ -213,13 +184,21 @@ function inferUrl(
   return "/v1/chat/completions";
 }
 
-/** Fields an item sets that the service does not honour (issue 26, item 6), under the item's prefix. */
-function unhonoured(fields: UnhonouredField[], bodyPrefix: string): FieldIssue[] {
-  return fields.map((u) => ({ field: `${bodyPrefix}.${u.field}`, message: u.message }));
-}
-
-function textOnly(unsupported: string[], bodyPrefix: string): FieldIssue[] {
-  return unsupported.map((field) => ({ field: `${bodyPrefix}.${field}`, message: "unsupported content type" }));
+/**
+ * What a check throws, as item issues: each field it names under the item's body prefix, or the
+ * body itself when it names none.
+ */
+function issuesOf(check: () => void, bodyPrefix: string): FieldIssue[] {
+  try {
+    check();
+    return [];
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err;
+    const named = (Array.isArray(err.extra) ? err.extra : [err.extra]) as Array<Partial<FieldIssue> | undefined>;
+    return named.every((i) => typeof i?.field === "string")
+      ? named.map((i) => ({ field: `${bodyPrefix}.${i!.field}`, message: i!.message ?? err.detail }))
+      : [{ field: bodyPrefix, message: err.detail }];
+  }
 }
 
 /** A Responses body as the chat body it runs as (issue 7, item 1: converted at create time). */

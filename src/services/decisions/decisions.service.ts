@@ -108,7 +108,7 @@ export class DecisionsService {
 
   /**
    * See `createDecision`.
-   * @param bodyBytes the body's size as sent, when the caller measured it (REST; `DecisionRun.bodyBytes`).
+   * @param bodyBytes the body's size as sent, when the caller measured it (REST; `DecisionOptions.bodyBytes`).
    */
   decide(ctx: RequestContext, raw: unknown, signal?: AbortSignal, bodyBytes?: number): Promise<DecisionOutcome> {
     return createDecision({ inference: this.inference, catalog: this.catalog }, ctx, raw, { signal, bodyBytes });

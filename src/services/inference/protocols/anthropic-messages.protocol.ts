@@ -7,9 +7,18 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
-import { type UnhonouredField, isSet } from "./structured.js";
+import { AppError } from "../../../shared/errors.js";
+import type { UnhonouredField } from "./structured.js";
+import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
+/** A client tool (`tools[i]`): name, description, JSON Schema of its input. */
+const anthropicTool = z.object({
+  type: z.literal("custom").optional(),
+  name: z.string().regex(TOOL_NAME, "must be 1–64 letters, digits, underscores or dashes"),
+  description: z.string().nullish(),
+  input_schema: z.record(z.string(), z.unknown()),
+});
 const otherBlock = z.object({ type: z.string() }).loose();
 const content = z.union([z.string(), z.array(z.union([textBlock, otherBlock]))]);
 
@@ -47,31 +56,71 @@ export const messagesRequest = z.object({
   stream: z.boolean().nullish(),
   metadata: requestMetadata,
   max_queue_wait_s: maxQueueWaitS,
-  // Read so that a request asking for them is refused by name, never answered as if they were absent.
-  tools: z.array(z.unknown()).nullish(),
-  tool_choice: z.unknown().optional(),
+  tools: z.array(anthropicTool).max(128).nullish(),
+  tool_choice: z
+    .discriminatedUnion("type", [
+      z.object({ type: z.literal("auto"), disable_parallel_tool_use: z.boolean().nullish() }),
+      z.object({ type: z.literal("any"), disable_parallel_tool_use: z.boolean().nullish() }),
+      z.object({ type: z.literal("tool"), name: z.string(), disable_parallel_tool_use: z.boolean().nullish() }),
+      z.object({ type: z.literal("none") }),
+    ])
+    .nullish(),
 });
 export type MessagesRequest = z.infer<typeof messagesRequest>;
 
-/** The fields of a Messages body this service does not honour yet (tools). */
-export function messagesUnhonoured(req: MessagesRequest): UnhonouredField[] {
-  const out: UnhonouredField[] = [];
-  if (isSet(req.tools)) out.push({ field: "tools", message: "tool use is not supported" });
-  const choice = (req.tool_choice as { type?: unknown } | null | undefined)?.type;
-  if (isSet(req.tool_choice) && choice !== "none" && !isSet(req.tools)) {
-    out.push({ field: "tool_choice", message: "tool use is not supported" });
+/** The fields of a Messages body this service does not honour yet (none: tools are served). */
+export function messagesUnhonoured(_req: MessagesRequest): UnhonouredField[] {
+  return [];
+}
+
+/**
+ * The tools a Messages body offers and how the model must use them (`tool_choice`: `auto` by
+ * default with tools; `any` and `tool` force a call).
+ * @throws AppError 400 when `tool_choice` names a tool not in `tools`, or forces a call with no tools.
+ */
+export function messagesTooling(req: MessagesRequest): { tools: ToolSpec[]; mode: ToolMode } {
+  const tools: ToolSpec[] = (req.tools ?? []).map((t, i) => ({
+    name: t.name,
+    description: t.description,
+    parameters: t.input_schema,
+    field: `tools[${i}].input_schema`,
+    strict: false,
+  }));
+  const choice = req.tool_choice ?? { type: tools.length > 0 ? "auto" : "none" };
+  if (choice.type === "none") return { tools, mode: { kind: "none" } };
+  if (tools.length === 0) {
+    throw AppError.invalid("tool_choice asks for tool use but no tools are given", [
+      { field: "tool_choice", message: "needs tools" },
+    ]);
   }
-  return out;
+  if (choice.type === "auto") return { tools, mode: { kind: "auto" } };
+  if (choice.type === "any") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  const name = (choice as { name: string }).name;
+  if (!tools.some((t) => t.name === name)) {
+    throw AppError.invalid(`tool_choice names '${name}', which is not in tools`, [
+      { field: "tool_choice.name", message: "is not one of the tools" },
+    ]);
+  }
+  return { tools, mode: { kind: "forced", names: [name] } };
 }
 
 /** `?beta=true` is accepted (the SDK's beta namespace sends it). */
 export const messagesQuery = z.object({ beta: z.enum(["true", "false", ""]).optional() });
 
+/** Text of blocks: text as it is, `tool_use` and `tool_result` in the tools prompt format; others unsupported. */
 function blocksText(value: z.infer<typeof content>, field: string, unsupported: string[]): string {
   if (typeof value === "string") return value;
   return value
     .map((b, j) => {
       if (b.type === "text" && typeof b.text === "string") return b.text;
+      const block = b as Record<string, unknown>;
+      if (b.type === "tool_use" && typeof block.name === "string") {
+        return toolCallText(block.name, JSON.stringify(block.input ?? {}));
+      }
+      if (b.type === "tool_result") {
+        const result = block.content as z.infer<typeof content> | undefined;
+        return toolResultText(result === undefined ? "" : blocksText(result, `${field}[${j}].content`, unsupported));
+      }
       unsupported.push(`${field}[${j}]`);
       return "";
     })
@@ -100,6 +149,14 @@ export function anthropicParams(req: MessagesRequest): GenerationParams {
   };
 }
 
+/** A call the model made, as a `tool_use` block carries it. */
+export interface AnthropicToolUse {
+  type: "tool_use";
+  id: string;
+  name: string;
+  input: Record<string, unknown>;
+}
+
 /** Engine finish reason → Anthropic `stop_reason`. */
 export function stopReason(reason: FinishReason): "end_turn" | "max_tokens" | "stop_sequence" {
   if (reason === "length") return "max_tokens";
@@ -118,17 +175,26 @@ function usage(result: GenerateResult) {
 }
 
 /** The `message` object. */
-export function anthropicMessage(requestId: string, model: string, result: GenerateResult) {
+export function anthropicMessage(
+  requestId: string,
+  model: string,
+  result: GenerateResult,
+  call?: AnthropicToolUse | null,
+) {
   return {
     id: messageId(requestId),
     type: "message" as const,
     role: "assistant" as const,
     model,
-    content: [{ type: "text" as const, text: result.text }],
-    stop_reason: stopReason(result.finishReason),
-    stop_sequence: result.stopSequence,
+    content: call ? [call] : [{ type: "text" as const, text: result.text }],
+    stop_reason: call ? ("tool_use" as const) : stopReason(result.finishReason),
+    stop_sequence: call ? null : result.stopSequence,
     usage: usage(result),
   };
+}
+
+function textBlockStart(): [string, unknown] {
+  return ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }];
 }
 
 /** SSE events of one streamed message, as `[event, data]` pairs. */
@@ -137,6 +203,8 @@ export const messageEvents = {
     requestId: string,
     model: string,
     prompt: { promptTokens: number; cachedPromptTokens: number },
+    /** With tools offered: the first block is sent at the end, once it is known to be text or a call. */
+    held = false,
   ): [string, unknown][] {
     return [
       [
@@ -160,21 +228,45 @@ export const messageEvents = {
           },
         },
       ],
-      ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }],
+      ...(held ? [] : [textBlockStart()]),
       ["ping", { type: "ping" }],
     ];
   },
   delta(text: string): [string, unknown] {
     return ["content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } }];
   },
-  finish(result: GenerateResult): [string, unknown][] {
+  /**
+   * The closing events. `held`: the block was not opened at the start; it is sent now, as a text
+   * block with the whole text, or as the `tool_use` block of `call` (empty `input`, then its JSON
+   * as one `input_json_delta`), as Anthropic streams them.
+   */
+  finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null): [string, unknown][] {
+    const block: [string, unknown][] = !held
+      ? []
+      : call
+        ? [
+            ["content_block_start", { type: "content_block_start", index: 0, content_block: { ...call, input: {} } }],
+            [
+              "content_block_delta",
+              {
+                type: "content_block_delta",
+                index: 0,
+                delta: { type: "input_json_delta", partial_json: JSON.stringify(call.input) },
+              },
+            ],
+          ]
+        : [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : [])];
     return [
+      ...block,
       ["content_block_stop", { type: "content_block_stop", index: 0 }],
       [
         "message_delta",
         {
           type: "message_delta",
-          delta: { stop_reason: stopReason(result.finishReason), stop_sequence: result.stopSequence },
+          delta: {
+            stop_reason: call ? "tool_use" : stopReason(result.finishReason),
+            stop_sequence: call ? null : result.stopSequence,
+          },
           usage: usage(result),
         },
       ],

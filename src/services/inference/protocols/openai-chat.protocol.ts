@@ -41,23 +41,30 @@ const chatTool = z.object({
   }),
 });
 
-const chatMessage = z
-  .object({
-    role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
-    content: chatContent.nullish(),
+/**
+ * One message, by role: `tool` messages carry the `tool_call_id` they answer; an assistant message
+ * that carries `tool_calls` may leave `content` out or null; every other message needs content.
+ */
+const chatMessage = z.discriminatedUnion("role", [
+  z.object({
+    role: z.enum(["system", "developer", "user", "function"]),
+    content: chatContent,
     name: z.string().optional(),
-    tool_calls: z.array(historyToolCall).nullish(),
-    tool_call_id: z.string().nullish(),
-  })
-  .superRefine((m, ctx) => {
-    const carriesCalls = m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0;
-    if ((m.content === undefined || m.content === null) && !carriesCalls) {
-      ctx.addIssue({ code: "custom", path: ["content"], message: "is required" });
-    }
-    if (m.role === "tool" && !m.tool_call_id) {
-      ctx.addIssue({ code: "custom", path: ["tool_call_id"], message: "is required on a tool message" });
-    }
-  });
+  }),
+  z
+    .object({
+      role: z.literal("assistant"),
+      content: chatContent.nullish(),
+      name: z.string().optional(),
+      tool_calls: z.array(historyToolCall).nullish(),
+    })
+    .superRefine((m, ctx) => {
+      if ((m.content === undefined || m.content === null) && (m.tool_calls?.length ?? 0) === 0) {
+        ctx.addIssue({ code: "custom", path: ["content"], message: "is required" });
+      }
+    }),
+  z.object({ role: z.literal("tool"), content: chatContent, tool_call_id: z.string().min(1) }),
+]);
 
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
@@ -111,7 +118,10 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
     }
     const role = m.role === "function" ? "tool" : m.role;
     if (role === "tool") return { role, content: toolResultText(content) };
-    const calls = (m.tool_calls ?? []).map((c) => toolCallText(c.function.name, c.function.arguments));
+    const calls =
+      m.role === "assistant"
+        ? (m.tool_calls ?? []).map((c) => toolCallText(c.function.name, c.function.arguments))
+        : [];
     return { role, content: [content, ...calls].filter(Boolean).join("\n") };
   });
   return { messages, unsupported };

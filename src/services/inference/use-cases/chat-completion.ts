@@ -1,6 +1,7 @@
 /** `createChatCompletion`: the OpenAI Chat Completions create operation (REST and batch items). */
 import type { GenerateResult } from "../../../inference/engine.js";
-import type { RequestContext } from "../../platform/context.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
+import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import {
   type ChatCompletionRequest,
   type ChatToolCall,
@@ -18,12 +19,27 @@ import {
   type InferenceOperations,
   assertToolsServed,
   callFields,
+  checkGeneration,
   prepareGeneration,
   runGeneration,
 } from "./create-call.js";
 
 /** The `chat.completion` object. */
 export type ChatCompletion = ReturnType<typeof chatCompletion>;
+
+/**
+ * The checks of a chat completion that need no engine, for `teamId` (the batch create runs them
+ * for each item): the model resolved, every field honoured, text only, the tools servable.
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
+  const model = catalog.resolve(teamId, body.model, "text_generation");
+  const translated = chatMessages(body);
+  checkGeneration(model, translated, chatUnhonoured(body));
+  const { tools, mode } = chatTooling(body);
+  assertToolsServed(model, tools, mode);
+  return { model, messages: translated.messages, tools, mode };
+}
 
 /**
  * Runs a chat completion: resolve the model → translate the messages (text only; earlier tool
@@ -43,11 +59,14 @@ export async function createChatCompletion(
   body: ChatCompletionRequest,
   options: CreateOptions,
 ): Promise<Created<ChatCompletion>> {
-  const prepared = prepareGeneration(ops, ctx, body, chatMessages(body), chatUnhonoured(body), options);
-  const { model, transport, requestId } = prepared;
-  const { tools, mode } = chatTooling(body);
-  assertToolsServed(model, tools, mode);
-  const messages = withToolsPrompt(prepared.messages, tools, mode);
+  const {
+    model,
+    messages: translated,
+    tools,
+    mode,
+  } = checkChatCompletion(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { transport, requestId } = prepareGeneration(model, body, options);
+  const messages = withToolsPrompt(translated, tools, mode);
   const params = chatParams(body);
   if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   const createdAt = new Date();

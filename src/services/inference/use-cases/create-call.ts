@@ -5,11 +5,11 @@
  * options; only HTTP (status, body, SSE framing) stays in the transport.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import type { GenerateResult, GenerationStart } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
-import { type RequestContext, requirePrincipal } from "../../platform/context.js";
+import type { RequestContext } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { UnhonouredField } from "../protocols/structured.js";
 import { type ToolMode, type ToolSpec, strictToolIssues } from "../protocols/tools.js";
@@ -209,26 +209,24 @@ export function callFields(body: CommonBody, options: CreateOptions) {
 }
 
 /**
- * What a text generation checks before it runs: its model resolved for the caller's team, every
- * field it sets honoured (issue 26, item 6), the translated messages text only, streaming possible where asked for; and its request id.
- * @throws AppError 404 unknown model; 400 for a field not honoured, non-text content, or `stream`
- *   where it cannot stream.
+ * What a text generation needs once its checks passed (`checkGeneration`): streaming possible where
+ * asked for, and its request id.
+ * @throws AppError 400 for `stream` where it cannot stream.
  */
-export function prepareGeneration(
-  ops: InferenceOperations,
-  ctx: RequestContext,
-  body: CommonBody & { stream?: boolean | null },
-  translated: { messages: ChatMessage[]; unsupported: string[] },
+export function prepareGeneration(model: CatalogModel, body: { stream?: boolean | null }, options: CreateOptions) {
+  return { model, transport: streamTransport(body.stream, options), requestId: options.requestId ?? uuidv7() };
+}
+
+/**
+ * The checks of a text generation that need no engine (the batch create runs them for each item):
+ * every field it sets honoured by `model` (issue 26, item 6) and the translated messages text only.
+ * @throws AppError 400.
+ */
+export function checkGeneration(
+  model: CatalogModel,
+  translated: { unsupported: string[] },
   unhonoured: UnhonouredField[],
-  options: CreateOptions,
-) {
-  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
+): void {
   assertHonoured(model, unhonoured);
   assertTextOnly(translated.unsupported);
-  return {
-    model,
-    messages: translated.messages,
-    transport: streamTransport(body.stream, options),
-    requestId: options.requestId ?? uuidv7(),
-  };
 }

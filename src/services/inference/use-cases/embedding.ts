@@ -1,6 +1,7 @@
 /** `createEmbedding`: the OpenAI Embeddings create operation (REST and batch items). */
 import { v7 as uuidv7 } from "uuid";
 import { AppError } from "../../../shared/errors.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import {
   type EmbeddingRequest,
@@ -12,6 +13,22 @@ import { type CreateOptions, type InferenceOperations, callFields } from "./crea
 
 /** The `list` of embeddings answered. */
 export type EmbeddingList = ReturnType<typeof embeddingList>;
+
+/**
+ * The checks of an embeddings request that need no engine, for `teamId` (the batch create runs
+ * them for each item): the model resolved, `dimensions` within its width. @returns the model.
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkEmbedding(catalog: ModelCatalogService, teamId: string, body: EmbeddingRequest) {
+  const model = catalog.resolve(teamId, body.model, "text_embedding");
+  const native = model.capabilities.dimensions;
+  if (body.dimensions != null && native !== null && body.dimensions > native) {
+    throw AppError.invalid(`dimensions must be at most ${native} for ${model.id}`, [
+      { field: "dimensions", message: `at most ${native}` },
+    ]);
+  }
+  return model;
+}
 
 /**
  * Embeds the inputs: unit vectors (64 floats for the TinyStories model), shortened to
@@ -27,13 +44,7 @@ export async function createEmbedding(
   body: EmbeddingRequest,
   options: CreateOptions,
 ): Promise<{ body: EmbeddingList; engineMs: number }> {
-  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_embedding");
-  const native = model.capabilities.dimensions;
-  if (body.dimensions != null && native !== null && body.dimensions > native) {
-    throw AppError.invalid(`dimensions must be at most ${native} for ${model.id}`, [
-      { field: "dimensions", message: `at most ${native}` },
-    ]);
-  }
+  const model = checkEmbedding(ops.catalog, requirePrincipal(ctx).teamId, body);
   const out = await ops.inference.embed(ctx, {
     requestId: options.requestId ?? uuidv7(),
     createdAt: new Date(),

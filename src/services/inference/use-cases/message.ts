@@ -1,18 +1,25 @@
 /** `createMessage`: the Anthropic Messages create operation (REST and batch items). */
-import type { RequestContext } from "../../platform/context.js";
+import type { GenerateResult } from "../../../inference/engine.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
+import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import {
+  type AnthropicToolUse,
   type MessagesRequest,
   anthropicMessage,
   anthropicMessages,
   anthropicParams,
   messageEvents,
+  messagesTooling,
   messagesUnhonoured,
 } from "../protocols/anthropic-messages.protocol.js";
+import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
+  assertToolsServed,
   callFields,
+  checkGeneration,
   namedEvents,
   prepareGeneration,
   runGeneration,
@@ -22,10 +29,28 @@ import {
 export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
 
 /**
- * Runs a message: resolve the model → translate the messages (text only) → generate, metered
- * once → `message`, or the Anthropic stream events when `stream: true`.
- * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`), 401, 402, 404
- *   unknown model, 429, 502/503 (see `InferenceService.generate`).
+ * The checks of a message that need no engine, for `teamId` (the batch create runs them for each
+ * item): the model resolved, every field honoured, text and tool blocks only, the tools servable.
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
+  const model = catalog.resolve(teamId, body.model, "text_generation");
+  const translated = anthropicMessages(body);
+  checkGeneration(model, translated, messagesUnhonoured(body));
+  const { tools, mode } = messagesTooling(body);
+  assertToolsServed(model, tools, mode);
+  return { model, messages: translated.messages, tools, mode };
+}
+
+/**
+ * Runs a message: resolve the model → translate the messages (text only; earlier `tool_use` and
+ * `tool_result` blocks in the tools prompt format) → generate, metered once → `message`, or the
+ * Anthropic stream events when `stream: true`. With `tools`, a forced call (`tool_choice` `any` or
+ * `tool`) decodes under the grammar of the allowed tools' input schemas, and an answer that is a
+ * call comes back as a `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed:
+ * `content_block_start` with empty input, then `input_json_delta`).
+ * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`, tools the engine
+ *   cannot serve), 401, 402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
  */
 export async function createMessage(
   ops: InferenceOperations,
@@ -33,14 +58,20 @@ export async function createMessage(
   body: MessagesRequest,
   options: CreateOptions,
 ): Promise<Created<AnthropicMessage>> {
-  const { model, messages, transport, requestId } = prepareGeneration(
-    ops,
-    ctx,
-    body,
-    anthropicMessages(body),
-    messagesUnhonoured(body),
-    options,
-  );
+  const checked = checkMessage(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { model, tools, mode } = checked;
+  const { transport, requestId } = prepareGeneration(model, body, options);
+  const params = anthropicParams(body);
+  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
+  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  const toolUse = (result: GenerateResult): AnthropicToolUse | null => {
+    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
+    const parsed = parseToolCall(result.text, tools, mode);
+    if (!parsed) return null;
+    return { type: "tool_use", id: toolCallId("toolu_"), name: parsed.name, input: JSON.parse(parsed.arguments) };
+  };
+  // With tools the text is held until the end: it may turn out to be a call.
+  const held = mode.kind !== "none";
   return runGeneration(
     ops.inference,
     ctx,
@@ -49,18 +80,21 @@ export async function createMessage(
       createdAt: new Date(),
       endpoint: "/v1/messages",
       model,
-      messages,
-      params: anthropicParams(body),
+      messages: withToolsPrompt(checked.messages, tools, mode),
+      params,
       stopField: "stop_sequences",
       ...callFields(body, options),
-      render: (result) => ({ body: anthropicMessage(requestId, model.id, result) }),
+      render: (result) => ({ body: anthropicMessage(requestId, model.id, result, toolUse(result)) }),
     },
     transport && {
       transport,
       events: {
-        start: (prompt) => namedEvents(messageEvents.start(requestId, model.id, prompt)),
-        delta: (text) => namedEvents([messageEvents.delta(text)]),
-        finish: (result) => namedEvents(messageEvents.finish(result)),
+        start: (prompt) => namedEvents(messageEvents.start(requestId, model.id, prompt, held)),
+        delta: (text) => (held ? [] : namedEvents([messageEvents.delta(text)])),
+        finish: (result, message) => {
+          const call = message.content[0]?.type === "tool_use" ? message.content[0] : null;
+          return namedEvents(messageEvents.finish(result, held, call));
+        },
         error: (status, detail) => [
           {
             event: "error",

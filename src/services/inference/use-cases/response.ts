@@ -6,6 +6,7 @@ import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../../../config/catalog.js";
 import type { ChatMessage } from "../../../inference/engine.js";
 import type { ActivityStatus } from "../../../entities/activity.entity.js";
+import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import type { StoredResponse } from "../../metering/metering.service.js";
 import type { FailureRecord } from "../inference-calls.js";
@@ -23,8 +24,7 @@ import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  assertHonoured,
-  assertTextOnly,
+  checkGeneration,
   namedEvents,
   runGeneration,
   streamTransport,
@@ -72,6 +72,18 @@ export function storedResponse(
 }
 
 /**
+ * The checks of a Responses create that need no engine, for `teamId` (the batch create runs them
+ * for each item): the model resolved, every field honoured, text only.
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkResponse(catalog: ModelCatalogService, teamId: string, body: ResponseRequest) {
+  const model = catalog.resolve(teamId, body.model, "text_generation");
+  const translated = responseMessages(body);
+  checkGeneration(model, translated, responseUnhonoured(body));
+  return { model, messages: translated.messages };
+}
+
+/**
  * Runs a Responses create: resolve the model → translate the input (text only) → with
  * `background: true`, store it `in_progress` and enqueue it (answered at once); else generate,
  * metered once → the Response (stored unless `store: false`), or its stream events. Given `run`,
@@ -88,10 +100,7 @@ export async function createResponse(
   body: ResponseRequest,
   options: CreateOptions & { run?: SubmittedRun },
 ): Promise<Created<ResponseObject>> {
-  const model = ops.catalog.resolve(requirePrincipal(ctx).teamId, body.model, "text_generation");
-  const { messages: own, unsupported } = responseMessages(body);
-  assertHonoured(model, responseUnhonoured(body));
-  assertTextOnly(unsupported);
+  const { model, messages: own } = checkResponse(ops.catalog, requirePrincipal(ctx).teamId, body);
   const run = options.run;
   if (body.background && !run) {
     // Checked now, so a bad id is a 400/404 at submission rather than a failed run later.
