@@ -213,16 +213,12 @@ describe("fields never silently ignored", () => {
     expectInvalid(res, "top_logprobs");
   });
 
-  test("when Responses asks for tools, then 400 names them", async () => {
+  test("when Responses asks for a built-in tool, then 400 names it", async () => {
     const res = await http(server.url, "POST", "/v1/responses", {
       token: caller.key,
-      body: {
-        model: CHAT_MODEL,
-        input: "hi",
-        tools: [{ type: "function", name: "f", parameters: {} }],
-      },
+      body: { model: CHAT_MODEL, input: "hi", tools: [{ type: "web_search" }] },
     });
-    expectInvalid(res, "tools");
+    expectInvalid(res, "tools[0]");
   });
 
   test("when a batch item asks for tools, then the batch is refused naming the item's field", async () => {
@@ -230,7 +226,11 @@ describe("fields never silently ignored", () => {
       token: caller.key,
       body: {
         requests: [
-          { custom_id: "a", url: "/v1/responses", body: { model: CHAT_MODEL, input: "hi", tools: [tool.function] } },
+          {
+            custom_id: "a",
+            url: "/v1/responses",
+            body: { model: CHAT_MODEL, input: "hi", tools: [{ type: "function", ...tool.function }] },
+          },
         ],
       },
     });

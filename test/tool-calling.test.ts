@@ -428,3 +428,93 @@ describe("batch items run the same checks as the synchronous endpoint", () => {
     expect(ajv.validate(timeParams, JSON.parse(call.function.arguments))).toBe(true);
   });
 });
+
+describe("Responses function tools", () => {
+  const responseTools = [
+    { type: "function" as const, name: "get_weather", parameters: weatherParams, strict: true },
+    { type: "function" as const, name: "get_time", parameters: timeParams, strict: true },
+  ];
+  const base = { model: CHAT_MODEL, input: "What is the weather?", max_output_tokens: 200 };
+
+  test("when tool_choice names a function, then the output is a function_call item with valid arguments", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const response = await client.responses.create({
+      ...base,
+      tools: responseTools,
+      tool_choice: { type: "function", name: "get_weather" },
+    });
+    expect(response.status).toBe("completed");
+    const item = response.output[0] as any;
+    expect(item.type).toBe("function_call");
+    expect(item.id).toMatch(/^fc_/);
+    expect(item.call_id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+    expect(item.name).toBe("get_weather");
+    expect(ajv.validate(weatherParams, JSON.parse(item.arguments))).toBe(true);
+    const gql = await http(server.url, "POST", "/graphql", {
+      token: caller.key,
+      body: {
+        query: "query ($id: ID!) { response(id: $id) { functionCalls { id callId name arguments } } }",
+        variables: { id: response.id },
+      },
+    });
+    expect(gql.body.data.response.functionCalls).toEqual([
+      { id: item.id, callId: item.call_id, name: item.name, arguments: item.arguments },
+    ]);
+  });
+
+  test("when a required call is streamed, then the function-call events carry the arguments the final response holds", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const stream = client.responses.stream({ ...base, tools: responseTools, tool_choice: "required" });
+    const types: string[] = [];
+    let args = "";
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === "response.function_call_arguments.delta") args += event.delta;
+    }
+    const final = await stream.finalResponse();
+    const item = final.output[0] as any;
+    expect(item.type).toBe("function_call");
+    expect(args).toBe(item.arguments);
+    expect(ajv.validate(paramsOf[item.name], JSON.parse(args))).toBe(true);
+    expect(types).toEqual(
+      expect.arrayContaining([
+        "response.output_item.added",
+        "response.function_call_arguments.done",
+        "response.completed",
+      ]),
+    );
+    expect(types).not.toContain("response.output_text.delta");
+  });
+
+  test("when the input holds a function_call and its function_call_output, then they are read and count in the prompt", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const call = { type: "function_call" as const, call_id: "call_1", name: "get_time", arguments: '{"zone":"UTC"}' };
+    const output = { type: "function_call_output" as const, call_id: "call_1", output: "It is noon." };
+    const withResult = await client.responses.create({
+      model: CHAT_MODEL,
+      max_output_tokens: 8,
+      tools: responseTools,
+      input: [{ role: "user", content: "Time?" }, call, output],
+    });
+    const without = await client.responses.create({
+      model: CHAT_MODEL,
+      max_output_tokens: 8,
+      tools: responseTools,
+      input: [{ role: "user", content: "Time?" }],
+    });
+    expect(withResult.usage!.input_tokens).toBeGreaterThan(without.usage!.input_tokens + 10);
+  });
+
+  test("when tool_choice names a function not in tools, then 400 names it; a Responses batch item with tools is refused", async () => {
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...base, tools: responseTools, tool_choice: { type: "function", name: "nope" } },
+    });
+    expectInvalid(res, "tool_choice.name");
+    const batch = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ url: "/v1/responses", body: { ...base, tools: responseTools } }] },
+    });
+    expectInvalid(batch, "requests[0].body.tools");
+  });
+});

@@ -6,7 +6,7 @@ import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from "type-graphql";
 import { ResponseListType, ResponseType } from "../schema/response.types.js";
 import type { BackgroundResponsesService } from "../services/inference/responses/background-responses.service.js";
 import type { RequestContext } from "../services/platform/context.js";
-import type { ResponseObject } from "../services/inference/protocols/openai-responses.protocol.js";
+import { type ResponseObject, outputText } from "../services/inference/protocols/openai-responses.protocol.js";
 
 @Resolver()
 export class ResponseResolver {
@@ -42,7 +42,7 @@ export class ResponseResolver {
 }
 
 function toGraphql(r: ResponseObject): ResponseType {
-  const text = r.output.map((item) => item.content.map((c) => c.text).join("")).join("");
+  const text = outputText(r);
   return {
     id: r.id,
     createdAt: r.created_at,
@@ -58,5 +58,10 @@ function toGraphql(r: ResponseObject): ResponseType {
       cachedTokens: r.usage.input_tokens_details.cached_tokens,
     },
     serviceTier: r.service_tier,
+    functionCalls: r.output.flatMap((item) =>
+      item.type === "function_call"
+        ? [{ id: item.id, callId: item.call_id, name: item.name, arguments: item.arguments }]
+        : [],
+    ),
   };
 }

@@ -150,15 +150,25 @@ export const responseShape = z.object({
   status: z.enum(["in_progress", "completed", "incomplete", "failed", "cancelled"]),
   incomplete_details: z.object({ reason: z.literal("max_output_tokens") }).nullable(),
   output: z.array(
-    z.object({
-      type: z.literal("message"),
-      id: z.string(),
-      role: z.literal("assistant"),
-      status: z.enum(["completed", "incomplete"]),
-      content: z.array(
-        z.object({ type: z.literal("output_text"), text: z.string(), annotations: z.array(z.unknown()) }),
-      ),
-    }),
+    z.union([
+      z.object({
+        type: z.literal("message"),
+        id: z.string(),
+        role: z.literal("assistant"),
+        status: z.enum(["completed", "incomplete"]),
+        content: z.array(
+          z.object({ type: z.literal("output_text"), text: z.string(), annotations: z.array(z.unknown()) }),
+        ),
+      }),
+      z.object({
+        type: z.literal("function_call"),
+        id: z.string().meta({ description: "fc_…" }),
+        call_id: z.string().meta({ description: "call_…" }),
+        name: z.string(),
+        arguments: z.string().meta({ description: "JSON text" }),
+        status: z.literal("completed"),
+      }),
+    ]),
   ),
   error: z.object({ code: z.string(), message: z.string() }).nullable(),
   usage: z

@@ -18,6 +18,15 @@ export class ResponseUsageType {
   @Field(() => Int) cachedTokens!: number;
 }
 
+@ObjectType("ResponseFunctionCall", { description: "A function call the model made (output item `function_call`)." })
+export class ResponseFunctionCallType {
+  @Field({ description: "The output item's id (fc_…)." }) id!: string;
+  @Field({ description: "The call's id (call_…), which a function_call_output input item answers." })
+  callId!: string;
+  @Field() name!: string;
+  @Field({ description: "The arguments, JSON text." }) arguments!: string;
+}
+
 @ObjectType("Response", { description: "A stored Response (spec: Response)." })
 export class ResponseType {
   @Field() id!: string;
@@ -31,6 +40,10 @@ export class ResponseType {
   @Field(() => ResponseErrorType, { nullable: true }) error!: ResponseErrorType | null;
   @Field(() => ResponseUsageType, { nullable: true }) usage!: ResponseUsageType | null;
   @Field() serviceTier!: string;
+  @Field(() => [ResponseFunctionCallType], {
+    description: "The function calls in its output (empty for a text answer).",
+  })
+  functionCalls!: ResponseFunctionCallType[];
 }
 
 @ObjectType("ResponseSummary", { description: "A list item (spec: Response list item)." })

@@ -142,6 +142,22 @@ export function prepareBatchItem(
       if (parsed.data.previous_response_id) {
         found.push({ field: `${bodyPrefix}.previous_response_id`, message: "is not supported in batch items" });
       }
+      // Responses items run as chat bodies: their function tools and call items are not converted.
+      if ((parsed.data.tools ?? []).length > 0 || parsed.data.tool_choice != null) {
+        found.push({
+          field: `${bodyPrefix}.tools`,
+          message: "is not supported in /v1/responses batch items; send the item to /v1/chat/completions",
+        });
+      }
+      if (
+        Array.isArray(parsed.data.input) &&
+        parsed.data.input.some((i) => i.type !== undefined && i.type !== "message")
+      ) {
+        found.push({
+          field: `${bodyPrefix}.input`,
+          message: "function call items are not supported in /v1/responses batch items",
+        });
+      }
       if (issues.length + found.length > 0) return fail(found);
       const { messages } = responseMessages(parsed.data);
       return { item: { customId, url: "/v1/chat/completions", body: responsesToChat(parsed.data, messages) } };

@@ -8,16 +8,44 @@ import { z } from "zod";
 import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import { messageId, unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
-import { type UnhonouredField, isSet, responseTextFormat, textFormat } from "./structured.js";
+import { AppError } from "../../../shared/errors.js";
+import { type UnhonouredField, responseTextFormat, textFormat } from "./structured.js";
+import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
-const inputItem = z
+const messageItem = z
   .object({
     type: z.literal("message").optional(),
     role: z.enum(["user", "assistant", "system", "developer"]),
     content: z.union([z.string(), z.array(inputPart)]),
   })
   .loose();
+/** A call the model made earlier (the `function_call` output item sent back as input). */
+const functionCallItem = z
+  .object({
+    type: z.literal("function_call"),
+    call_id: z.string().min(1),
+    name: z.string().min(1),
+    arguments: z.string(),
+  })
+  .loose();
+/** A function's result for a call (`call_id`). */
+const functionCallOutputItem = z
+  .object({ type: z.literal("function_call_output"), call_id: z.string().min(1), output: z.string() })
+  .loose();
+// By `type` (a message item may leave it out), so a bad item is reported at its own field.
+const inputItem = z.discriminatedUnion("type", [messageItem, functionCallItem, functionCallOutputItem]);
+
+/** A function tool (`tools[i]`, Responses' flat shape). */
+const functionTool = z.object({
+  type: z.literal("function"),
+  name: z.string().regex(TOOL_NAME, "must be 1–64 letters, digits, underscores or dashes"),
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+/** Built-in tools (web search, file search, …), which this service does not run. */
+const builtInTool = z.object({ type: z.string() }).loose();
 
 export const responseRequest = z
   .object({
@@ -36,8 +64,13 @@ export const responseRequest = z
     metadata: requestMetadata,
     text: z.object({ format: responseTextFormat.nullish() }).loose().nullish(),
     // Read so that a request asking for them is refused by name, never answered as if they were absent.
-    tools: z.array(z.unknown()).nullish(),
-    tool_choice: z.unknown().optional(),
+    tools: z
+      .array(z.union([functionTool, builtInTool]))
+      .max(128)
+      .nullish(),
+    tool_choice: z
+      .union([z.enum(["none", "auto", "required"]), z.object({ type: z.literal("function"), name: z.string() })])
+      .nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     previous_response_id: z.string().nullish(),
     include: z.array(z.string()).nullish(),
@@ -70,6 +103,19 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
   if (typeof req.input === "string") messages.push({ role: "user", content: req.input });
   else {
     req.input.forEach((item, i) => {
+      if (item.type === "function_call") {
+        const call = item as z.infer<typeof functionCallItem>;
+        messages.push({ role: "assistant", content: toolCallText(call.name, call.arguments) });
+        return;
+      }
+      if (item.type === "function_call_output") {
+        messages.push({
+          role: "tool",
+          content: toolResultText((item as z.infer<typeof functionCallOutputItem>).output),
+        });
+        return;
+      }
+      item = item as z.infer<typeof messageItem>;
       const text =
         typeof item.content === "string"
           ? item.content
@@ -99,10 +145,10 @@ export function responseParams(req: ResponseRequest): GenerationParams {
 /** The fields of a Responses body this service does not honour yet (tools, log-probabilities). */
 export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
-  if (isSet(req.tools)) out.push({ field: "tools", message: "tool calling is not supported" });
-  if (isSet(req.tool_choice) && req.tool_choice !== "none" && !isSet(req.tools)) {
-    out.push({ field: "tool_choice", message: "tool calling is not supported" });
-  }
+  (req.tools ?? []).forEach((t, i) => {
+    if (t.type !== "function")
+      out.push({ field: `tools[${i}]`, message: `built-in tools (${t.type}) are not supported` });
+  });
   (req.include ?? []).forEach((item, i) => {
     if (item === "message.output_text.logprobs") {
       out.push({ field: `include[${i}]`, message: "log-probabilities are not supported" });
@@ -112,9 +158,71 @@ export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
   return out;
 }
 
+/**
+ * The function tools a Responses body offers and how the model must use them (`tool_choice`:
+ * `auto` by default with tools).
+ * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
+ *   no tools.
+ */
+export function responseTooling(req: ResponseRequest): { tools: ToolSpec[]; mode: ToolMode } {
+  const tools: ToolSpec[] = (req.tools ?? []).flatMap((t, i) =>
+    t.type === "function"
+      ? [
+          {
+            name: (t as z.infer<typeof functionTool>).name,
+            description: (t as z.infer<typeof functionTool>).description,
+            parameters: (t as z.infer<typeof functionTool>).parameters ?? { type: "object", properties: {} },
+            field: `tools[${i}].parameters`,
+            strict: (t as z.infer<typeof functionTool>).strict === true,
+          },
+        ]
+      : [],
+  );
+  const choice = req.tool_choice ?? (tools.length > 0 ? "auto" : "none");
+  if (choice === "none") return { tools, mode: { kind: "none" } };
+  if (tools.length === 0) {
+    throw AppError.invalid("tool_choice asks for a tool call but no function tools are given", [
+      { field: "tool_choice", message: "needs tools" },
+    ]);
+  }
+  if (choice === "auto") return { tools, mode: { kind: "auto" } };
+  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  if (!tools.some((t) => t.name === choice.name)) {
+    throw AppError.invalid(`tool_choice names '${choice.name}', which is not in tools`, [
+      { field: "tool_choice.name", message: "is not one of the tools" },
+    ]);
+  }
+  return { tools, mode: { kind: "forced", names: [choice.name] } };
+}
+
 /** `service_tier` as answered: `flex` when asked for, else `default` (DESIGN §3 Responses). */
 export function answeredTier(req: ResponseRequest): "default" | "flex" {
   return req.service_tier === "flex" ? "flex" : "default";
+}
+
+/** The assistant's message (text) in a Response's `output`. */
+export interface ResponseMessageItem {
+  type: "message";
+  id: string;
+  role: "assistant";
+  status: "completed" | "incomplete";
+  content: Array<{ type: "output_text"; text: string; annotations: unknown[] }>;
+}
+
+/** A call the model made, in a Response's `output` (`fc_…` item id, `call_…` call id). */
+export interface ResponseFunctionCall {
+  type: "function_call";
+  id: string;
+  call_id: string;
+  name: string;
+  /** JSON text. */
+  arguments: string;
+  status: "completed";
+}
+
+/** The text of a Response's message items (what the SDKs' `output_text` joins). */
+export function outputText(response: ResponseObject): string {
+  return response.output.flatMap((item) => (item.type === "message" ? item.content.map((c) => c.text) : [])).join("");
 }
 
 export interface ResponseObject {
@@ -125,13 +233,7 @@ export interface ResponseObject {
   model: string;
   status: "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
   incomplete_details: { reason: "max_output_tokens" } | null;
-  output: Array<{
-    type: "message";
-    id: string;
-    role: "assistant";
-    status: "completed" | "incomplete";
-    content: Array<{ type: "output_text"; text: string; annotations: unknown[] }>;
-  }>;
+  output: Array<ResponseMessageItem | ResponseFunctionCall>;
   error: { code: string; message: string } | null;
   usage: {
     input_tokens: number;
@@ -161,6 +263,7 @@ export function responseObject(
   tier: "default" | "flex",
   result: GenerateResult,
   previous?: string | null,
+  call?: ResponseFunctionCall | null,
 ): ResponseObject {
   const incomplete = result.finishReason === "length";
   const status = result.finishReason === "cancelled" ? "cancelled" : incomplete ? "incomplete" : "completed";
@@ -172,15 +275,17 @@ export function responseObject(
     model,
     status,
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
-    output: [
-      {
-        type: "message",
-        id: messageId(requestId),
-        role: "assistant",
-        status: incomplete || status === "cancelled" ? "incomplete" : "completed",
-        content: [{ type: "output_text", text: result.text, annotations: [] }],
-      },
-    ],
+    output: call
+      ? [call]
+      : [
+          {
+            type: "message",
+            id: messageId(requestId),
+            role: "assistant",
+            status: incomplete || status === "cancelled" ? "incomplete" : "completed",
+            content: [{ type: "output_text", text: result.text, annotations: [] }],
+          },
+        ],
     error: null,
     usage: {
       input_tokens: u.promptTokens,
@@ -240,11 +345,15 @@ export class ResponseStreamEvents {
     return [type, { type, sequence_number: this.seq++, ...fields }];
   }
 
-  start(): [string, unknown][] {
+  /** @param held with tools offered: the output item is sent at the end, once it is known to be text or a call. */
+  start(held = false): [string, unknown][] {
     const response = inProgressResponse(this.requestId, this.createdAt, this.model, this.tier, this.previous);
+    const created = [this.event("response.created", { response }), this.event("response.in_progress", { response })];
+    return held ? created : [...created, ...this.messageOpened()];
+  }
+
+  private messageOpened(): [string, unknown][] {
     return [
-      this.event("response.created", { response }),
-      this.event("response.in_progress", { response }),
       this.event("response.output_item.added", {
         output_index: 0,
         item: { id: this.itemId, type: "message", status: "in_progress", role: "assistant", content: [] },
@@ -271,8 +380,41 @@ export class ResponseStreamEvents {
     ];
   }
 
-  finish(response: ResponseObject): [string, unknown][] {
-    const item = response.output[0];
+  /**
+   * The closing events. `held`: the item was not opened at the start; a function call is sent now
+   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done), a
+   * message with its whole text.
+   */
+  finish(response: ResponseObject, held = false): [string, unknown][] {
+    const first = response.output[0];
+    if (first?.type === "function_call") {
+      return [
+        this.event("response.output_item.added", {
+          output_index: 0,
+          item: { ...first, arguments: "", status: "in_progress" },
+        }),
+        this.event("response.function_call_arguments.delta", {
+          item_id: first.id,
+          output_index: 0,
+          delta: first.arguments,
+        }),
+        this.event("response.function_call_arguments.done", {
+          item_id: first.id,
+          output_index: 0,
+          arguments: first.arguments,
+        }),
+        this.event("response.output_item.done", { output_index: 0, item: first }),
+        this.event("response.completed", { response }),
+      ];
+    }
+    const item = first;
+    const text0 = item?.content[0]?.text ?? "";
+    const opened = held ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
+    return [...opened, ...this.messageClosed(response)];
+  }
+
+  private messageClosed(response: ResponseObject): [string, unknown][] {
+    const item = response.output[0] as ResponseMessageItem | undefined;
     const text = item?.content[0]?.text ?? this.text;
     const part = { type: "output_text", text, annotations: [] };
     const terminal =

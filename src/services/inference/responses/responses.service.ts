@@ -10,6 +10,7 @@ import { AppError, parseInput, parseUuidParam } from "../../../shared/errors.js"
 import { unixSeconds } from "../../platform/identifiers.js";
 import type { ChatMessage } from "../../../inference/engine.js";
 import { type ResponseObject, responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
+import { toolCallText } from "../protocols/tools.js";
 import { optionalQuery, queryInt } from "../../platform/validation.js";
 
 /** How many responses back a `previous_response_id` chain is followed. */
@@ -107,7 +108,11 @@ export class ResponsesService {
     return rows.flatMap((r) => {
       const parsed = responseRequest.safeParse(r.request_json);
       const input = parsed.success ? responseMessages({ ...parsed.data, instructions: null }).messages : [];
-      const output = r.response_json.output.flatMap((item) => item.content.map((c) => c.text)).join("");
+      const output = r.response_json.output
+        .map((item) =>
+          item.type === "message" ? item.content.map((c) => c.text).join("") : toolCallText(item.name, item.arguments),
+        )
+        .join("\n");
       return [...input, { role: "assistant" as const, content: output }];
     });
   }

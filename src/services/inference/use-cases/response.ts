@@ -4,13 +4,14 @@
  */
 import { v7 as uuidv7 } from "uuid";
 import type { CatalogModel } from "../../../config/catalog.js";
-import type { ChatMessage } from "../../../inference/engine.js";
+import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import type { ActivityStatus } from "../../../entities/activity.entity.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import type { StoredResponse } from "../../metering/metering.service.js";
 import type { FailureRecord } from "../inference-calls.js";
 import {
+  type ResponseFunctionCall,
   type ResponseObject,
   type ResponseRequest,
   ResponseStreamEvents,
@@ -18,12 +19,15 @@ import {
   responseMessages,
   responseObject,
   responseParams,
+  responseTooling,
   responseUnhonoured,
 } from "../protocols/openai-responses.protocol.js";
+import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
+  assertToolsServed,
   checkGeneration,
   namedEvents,
   runGeneration,
@@ -80,7 +84,9 @@ export function checkResponse(catalog: ModelCatalogService, teamId: string, body
   const model = catalog.resolve(teamId, body.model, "text_generation");
   const translated = responseMessages(body);
   checkGeneration(model, translated, responseUnhonoured(body));
-  return { model, messages: translated.messages };
+  const { tools, mode } = responseTooling(body);
+  assertToolsServed(model, tools, mode);
+  return { model, messages: translated.messages, tools, mode };
 }
 
 /**
@@ -100,7 +106,7 @@ export async function createResponse(
   body: ResponseRequest,
   options: CreateOptions & { run?: SubmittedRun },
 ): Promise<Created<ResponseObject>> {
-  const { model, messages: own } = checkResponse(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { model, messages: own, tools, mode } = checkResponse(ops.catalog, requirePrincipal(ctx).teamId, body);
   const run = options.run;
   if (body.background && !run) {
     // Checked now, so a bad id is a 400/404 at submission rather than a failed run later.
@@ -110,7 +116,30 @@ export async function createResponse(
   // The earlier turns go after this request's instructions and before its input (issue 26, item 4).
   const history = body.previous_response_id ? await ops.responses.conversation(ctx, body.previous_response_id) : [];
   const instructions = body.instructions ? 1 : 0;
-  const messages = [...own.slice(0, instructions), ...history, ...own.slice(instructions)];
+  const messages = withToolsPrompt(
+    [...own.slice(0, instructions), ...history, ...own.slice(instructions)],
+    tools,
+    mode,
+  );
+  const params = responseParams(body);
+  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
+  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  const functionCall = (result: GenerateResult): ResponseFunctionCall | null => {
+    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
+    const parsed = parseToolCall(result.text, tools, mode);
+    return (
+      parsed && {
+        type: "function_call",
+        id: toolCallId("fc_"),
+        call_id: toolCallId("call_"),
+        name: parsed.name,
+        arguments: parsed.arguments,
+        status: "completed",
+      }
+    );
+  };
+  // With tools the text is held until the end: it may turn out to be a call.
+  const held = mode.kind !== "none";
   const previous = body.previous_response_id ?? null;
   const transport = streamTransport(body.stream, options);
   const requestId = run?.requestId ?? uuidv7();
@@ -129,16 +158,15 @@ export async function createResponse(
       serviceTier: tier,
       model,
       messages,
-      params: responseParams(body),
+      params,
       metadata,
       body: store ? options.rawBody : null,
       ...(run ? { admitted: true, onFailure: (err: unknown) => run.onFailure(err) } : {}),
       maxQueueWaitS: run?.maxQueueWaitS ?? body.max_queue_wait_s,
       signal: options.signal,
       render: (result) => {
-        const ended = run?.end(responseObject(requestId, createdAt, model.id, tier, result, previous)) ?? {
-          object: responseObject(requestId, createdAt, model.id, tier, result, previous),
-        };
+        const object = responseObject(requestId, createdAt, model.id, tier, result, previous, functionCall(result));
+        const ended = run?.end(object) ?? { object };
         return {
           body: ended.object,
           status: ended.status,
@@ -149,9 +177,9 @@ export async function createResponse(
     transport && {
       transport,
       events: {
-        start: () => namedEvents(events.start()),
-        delta: (text) => namedEvents(events.delta(text)),
-        finish: (_result, response) => namedEvents(events.finish(response)),
+        start: () => namedEvents(events.start(held)),
+        delta: (text) => (held ? [] : namedEvents(events.delta(text))),
+        finish: (_result, response) => namedEvents(events.finish(response, held)),
         error: (status, detail) => namedEvents(events.error(detail, String(status))),
       },
     },
