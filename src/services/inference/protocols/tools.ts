@@ -146,6 +146,16 @@ export function parseToolCall(text: string, tools: ToolSpec[], mode: ToolMode): 
   return { name, arguments: JSON.stringify(args) };
 }
 
+/** The call a finished generation made, if any: an answer cut short or cancelled stays text. */
+export function calledTool(
+  result: { text: string; finishReason: string },
+  tools: ToolSpec[],
+  mode: ToolMode,
+): ParsedToolCall | null {
+  if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
+  return parseToolCall(result.text, tools, mode);
+}
+
 /** Where the tools go in the prompt: after the request's own system messages, before the rest. */
 export function withToolsPrompt(messages: ChatMessage[], tools: ToolSpec[], mode: ToolMode): ChatMessage[] {
   if (mode.kind === "none" || tools.length === 0) return messages;

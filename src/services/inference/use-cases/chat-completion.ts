@@ -12,14 +12,13 @@ import {
   chatTooling,
   chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
-import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  assertToolsServed,
   callFields,
-  checkGeneration,
+  checkToolGeneration,
   prepareGeneration,
   runGeneration,
 } from "./create-call.js";
@@ -33,12 +32,9 @@ export type ChatCompletion = ReturnType<typeof chatCompletion>;
  * @throws AppError 404 unknown model; 400.
  */
 export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
-  const model = catalog.resolve(teamId, body.model, "text_generation");
-  const translated = chatMessages(body);
-  checkGeneration(model, translated, chatUnhonoured(body));
-  const { tools, mode } = chatTooling(body);
-  assertToolsServed(model, tools, mode);
-  return { model, messages: translated.messages, tools, mode };
+  return checkToolGeneration(catalog, teamId, body.model, chatMessages(body), chatUnhonoured(body), () =>
+    chatTooling(body),
+  );
 }
 
 /**
@@ -73,8 +69,7 @@ export async function createChatCompletion(
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
   /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
   const toolCall = (result: GenerateResult): ChatToolCall | null => {
-    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
-    const parsed = parseToolCall(result.text, tools, mode);
+    const parsed = calledTool(result, tools, mode);
     return parsed && { id: toolCallId("call_"), type: "function", function: parsed };
   };
   // With tools the text is held until the end: it may turn out to be a call.

@@ -5,7 +5,7 @@
  * options; only HTTP (status, body, SSE framing) stays in the transport.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
@@ -108,6 +108,26 @@ export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[
     `Model '${model.id}' cannot honour ${unhonoured.map((u) => u.field).join(", ")}: ${unhonoured[0].message}`,
     unhonoured.map((u) => ({ field: u.field, message: `${u.message} for model '${model.id}'` })),
   );
+}
+
+/**
+ * The checks of a text generation that may offer tools, for `teamId`: the model resolved, every
+ * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`).
+ * @throws AppError 404 unknown model; 400.
+ */
+export function checkToolGeneration(
+  catalog: ModelCatalogService,
+  teamId: string,
+  modelId: string,
+  translated: { messages: ChatMessage[]; unsupported: string[] },
+  unhonoured: UnhonouredField[],
+  tooling: () => { tools: ToolSpec[]; mode: ToolMode },
+) {
+  const model = catalog.resolve(teamId, modelId, "text_generation");
+  checkGeneration(model, translated, unhonoured);
+  const { tools, mode } = tooling();
+  assertToolsServed(model, tools, mode);
+  return { model, messages: translated.messages, tools, mode };
 }
 
 /**

@@ -12,14 +12,13 @@ import {
   messagesTooling,
   messagesUnhonoured,
 } from "../protocols/anthropic-messages.protocol.js";
-import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  assertToolsServed,
   callFields,
-  checkGeneration,
+  checkToolGeneration,
   namedEvents,
   prepareGeneration,
   runGeneration,
@@ -34,12 +33,9 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
  * @throws AppError 404 unknown model; 400.
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
-  const model = catalog.resolve(teamId, body.model, "text_generation");
-  const translated = anthropicMessages(body);
-  checkGeneration(model, translated, messagesUnhonoured(body));
-  const { tools, mode } = messagesTooling(body);
-  assertToolsServed(model, tools, mode);
-  return { model, messages: translated.messages, tools, mode };
+  return checkToolGeneration(catalog, teamId, body.model, anthropicMessages(body), messagesUnhonoured(body), () =>
+    messagesTooling(body),
+  );
 }
 
 /**
@@ -65,8 +61,7 @@ export async function createMessage(
   if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
   const toolUse = (result: GenerateResult): AnthropicToolUse | null => {
-    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
-    const parsed = parseToolCall(result.text, tools, mode);
+    const parsed = calledTool(result, tools, mode);
     if (!parsed) return null;
     return { type: "tool_use", id: toolCallId("toolu_"), name: parsed.name, input: JSON.parse(parsed.arguments) };
   };

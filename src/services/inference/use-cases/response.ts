@@ -22,13 +22,12 @@ import {
   responseTooling,
   responseUnhonoured,
 } from "../protocols/openai-responses.protocol.js";
-import { forcedCallFormat, parseToolCall, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
   type InferenceOperations,
-  assertToolsServed,
-  checkGeneration,
+  checkToolGeneration,
   namedEvents,
   runGeneration,
   streamTransport,
@@ -81,12 +80,9 @@ export function storedResponse(
  * @throws AppError 404 unknown model; 400.
  */
 export function checkResponse(catalog: ModelCatalogService, teamId: string, body: ResponseRequest) {
-  const model = catalog.resolve(teamId, body.model, "text_generation");
-  const translated = responseMessages(body);
-  checkGeneration(model, translated, responseUnhonoured(body));
-  const { tools, mode } = responseTooling(body);
-  assertToolsServed(model, tools, mode);
-  return { model, messages: translated.messages, tools, mode };
+  return checkToolGeneration(catalog, teamId, body.model, responseMessages(body), responseUnhonoured(body), () =>
+    responseTooling(body),
+  );
 }
 
 /**
@@ -125,8 +121,7 @@ export async function createResponse(
   if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
   const functionCall = (result: GenerateResult): ResponseFunctionCall | null => {
-    if (result.finishReason === "length" || result.finishReason === "cancelled") return null;
-    const parsed = parseToolCall(result.text, tools, mode);
+    const parsed = calledTool(result, tools, mode);
     return (
       parsed && {
         type: "function_call",
