@@ -53,28 +53,29 @@ test("when the README's curl block runs, then it signs up, creates a key and get
   expect(lines[0].length).toBeGreaterThan(10);
 });
 
-test("when the README's structured-output example runs, then it prints a parsed object of its schema", async () => {
-  const file = path.join(packageRoot, "examples/structured-output.mjs");
-  expect(readFileSync(file, "utf8")).toContain(block("## Structured outputs", "js"));
+/**
+ * Checks that the README section `heading` shows (part of) `examples/<name>`, then runs that file
+ * with a new caller's key against the test server. @returns what it printed.
+ */
+async function runExample(name: string, heading: string): Promise<{ stdout: string }> {
+  const file = path.join(packageRoot, "examples", name);
+  expect(readFileSync(file, "utf8")).toContain(block(heading, "js"));
   const { key } = await createTestCaller(server.url);
-  const out = await run("node", [file], {
+  return run("node", [file], {
     cwd: packageRoot,
     timeout: 30_000,
     env: { ...process.env, SWITCHYARD_API_KEY: key, SWITCHYARD_BASE_URL: `${server.url}/v1` },
   });
+}
+
+test("when the README's structured-output example runs, then it prints a parsed object of its schema", async () => {
+  const out = await runExample("structured-output.mjs", "## Structured outputs");
   expect(out.stdout).toMatch(/kind: '(cat|dog|bird)'/);
   expect(out.stdout).toMatch(/age: \d+/);
 });
 
 test("when the README's tool-calling example runs, then the forced function is called with parsed arguments", async () => {
-  const file = path.join(packageRoot, "examples/tool-calling.mjs");
-  expect(readFileSync(file, "utf8")).toContain(block("## Tool calling", "js"));
-  const { key } = await createTestCaller(server.url);
-  const out = await run("node", [file], {
-    cwd: packageRoot,
-    timeout: 30_000,
-    env: { ...process.env, SWITCHYARD_API_KEY: key, SWITCHYARD_BASE_URL: `${server.url}/v1` },
-  });
+  const out = await runExample("tool-calling.mjs", "## Tool calling");
   expect(out.stdout).toMatch(/^called get_weather with \{"city":".*","unit":"(celsius|fahrenheit)"\}$/m);
   expect(out.stdout).toMatch(/^result: It is sunny in /m);
 });

@@ -31,6 +31,22 @@ export interface SchemaIssue {
   message: string;
 }
 
+/**
+ * Where an issue stands, as a request field: the field holding the schema and the issue's JSON
+ * pointer in dotted form (`tools[0].function.parameters` + `/properties/a~1b/pattern` →
+ * `tools[0].function.parameters.properties.a/b.pattern`), as 400s name it.
+ */
+export function schemaIssueField(field: string, pointer: string): string {
+  return (
+    field +
+    pointer
+      .split("/")
+      .slice(1)
+      .map((p) => "." + p.replace(/~1/g, "/").replace(/~0/g, "~"))
+      .join("")
+  );
+}
+
 /** The grammar (root rule `root`) and what it leaves unenforced. */
 export interface SchemaGrammar {
   gbnf: string;

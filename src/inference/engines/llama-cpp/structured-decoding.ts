@@ -8,19 +8,10 @@
 import type { Llama, LlamaGrammar } from "node-llama-cpp";
 import { AppError } from "../../../shared/errors.js";
 import type { ResponseFormat } from "../../engine.js";
-import { jsonObjectGrammar, jsonSchemaGrammar } from "../../structured/json-schema-gbnf.js";
+import { jsonObjectGrammar, jsonSchemaGrammar, schemaIssueField } from "../../structured/json-schema-gbnf.js";
 
 /** Compiled grammars kept per process (schemas repeat: one per application and call site). */
 const CACHE_SIZE = 64;
-
-/** `/properties/a~1b/items` → `.properties.a/b.items` (how 400s name a place inside the schema field). */
-function dotted(pointer: string): string {
-  return pointer
-    .split("/")
-    .slice(1)
-    .map((p) => "." + p.replace(/~1/g, "/").replace(/~0/g, "~"))
-    .join("");
-}
 
 /**
  * The GBNF of a response format.
@@ -33,10 +24,10 @@ export function formatGrammar(format: ResponseFormat, modelId: string): string {
   if (format.strict && issues.length > 0) {
     const first = issues[0];
     throw AppError.invalid(
-      `Model '${modelId}' cannot enforce \`${first.keyword}\` (at ${format.field}${dotted(first.path)}) while ` +
+      `Model '${modelId}' cannot enforce \`${first.keyword}\` (at ${schemaIssueField(format.field, first.path)}) while ` +
         `decoding; strict: true needs every keyword enforced (see the README's structured-output subset), ` +
         `or send strict: false to decode without it`,
-      issues.map((i) => ({ field: `${format.field}${dotted(i.path)}`, message: i.message })),
+      issues.map((i) => ({ field: schemaIssueField(format.field, i.path), message: i.message })),
     );
   }
   return gbnf;

@@ -8,7 +8,6 @@ import type { ChatMessage, FinishReason, GenerateResult } from "../../../inferen
 import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
-import type { UnhonouredField } from "./structured.js";
 import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
@@ -67,11 +66,6 @@ export const messagesRequest = z.object({
     .nullish(),
 });
 export type MessagesRequest = z.infer<typeof messagesRequest>;
-
-/** The fields of a Messages body this service does not honour yet (none: tools are served). */
-export function messagesUnhonoured(_req: MessagesRequest): UnhonouredField[] {
-  return [];
-}
 
 /**
  * The tools a Messages body offers and how the model must use them (`tool_choice`: `auto` by

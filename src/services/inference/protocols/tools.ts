@@ -16,7 +16,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ChatMessage, ResponseFormat } from "../../../inference/engine.js";
-import { jsonSchemaGrammar } from "../../../inference/structured/json-schema-gbnf.js";
+import { jsonSchemaGrammar, schemaIssueField } from "../../../inference/structured/json-schema-gbnf.js";
 import type { FieldIssue } from "../../../shared/errors.js";
 
 /** One function a request offers. */
@@ -94,11 +94,7 @@ export function strictToolIssues(tools: ToolSpec[]): FieldIssue[] {
     .filter((t) => t.strict)
     .flatMap((t) =>
       jsonSchemaGrammar(t.parameters).issues.map((i) => ({
-        field: `${t.field}${i.path
-          .split("/")
-          .slice(1)
-          .map((p) => "." + p.replace(/~1/g, "/").replace(/~0/g, "~"))
-          .join("")}`,
+        field: schemaIssueField(t.field, i.path),
         message: i.message,
       })),
     );

@@ -10,7 +10,6 @@ import {
   anthropicParams,
   messageEvents,
   messagesTooling,
-  messagesUnhonoured,
 } from "../protocols/anthropic-messages.protocol.js";
 import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
 import {
@@ -29,13 +28,12 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
 
 /**
  * The checks of a message that need no engine, for `teamId` (the batch create runs them for each
- * item): the model resolved, every field honoured, text and tool blocks only, the tools servable.
+ * item): the model resolved, text and tool blocks only, the tools servable (Messages has no field
+ * this service leaves unhonoured).
  * @throws AppError 404 unknown model; 400.
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, anthropicMessages(body), messagesUnhonoured(body), () =>
-    messagesTooling(body),
-  );
+  return checkToolGeneration(catalog, teamId, body.model, anthropicMessages(body), [], () => messagesTooling(body));
 }
 
 /**
