@@ -52,6 +52,28 @@ export interface SamplingParams {
   presencePenalty?: number;
   /** Structured output; absent: free text. */
   responseFormat?: ResponseFormat;
+  /**
+   * Log-probabilities of the completion's tokens (issue 26, item 3), with the `top` (0–20) most
+   * likely alternatives at each position; absent: none.
+   */
+  logprobs?: { top: number };
+}
+
+/** One alternative at a completion position: its text, natural-log probability and UTF-8 bytes. */
+export interface TokenAlternative {
+  token: string;
+  logprob: number;
+  bytes: number[];
+}
+
+/**
+ * A completion token's log-probability (OpenAI's `logprobs.content[i]`): natural log of the
+ * token's probability under the model's own distribution at that position (temperature 1, no
+ * sampling truncation: the numbers decisions use), and the `top` most likely tokens there, most
+ * likely first.
+ */
+export interface TokenLogprob extends TokenAlternative {
+  top: TokenAlternative[];
 }
 
 /** What is known when generation starts. */
@@ -96,6 +118,11 @@ export interface GenerateResult {
   engineMs: number;
   /** Time spent waiting for a slot, in ms. */
   queueMs: number;
+  /**
+   * With `logprobs` asked for: one entry per completion token whose text is in `text`, in order
+   * (their texts joined are `text`, for a text the tokens end exactly at).
+   */
+  logprobs?: TokenLogprob[];
 }
 
 export interface EmbedRequest {

@@ -102,6 +102,10 @@ export type ModelFits = Fits<ModelDto, z.output<typeof modelShape>>;
 export const modelListShape = z.object({ object: z.literal("list"), data: z.array(modelShape) });
 
 /** OpenAI `chat.completion`. */
+/** One content token's log-probability (issue 26, item 3): natural log, UTF-8 bytes, the most likely alternatives. */
+const tokenAlternative = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()) });
+const tokenLogprob = tokenAlternative.extend({ top_logprobs: z.array(tokenAlternative) });
+
 export const chatCompletionShape = z.object({
   id: z.string(),
   object: z.literal("chat.completion"),
@@ -125,7 +129,10 @@ export const chatCompletionShape = z.object({
           )
           .optional(),
       }),
-      logprobs: z.unknown().nullable(),
+      logprobs: z
+        .object({ content: z.array(tokenLogprob).nullable(), refusal: z.null() })
+        .nullable()
+        .meta({ description: "With logprobs: true; null otherwise and for a tool call" }),
       finish_reason: z.enum(["stop", "length", "tool_calls"]),
     }),
   ),
@@ -157,7 +164,15 @@ export const responseShape = z.object({
         role: z.literal("assistant"),
         status: z.enum(["completed", "incomplete"]),
         content: z.array(
-          z.object({ type: z.literal("output_text"), text: z.string(), annotations: z.array(z.unknown()) }),
+          z.object({
+            type: z.literal("output_text"),
+            text: z.string(),
+            annotations: z.array(z.unknown()),
+            logprobs: z
+              .array(tokenLogprob)
+              .optional()
+              .meta({ description: 'With include ["message.output_text.logprobs"]: one entry per token' }),
+          }),
         ),
       }),
       z.object({

@@ -13,6 +13,7 @@ import type { FinishReason, GenerateRequest, GenerateResult } from "../../engine
 import { TOKENIZE_CHUNK_CHARS, mayFitTokens } from "../../input-bounds.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import type { LlamaCppLoader } from "./loading.js";
+import { completionLogprobs } from "./logprobs.js";
 import { type GrammarCache, formatGrammar } from "./structured-decoding.js";
 
 /**
@@ -82,6 +83,7 @@ export async function generate(
   const halt = new AbortController();
   const signal = req.signal ? AbortSignal.any([req.signal, halt.signal]) : halt.signal;
   let text = "";
+  const generated: Token[] = [];
   const emit = (chunk: string) => {
     if (!chunk) return;
     text += chunk;
@@ -113,6 +115,7 @@ export async function generate(
           : undefined,
       onToken: (tokens) => {
         completionTokens += tokens.length;
+        if (req.logprobs) generated.push(...tokens);
       },
       onTextChunk: (chunk) => {
         emit(stops.push(chunk));
@@ -126,6 +129,12 @@ export async function generate(
       const reason = result.metadata.stopReason;
       finishReason = reason === "maxTokens" ? "length" : reason === "abort" ? "cancelled" : "stop";
     }
+    // Log-probabilities re-evaluate the completion on this sequence (see `logprobs.ts`); a
+    // cancelled answer has no caller left to read them.
+    const logprobs =
+      req.logprobs && finishReason !== "cancelled"
+        ? await completionLogprobs(rt.model, seq, rt.bosCount + prompt.tokens.length, generated, text, req.logprobs.top)
+        : undefined;
     return {
       text,
       finishReason,
@@ -133,6 +142,7 @@ export async function generate(
       usage: { promptTokens, completionTokens, cachedPromptTokens },
       engineMs: performance.now() - started,
       queueMs: started - queued,
+      ...(logprobs ? { logprobs } : {}),
     };
   } catch (err) {
     if (err instanceof AppError) throw err;

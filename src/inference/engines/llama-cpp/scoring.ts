@@ -197,8 +197,13 @@ function predicting(targets: readonly Token[]) {
   } as const;
 }
 
-/** `{next: {logits, totalLogitWeight}}` → log p(target) for each target. */
-function logProbs(
+/**
+ * `{next: {logits, totalLogitWeight}}` → log p(target) for each target (natural log). The logits
+ * must include the largest one (greedy `includeSelected`, or `includeMax`): `totalLogitWeight` is
+ * the sum of `exp(logit - max)`. Also used for generation log-probabilities (`logprobs.ts`).
+ * @throws AppError EngineFailure when the engine returned no logits.
+ */
+export function logProbs(
   output: { next: { logits?: Map<Token, number>; totalLogitWeight?: number } } | undefined,
   targets: readonly Token[],
 ): Map<Token, number> {

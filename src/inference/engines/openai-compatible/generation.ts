@@ -6,7 +6,7 @@
  */
 import type { Dispatcher } from "undici";
 import { AppError, ErrorCode } from "../../../shared/errors.js";
-import type { EngineUsage, FinishReason, GenerateRequest, GenerateResult } from "../../engine.js";
+import type { EngineUsage, FinishReason, GenerateRequest, GenerateResult, TokenLogprob } from "../../engine.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import type { UpstreamClient } from "./dispatch.js";
 import type { UpstreamEndpoint } from "./endpoint.js";
@@ -17,6 +17,7 @@ import {
   errorForStatus,
   finishReason,
   matchedStop,
+  parseLogprobs,
   parseUsage,
   promptTokenBound,
 } from "./wire.js";
@@ -141,6 +142,8 @@ async function readStream(
   let text = "";
   let deltas = 0;
   let usage: EngineUsage | null = null;
+  const logprobs: TokenLogprob[] = [];
+  let sawLogprobs = false;
   let choice: Record<string, unknown> | undefined;
   const emit = (chunk: string) => {
     if (!chunk) return;
@@ -162,6 +165,11 @@ async function readStream(
     usage = parseUsage(event.usage) ?? usage;
     const c = event.choices?.[0];
     if (!c) return;
+    const lp = req.logprobs ? parseLogprobs(c.logprobs) : null;
+    if (lp) {
+      sawLogprobs = true;
+      logprobs.push(...lp);
+    }
     const delta = (c.delta as { content?: unknown } | undefined)?.content;
     if (typeof delta === "string" && delta.length > 0) {
       deltas++;
@@ -177,6 +185,7 @@ async function readStream(
     usage: final,
     engineMs: performance.now() - t.started,
     queueMs: t.queueMs,
+    ...(req.logprobs ? { logprobs } : {}),
   });
   // Usage the upstream did not send (it comes in the last chunk, so a caller who left mostly
   // gets none): the prompt as the upstream's `/tokenize` counts it, else the admitted bound —
@@ -196,6 +205,11 @@ async function readStream(
     throw err;
   }
   if (!stops.stopped) emit(stops.end());
+  // Asked-for log-probabilities the upstream did not send are a broken answer, never left out
+  // silently (issue 26, item 6).
+  if (req.logprobs && !sawLogprobs && text !== "") {
+    throw client.broken(endpoint, "an answer without the log-probabilities it was asked for");
+  }
   const { reason, stopSequence } = ending(choice ?? {}, stops, req.stop);
   return result(reason, stopSequence, usage ?? client.noUsage(endpoint, await estimate()));
 }

@@ -6,7 +6,14 @@
  * the engine interface and our error codes (DESIGN §3 Errors).
  */
 import { AppError, ErrorCode, type FieldIssue } from "../../../shared/errors.js";
-import type { ChatMessage, EngineUsage, FinishReason, GenerateRequest } from "../../engine.js";
+import type {
+  ChatMessage,
+  EngineUsage,
+  FinishReason,
+  GenerateRequest,
+  TokenAlternative,
+  TokenLogprob,
+} from "../../engine.js";
 
 /** Paths under an endpoint's base URL (the OpenAI base URL, usually ending in `/v1`). */
 export const PATHS = {
@@ -80,11 +87,41 @@ export function chatBody(req: GenerateRequest, upstreamModel: string, stream: bo
     const { schema, strict } = req.responseFormat;
     body.response_format = { type: "json_schema", json_schema: { name: "response", schema, strict } };
   }
+  // Log-probabilities pass through as OpenAI's `logprobs` / `top_logprobs` (vLLM, SGLang and
+  // llama.cpp server answer them in `choices[].logprobs.content`, read by `parseLogprobs`).
+  if (req.logprobs) {
+    body.logprobs = true;
+    if (req.logprobs.top > 0) body.top_logprobs = req.logprobs.top;
+  }
   if (stream) {
     body.stream = true;
     body.stream_options = { include_usage: true };
   }
   return body;
+}
+
+/**
+ * A chunk's `choices[].logprobs.content` → ours; entries that are not `{token, logprob}` are
+ * skipped, and missing `bytes` are the token's UTF-8 bytes. Null when the chunk carries none.
+ */
+export function parseLogprobs(logprobs: unknown): TokenLogprob[] | null {
+  const content = (logprobs as { content?: unknown } | null | undefined)?.content;
+  if (!Array.isArray(content)) return null;
+  const alternative = (e: unknown): TokenAlternative | null => {
+    const { token, logprob, bytes } = (e ?? {}) as { token?: unknown; logprob?: unknown; bytes?: unknown };
+    if (typeof token !== "string" || typeof logprob !== "number") return null;
+    const raw = Array.isArray(bytes) && bytes.every((b) => Number.isInteger(b)) ? (bytes as number[]) : null;
+    return { token, logprob, bytes: raw ?? [...Buffer.from(token, "utf8")] };
+  };
+  return content.flatMap((e: unknown) => {
+    const entry = alternative(e);
+    if (!entry) return [];
+    const top = (e as { top_logprobs?: unknown }).top_logprobs;
+    const alternatives = Array.isArray(top)
+      ? top.map(alternative).filter((a): a is TokenAlternative => a !== null)
+      : [];
+    return [{ ...entry, top: alternatives }];
+  });
 }
 
 /** Per-message allowance of the prompt bound: role markers and template tokens around each turn. */

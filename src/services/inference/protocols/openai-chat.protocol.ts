@@ -9,6 +9,7 @@ import { unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
+import { openAiLogprobs } from "./logprobs.js";
 import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
@@ -66,38 +67,45 @@ const chatMessage = z.discriminatedUnion("role", [
   z.object({ role: z.literal("tool"), content: chatContent, tool_call_id: z.string().min(1) }),
 ]);
 
-export const chatCompletionRequest = z.object({
-  model: z.string().min(1),
-  messages: z.array(chatMessage).min(1),
-  max_tokens: z.number().int().min(1).nullish(),
-  max_completion_tokens: z.number().int().min(1).nullish(),
-  temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().min(0).max(1).nullish(),
-  n: z.number().int().min(1).max(1, "only n = 1 is supported").nullish(),
-  stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
-  seed: z.number().int().nullish(),
-  frequency_penalty: z.number().min(-2).max(2).nullish(),
-  presence_penalty: z.number().min(-2).max(2).nullish(),
-  metadata: requestMetadata,
-  max_queue_wait_s: maxQueueWaitS,
-  user: z.string().nullish(),
-  response_format: chatResponseFormat.nullish(),
-  // Read so that a request asking for them is refused by name, never answered as if they were absent.
-  tools: z.array(chatTool).max(128).nullish(),
-  tool_choice: z
-    .union([
-      z.enum(["none", "auto", "required"]),
-      z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
-    ])
-    .nullish(),
-  parallel_tool_calls: z.boolean().nullish(),
-  functions: z.array(z.unknown()).nullish(),
-  function_call: z.unknown().optional(),
-  logprobs: z.boolean().nullish(),
-  top_logprobs: z.number().int().min(0).max(20).nullish(),
-});
+export const chatCompletionRequest = z
+  .object({
+    model: z.string().min(1),
+    messages: z.array(chatMessage).min(1),
+    max_tokens: z.number().int().min(1).nullish(),
+    max_completion_tokens: z.number().int().min(1).nullish(),
+    temperature: z.number().min(0).max(2).nullish(),
+    top_p: z.number().min(0).max(1).nullish(),
+    n: z.number().int().min(1).max(1, "only n = 1 is supported").nullish(),
+    stream: z.boolean().nullish(),
+    stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+    stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+    seed: z.number().int().nullish(),
+    frequency_penalty: z.number().min(-2).max(2).nullish(),
+    presence_penalty: z.number().min(-2).max(2).nullish(),
+    metadata: requestMetadata,
+    max_queue_wait_s: maxQueueWaitS,
+    user: z.string().nullish(),
+    response_format: chatResponseFormat.nullish(),
+    // Read so that a request asking for them is refused by name, never answered as if they were absent.
+    tools: z.array(chatTool).max(128).nullish(),
+    tool_choice: z
+      .union([
+        z.enum(["none", "auto", "required"]),
+        z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
+      ])
+      .nullish(),
+    parallel_tool_calls: z.boolean().nullish(),
+    functions: z.array(z.unknown()).nullish(),
+    function_call: z.unknown().optional(),
+    logprobs: z.boolean().nullish(),
+    top_logprobs: z.number().int().min(0).max(20).nullish(),
+  })
+  .superRefine((r, ctx) => {
+    // OpenAI's rule: alternatives come with the chosen tokens' log-probabilities, never alone.
+    if ((r.top_logprobs ?? 0) > 0 && r.logprobs !== true) {
+      ctx.addIssue({ code: "custom", path: ["top_logprobs"], message: "requires logprobs: true" });
+    }
+  });
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 
 /** Flattens OpenAI message content (string or parts) to text; non-text parts are refused. */
@@ -138,6 +146,7 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
     frequencyPenalty: req.frequency_penalty ?? undefined,
     presencePenalty: req.presence_penalty ?? undefined,
     responseFormat: chatFormat(req.response_format),
+    ...(req.logprobs === true ? { logprobs: { top: req.top_logprobs ?? 0 } } : {}),
   };
 }
 
@@ -175,7 +184,7 @@ export function chatTooling(req: ChatCompletionRequest): { tools: ToolSpec[]; mo
   return { tools, mode: { kind: "forced", names: [name] } };
 }
 
-/** The fields of a chat body this service does not honour yet (legacy functions, log-probabilities). */
+/** The fields of a chat body this service does not honour yet (legacy functions). */
 export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
   if (isSet(req.functions))
@@ -183,8 +192,6 @@ export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
   if (isSet(req.function_call) && req.function_call !== "none") {
     out.push({ field: "function_call", message: "function calling is not supported" });
   }
-  if (req.logprobs === true) out.push({ field: "logprobs", message: "log-probabilities are not supported" });
-  if ((req.top_logprobs ?? 0) > 0) out.push({ field: "top_logprobs", message: "log-probabilities are not supported" });
   return out;
 }
 
@@ -241,7 +248,7 @@ export function chatCompletion(
         message: call
           ? { role: "assistant" as const, content: null, refusal: null, annotations: [], tool_calls: [call] }
           : { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
-        logprobs: null,
+        logprobs: chatLogprobs(result, call),
         finish_reason: call ? ("tool_calls" as const) : chatFinishReason(result.finishReason),
       },
     ],
@@ -249,6 +256,15 @@ export function chatCompletion(
     service_tier: "default",
     system_fingerprint: null,
   };
+}
+
+/**
+ * `choices[].logprobs`: the content tokens' log-probabilities when they were asked for (the engine
+ * returns them then), else null; null for an answer that is a tool call (it has no content).
+ */
+export function chatLogprobs(result: GenerateResult, call?: ChatToolCall | null) {
+  if (!result.logprobs || call) return null;
+  return { content: openAiLogprobs(result.logprobs), refusal: null };
 }
 
 /** Builds the `chat.completion.chunk` objects of one streamed completion. */
@@ -269,12 +285,16 @@ export class ChatChunkWriter {
     };
   }
 
-  private chunk(delta: Record<string, unknown>, finishReason: string | null) {
+  private chunk(
+    delta: Record<string, unknown>,
+    finishReason: string | null,
+    logprobs: ReturnType<typeof chatLogprobs> = null,
+  ) {
     return {
       ...this.base,
       service_tier: "default",
       system_fingerprint: null,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+      choices: [{ index: 0, delta, logprobs, finish_reason: finishReason }],
       ...(this.includeUsage ? { usage: null } : {}),
     };
   }
@@ -288,8 +308,13 @@ export class ChatChunkWriter {
     return this.chunk({ content: text }, null);
   }
 
+  /**
+   * The closing chunk. Log-probabilities asked for come here, all of them: the embedded engine
+   * knows them once the completion is decoded (`logprobs.ts`); the SDKs' stream helpers append
+   * each chunk's `logprobs.content`, so the accumulated completion is the same as unstreamed.
+   */
   finish(result: GenerateResult, call?: ChatToolCall | null) {
-    return this.chunk({}, call ? "tool_calls" : chatFinishReason(result.finishReason));
+    return this.chunk({}, call ? "tool_calls" : chatFinishReason(result.finishReason), chatLogprobs(result, call));
   }
 
   /** A call as OpenAI streams it: id, type and name once (empty arguments), then the arguments. */

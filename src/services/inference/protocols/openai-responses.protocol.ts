@@ -10,6 +10,7 @@ import { messageId, unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, responseTextFormat, textFormat } from "./structured.js";
+import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
 import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
@@ -139,22 +140,25 @@ export function responseParams(req: ResponseRequest): GenerationParams {
     temperature: req.temperature ?? undefined,
     topP: req.top_p ?? undefined,
     responseFormat: textFormat(req.text?.format),
+    ...(wantsLogprobs(req) ? { logprobs: { top: req.top_logprobs ?? 0 } } : {}),
   };
 }
 
-/** The fields of a Responses body this service does not honour yet (tools, log-probabilities). */
+/**
+ * Log-probabilities are asked for with `include: ["message.output_text.logprobs"]`; `top_logprobs`
+ * above 0 asks for them too (alternatives make no sense without them).
+ */
+function wantsLogprobs(req: ResponseRequest): boolean {
+  return (req.include ?? []).includes("message.output_text.logprobs") || (req.top_logprobs ?? 0) > 0;
+}
+
+/** The fields of a Responses body this service does not honour yet (built-in tools). */
 export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
   (req.tools ?? []).forEach((t, i) => {
     if (t.type !== "function")
       out.push({ field: `tools[${i}]`, message: `built-in tools (${t.type}) are not supported` });
   });
-  (req.include ?? []).forEach((item, i) => {
-    if (item === "message.output_text.logprobs") {
-      out.push({ field: `include[${i}]`, message: "log-probabilities are not supported" });
-    }
-  });
-  if ((req.top_logprobs ?? 0) > 0) out.push({ field: "top_logprobs", message: "log-probabilities are not supported" });
   return out;
 }
 
@@ -206,7 +210,7 @@ export interface ResponseMessageItem {
   id: string;
   role: "assistant";
   status: "completed" | "incomplete";
-  content: Array<{ type: "output_text"; text: string; annotations: unknown[] }>;
+  content: Array<{ type: "output_text"; text: string; annotations: unknown[]; logprobs?: OpenAiLogprob[] }>;
 }
 
 /** A call the model made, in a Response's `output` (`fc_…` item id, `call_…` call id). */
@@ -283,7 +287,14 @@ export function responseObject(
             id: messageId(requestId),
             role: "assistant",
             status: incomplete || status === "cancelled" ? "incomplete" : "completed",
-            content: [{ type: "output_text", text: result.text, annotations: [] }],
+            content: [
+              {
+                type: "output_text",
+                text: result.text,
+                annotations: [],
+                ...(result.logprobs ? { logprobs: openAiLogprobs(result.logprobs) } : {}),
+              },
+            ],
           },
         ],
     error: null,
@@ -416,7 +427,8 @@ export class ResponseStreamEvents {
   private messageClosed(response: ResponseObject): [string, unknown][] {
     const item = response.output[0] as ResponseMessageItem | undefined;
     const text = item?.content[0]?.text ?? this.text;
-    const part = { type: "output_text", text, annotations: [] };
+    const logprobs = item?.content[0]?.logprobs ?? [];
+    const part = { type: "output_text", text, annotations: [], ...(item?.content[0]?.logprobs ? { logprobs } : {}) };
     const terminal =
       response.status === "incomplete"
         ? "response.incomplete"
@@ -429,7 +441,8 @@ export class ResponseStreamEvents {
         output_index: 0,
         content_index: 0,
         text,
-        logprobs: [],
+        // All of them here: the embedded engine knows them once the text is decoded (`logprobs.ts`).
+        logprobs,
       }),
       this.event("response.content_part.done", { item_id: this.itemId, output_index: 0, content_index: 0, part }),
       this.event("response.output_item.done", { output_index: 0, item }),
