@@ -141,7 +141,7 @@ test("when the engine fails a streamed request, then the stream ends with an err
   const res = await post({ ...long("stream-failure"), stream: true });
   expect(res.status).toBe(200);
   const text = await res.text();
-  expect(text).toContain(`"code":"502"`);
+  expect(text).toContain(`"code":"engine_failure"`);
   expect((await activityByCustomId(server, "stream-failure")).status).toBe("failed");
   await expectPoolWhole();
   await expectNextRequestServed("after-stream-failure");

@@ -19,6 +19,7 @@ import { controlRoutes } from "../src/rest/control.routes.js";
 import { dataPlaneRoutes } from "../src/rest/data-plane.routes.js";
 import {
   CHAT_MODEL,
+  ERROR_BODY_KEYS,
   EMBED_MODEL,
   type TestServer,
   createTestApiKey,
@@ -385,8 +386,13 @@ async function check(req: FuzzRequest): Promise<void> {
     } catch {
       throw new Error(`non-JSON error for ${label}`);
     }
-    const keysOk = Object.keys(body).every((k) => ["status_code", "detail", "extra"].includes(k));
-    if (body.status_code !== res.status || typeof body.detail !== "string" || !keysOk) {
+    const keysOk = Object.keys(body).every((k) => ERROR_BODY_KEYS.includes(k));
+    if (
+      body.status_code !== res.status ||
+      typeof body.detail !== "string" ||
+      !keysOk ||
+      body.error?.message !== body.detail
+    ) {
       throw new Error(`not the envelope for ${label}`);
     }
     const after = await snapshot();

@@ -45,7 +45,11 @@ describe("error logs of failed queries", () => {
     });
     await allow();
     expect(res.status).toBe(500);
-    expect(res.body).toEqual({ status_code: 500, detail: "Internal server error" });
+    expect(res.body).toEqual({
+      status_code: 500,
+      detail: "Internal server error",
+      error: { message: "Internal server error", type: "server_error", code: "internal", param: null },
+    });
 
     const logged = lines.slice(from).join("");
     const errors = errorsSince(from);

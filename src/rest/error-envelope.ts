@@ -1,5 +1,8 @@
 /**
- * The REST error mapping (spec: Errors): every failure answers `{status_code, detail, extra?}`.
+ * The REST error mapping (spec: Errors): every failure answers `{status_code, detail, extra?}`
+ * with the caller's client dialect beside it (issue 27, item 1; `shared/error-dialects.ts`):
+ * Anthropic's `type: "error"`, `error: {type, message}` on `/v1/messages` (and any path under
+ * it), OpenAI's `error: {message, type, code, param}` on every other path (`dialectForPath`).
  * `AppError`s keep their status, detail and extra; body-parser failures become 400 (malformed
  * JSON, nested too deep) and 413 (too large); anything else is a 500 without internals. Node's own
  * refusals of malformed HTTP, before any route runs (parser errors, timeouts, an unknown `Expect`),
@@ -9,45 +12,73 @@ import { type IncomingMessage, STATUS_CODES, type ServerResponse } from "node:ht
 import type { Duplex } from "node:stream";
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
+import {
+  type ErrorDialect,
+  type ErrorEnvelope,
+  type Failure,
+  appFailure,
+  errorBody,
+} from "../shared/error-dialects.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 
-export interface ErrorEnvelope {
-  status_code: number;
-  detail: string;
-  extra?: unknown;
+export type { ErrorEnvelope } from "../shared/error-dialects.js";
+
+/**
+ * Which dialect an error on `path` speaks (issue 27, item 1): `anthropic` for `/v1/messages` and
+ * the paths under it, where the Anthropic SDK is the client; `openai` everywhere else — the
+ * OpenAI-shaped `/v1` routes, and also the control plane, health, unknown paths and Node's own
+ * refusals, where an extra `error` object beside the envelope costs nothing and any OpenAI-style
+ * client shows the detail. Case and trailing slashes are ignored, as routing ignores them.
+ */
+export function dialectForPath(path: string): ErrorDialect {
+  const p = path.split("?")[0].replace(/\/+$/, "").toLowerCase();
+  return p === "/v1/messages" || p.startsWith("/v1/messages/") ? "anthropic" : "openai";
 }
 
-/** Maps any thrown value to an HTTP status, envelope and `Retry-After` seconds. */
-export function toEnvelope(err: unknown): { status: number; body: ErrorEnvelope; retryAfterS?: number } {
-  if (err instanceof AppError) {
-    const body: ErrorEnvelope = { status_code: err.status, detail: err.detail };
-    if (err.extra !== undefined) body.extra = err.extra;
-    return { status: err.status, body, retryAfterS: err.retryAfterS };
-  }
+/** A failure Express or body-parser raised itself (not an `AppError`). */
+function fromStatus(status: number, code: ErrorCode, detail: string, reason: string, extra?: unknown): Failure {
+  return { status, code, detail, reason, ...(extra !== undefined ? { extra } : {}) };
+}
+
+/** Maps any thrown value to the failure it answers, and `Retry-After` seconds. */
+export function toFailure(err: unknown): { failure: Failure; retryAfterS?: number } {
+  if (err instanceof AppError) return { failure: appFailure(err), retryAfterS: err.retryAfterS };
   const type = (err as { type?: string })?.type;
   if (type === "entity.parse.failed") {
-    return { status: 400, body: { status_code: 400, detail: "Malformed JSON body" } };
+    return { failure: fromStatus(400, ErrorCode.InvalidRequest, "Malformed JSON body", "invalid_json") };
   }
   if (type === "entity.too.deep") {
     const detail = (err as Error).message;
-    return { status: 400, body: { status_code: 400, detail, extra: [{ field: "body", message: detail }] } };
+    const extra = [{ field: "body", message: detail }];
+    return { failure: fromStatus(400, ErrorCode.InvalidRequest, detail, "json_too_deep", extra) };
   }
   if (type === "entity.too.large") {
-    return { status: 413, body: { status_code: 413, detail: "Request body too large" } };
+    return { failure: fromStatus(413, ErrorCode.PayloadTooLarge, "Request body too large", "payload_too_large") };
   }
   if (type === "encoding.unsupported" || type === "charset.unsupported") {
-    return { status: 415, body: { status_code: 415, detail: "Unsupported body encoding" } };
+    return {
+      failure: fromStatus(415, ErrorCode.InvalidRequest, "Unsupported body encoding", "unsupported_encoding"),
+    };
   }
   const status = (err as { status?: number })?.status;
   if (typeof status === "number" && status >= 400 && status < 500) {
-    return { status, body: { status_code: status, detail: "Invalid request" } };
+    return { failure: fromStatus(status, ErrorCode.InvalidRequest, "Invalid request", "invalid_request") };
   }
-  return { status: 500, body: { status_code: 500, detail: "Internal server error" } };
+  return { failure: fromStatus(500, ErrorCode.Internal, "Internal server error", "internal") };
 }
 
-/** Writes `err` as the envelope (JSON) unless headers went out already. */
+/** Maps any thrown value to an HTTP status, the error body in `dialect`, and `Retry-After` seconds. */
+export function toEnvelope(
+  err: unknown,
+  dialect: ErrorDialect = "openai",
+): { status: number; body: ErrorEnvelope; retryAfterS?: number } {
+  const { failure, retryAfterS } = toFailure(err);
+  return { status: failure.status, body: errorBody(failure, dialect), retryAfterS };
+}
+
+/** Writes `err` as the error body (JSON) in the dialect of the request's path. */
 export function sendError(res: Response, err: unknown): void {
-  const { status, body, retryAfterS } = toEnvelope(err);
+  const { status, body, retryAfterS } = toEnvelope(err, dialectForPath(res.req.originalUrl));
   if (retryAfterS !== undefined) res.setHeader("Retry-After", String(retryAfterS));
   res.status(status).json(body);
 }
@@ -63,7 +94,7 @@ function logFailure(logger: Logger, err: unknown, req: Request, res: Response): 
 /** Express error handler: answers the envelope; logs 5xx with the request's method and path (never bodies). */
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    const { status } = toEnvelope(err);
+    const { status } = toFailure(err).failure;
     if (status >= 500) logFailure(logger, err, req, res);
     if (res.headersSent) {
       res.end();
@@ -109,18 +140,24 @@ function rawHeaders(body: string): Record<string, string> {
   };
 }
 
-/** Status and envelope for an error Node's HTTP parser or timers raised (codes as Node maps them). */
+/**
+ * Status and error body for an error Node's HTTP parser or timers raised (codes as Node maps
+ * them), in the OpenAI dialect: the request's path is not known (yet) when its parse fails.
+ */
 export function clientErrorEnvelope(code: string | undefined): ErrorEnvelope {
-  switch (code) {
-    case "HPE_HEADER_OVERFLOW":
-      return { status_code: 431, detail: "Request headers too large" };
-    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
-      return { status_code: 413, detail: "Chunk extensions too large" };
-    case "ERR_HTTP_REQUEST_TIMEOUT":
-      return { status_code: 408, detail: "Request not received in time" };
-    default:
-      return { status_code: 400, detail: "Malformed HTTP request" };
-  }
+  const failure = (() => {
+    switch (code) {
+      case "HPE_HEADER_OVERFLOW":
+        return fromStatus(431, ErrorCode.InvalidRequest, "Request headers too large", "headers_too_large");
+      case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
+        return fromStatus(413, ErrorCode.PayloadTooLarge, "Chunk extensions too large", "payload_too_large");
+      case "ERR_HTTP_REQUEST_TIMEOUT":
+        return fromStatus(408, ErrorCode.InvalidRequest, "Request not received in time", "request_timeout");
+      default:
+        return fromStatus(400, ErrorCode.InvalidRequest, "Malformed HTTP request", "malformed_http");
+    }
+  })();
+  return errorBody(failure, "openai");
 }
 
 /**
@@ -151,11 +188,14 @@ export function clientErrorHandler(): (err: Error & { code?: string }, socket: D
 }
 
 /** `server.on("checkExpectation")`: an `Expect` other than `100-continue` gets 417 with the envelope. */
-export function expectationFailedHandler(_req: IncomingMessage, res: ServerResponse): void {
-  const body = JSON.stringify({
-    status_code: 417,
-    detail: "Unsupported Expect header: only 100-continue is supported",
-  });
+export function expectationFailedHandler(req: IncomingMessage, res: ServerResponse): void {
+  const failure = fromStatus(
+    417,
+    ErrorCode.InvalidRequest,
+    "Unsupported Expect header: only 100-continue is supported",
+    "expectation_failed",
+  );
+  const body = JSON.stringify(errorBody(failure, dialectForPath(req.url ?? "/")));
   res.writeHead(417, rawHeaders(body));
   res.end(body);
 }

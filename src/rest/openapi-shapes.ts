@@ -47,14 +47,47 @@ import {
   userShape,
 } from "./openapi-resource-shapes.js";
 
-/** spec: Errors — `{status_code, detail, extra?}` on every 4xx and 5xx. */
+/**
+ * spec: Errors — `{status_code, detail, extra?}` on every 4xx and 5xx, with the client's dialect
+ * beside it (issue 27, item 1): `error` always, `type` on `/v1/messages`.
+ */
 export const errorEnvelopeShape = z
   .object({
     status_code: int().min(400).max(599),
     detail: z.string(),
     extra: z.union([z.record(z.string(), z.unknown()), z.array(z.unknown()), z.null()]).optional(),
+    type: z
+      .literal("error")
+      .optional()
+      .meta({ description: "On `/v1/messages` only (Anthropic's error shape): always `error`." }),
+    error: z
+      .object({
+        message: z.string().meta({ description: "The same sentence as `detail`." }),
+        type: z.string().meta({
+          description:
+            "The client's error type: OpenAI's (`invalid_request_error`, `authentication_error`, `insufficient_quota`, `permission_error`, `rate_limit_error`, `server_error`), or on `/v1/messages` Anthropic's (`invalid_request_error`, `authentication_error`, `billing_error`, `permission_error`, `not_found_error`, `conflict_error`, `request_too_large`, `rate_limit_error`, `api_error`, `overloaded_error`, `timeout_error`).",
+        }),
+        code: z
+          .string()
+          .nullable()
+          .optional()
+          .meta({ description: "OpenAI shape only: a stable machine code (`model_not_found`, `invalid_api_key`, …)." }),
+        param: z
+          .string()
+          .nullable()
+          .optional()
+          .meta({ description: "OpenAI shape only: the request field at fault (the first in `extra`), or null." }),
+      })
+      .optional()
+      .meta({
+        description:
+          "The error as the official clients read it: OpenAI's `{message, type, code, param}` on every path but `/v1/messages`, Anthropic's `{type, message}` there.",
+      }),
   })
-  .meta({ description: "The error envelope: every 4xx and 5xx answer (spec: Errors)." });
+  .meta({
+    description:
+      "The error envelope: every 4xx and 5xx answer (spec: Errors), with the client's error object beside it.",
+  });
 export type ErrorEnvelopeFits = Fits<
   ErrorEnvelope & { extra?: Record<string, unknown> },
   z.output<typeof errorEnvelopeShape>

@@ -261,7 +261,7 @@ export function buildOpenApiDocument(): Json {
       title: "Switchyard",
       version: "0.0.1",
       description:
-        "Hosted model inference: an OpenAI- and Anthropic-compatible data plane (`/v1`) and a control plane (`/control/v1`, and the same over GraphQL at `/graphql`). Generated from the route tables and the schemas the service validates with. Every failure answers the error envelope `{status_code, detail, extra?}`.",
+        "Hosted model inference: an OpenAI- and Anthropic-compatible data plane (`/v1`) and a control plane (`/control/v1`, and the same over GraphQL at `/graphql`). Generated from the route tables and the schemas the service validates with. Every failure answers the error envelope `{status_code, detail, extra?}`, with the official clients' error object beside it: OpenAI's `error: {message, type, code, param}`, or on `/v1/messages` Anthropic's `type: error` and `error: {type, message}`.",
     },
     servers: [{ url: "/" }],
     security: [{ bearerAuth: [] }, { apiKeyHeader: [] }],

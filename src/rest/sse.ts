@@ -8,7 +8,7 @@
 import type { Response } from "express";
 import type { GenerateResult, GenerationStart } from "../inference/engine.js";
 import type { ProtocolEvent, StreamEvents, StreamTransport } from "../services/inference/use-cases/create-call.js";
-import { toEnvelope } from "./error-envelope.js";
+import { toFailure } from "./error-envelope.js";
 
 /** One SSE frame: `data` is JSON-encoded unless it is a string. */
 export type SseFrame = ProtocolEvent;
@@ -55,7 +55,8 @@ export class SseWriter {
 
 /**
  * Runs `generate` as a stream: `start` frames when the engine accepts, `delta` frames as text
- * arrives, `finish` frames after metering, `error` frames for a failure after the stream opened.
+ * arrives, `finish` frames after metering, `error` frames for a failure after the stream opened
+ * (the protocol's error event, carrying the same error body a JSON answer would: issue 27, item 1).
  * @throws what `generate` throws before the stream opened (the caller answers with JSON).
  */
 export async function streamGeneration<T>(
@@ -84,8 +85,7 @@ export async function streamGeneration<T>(
     sse.end();
   } catch (err) {
     if (!sse.started) throw err;
-    const { status, body } = toEnvelope(err);
-    sse.write(dialect.error(status, body.detail));
+    sse.write(dialect.error(toFailure(err).failure));
     sse.end();
   }
 }

@@ -1,6 +1,7 @@
 /**
  * Domain errors. Services throw `AppError` with a code from `ErrorCode`; each transport maps the
- * code once (REST: `rest/error-envelope.ts`, GraphQL: `schema/error-formatter.ts`).
+ * code once (REST: `rest/error-envelope.ts` with the clients' dialects of `error-dialects.ts`,
+ * GraphQL: `schema/error-formatter.ts`).
  * Envelope and statuses: spec "Errors" and DESIGN §3 Errors.
  */
 import { z, type ZodError } from "zod";
@@ -74,6 +75,11 @@ export interface FieldIssue {
 /** An expected failure with a code, a short human `detail`, and optional structured `extra`. */
 export class AppError extends Error {
   override name = "AppError";
+  /**
+   * A finer stable machine code than `code`, where one is known (`invalid_api_key`): the OpenAI
+   * dialect's `error.code` (`shared/error-dialects.ts`, issue 27, item 1). Set with `because`.
+   */
+  reason?: string;
   constructor(
     readonly code: ErrorCode,
     readonly detail: string,
@@ -86,6 +92,12 @@ export class AppError extends Error {
 
   get status(): number {
     return statusForCode(this.code);
+  }
+
+  /** Sets `reason` (a snake_case machine code). @returns this error, for `throw x.because(…)`. */
+  because(reason: string): this {
+    this.reason = reason;
+    return this;
   }
 
   static invalid(detail: string, issues?: FieldIssue[]): AppError {

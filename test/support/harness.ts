@@ -206,11 +206,20 @@ export function anthropicClient(base: string, apiKey: string): Anthropic {
   return new Anthropic({ apiKey, baseURL: base, maxRetries: 0, timeout: 60_000 });
 }
 
-/** Asserts the error envelope of the spec (status_code, detail, optional extra). */
+/** The keys of an error body: the spec's envelope and the client dialect's (issue 27, item 1). */
+export const ERROR_BODY_KEYS = ["status_code", "detail", "extra", "type", "error"];
+
+/**
+ * Asserts the error envelope of the spec (status_code, detail, optional extra), with the client
+ * dialect's `error` object beside it carrying the same detail (and `type: "error"` only in
+ * Anthropic's dialect; test/error-dialects.test.ts checks which path speaks which).
+ */
 export function expectEnvelope(res: { status: number; body: any }, status: number): void {
   expect(res.status).toBe(status);
   expect(res.body).toEqual(expect.objectContaining({ status_code: status, detail: expect.any(String) }));
-  expect(Object.keys(res.body).every((k) => ["status_code", "detail", "extra"].includes(k))).toBe(true);
+  expect(Object.keys(res.body).filter((k) => !ERROR_BODY_KEYS.includes(k))).toEqual([]);
+  expect(res.body.error).toEqual(expect.objectContaining({ message: res.body.detail, type: expect.any(String) }));
+  if ("type" in res.body) expect(res.body.type).toBe("error");
 }
 
 /** Asserts a 400 envelope whose `extra` names `field`. */

@@ -13,6 +13,9 @@ import type { TokenService } from "../platform/tokens.js";
 
 export const API_KEY_PREFIX = "sk_";
 
+/** The machine code of a refused API key (OpenAI's own for it; issue 27, item 1). */
+const INVALID_API_KEY = "invalid_api_key";
+
 interface CachedKey {
   principal: Principal;
   expiresAt: number | null;
@@ -104,7 +107,7 @@ export class CredentialService {
     const now = Date.now();
     let entry = this.keys.get(hex);
     if (!entry && now - (this.unknownKeys.get(hex) ?? -Infinity) < UNKNOWN_KEY_TTL_MS) {
-      throw AppError.unauthenticated("Invalid API key");
+      throw AppError.unauthenticated("Invalid API key").because(INVALID_API_KEY);
     }
     if (!entry || now - entry.cachedAt > this.ttlMs) {
       const generation = this.generation;
@@ -132,7 +135,7 @@ export class CredentialService {
         if (this.unknownKeys.size >= MAX_CACHE) this.unknownKeys.clear();
         this.unknownKeys.set(hex, now);
       }
-      if (!row || !row.is_active) throw AppError.unauthenticated("Invalid API key");
+      if (!row || !row.is_active) throw AppError.unauthenticated("Invalid API key").because(INVALID_API_KEY);
       entry = {
         principal: {
           userId: row.user_id,
@@ -148,8 +151,9 @@ export class CredentialService {
       if (this.keys.size >= MAX_CACHE) this.keys.clear();
       if (generation === this.generation) this.keys.set(hex, entry);
     }
-    if (entry.revoked) throw AppError.unauthenticated("API key has been revoked");
-    if (entry.expiresAt !== null && entry.expiresAt <= now) throw AppError.unauthenticated("API key has expired");
+    if (entry.revoked) throw AppError.unauthenticated("API key has been revoked").because(INVALID_API_KEY);
+    if (entry.expiresAt !== null && entry.expiresAt <= now)
+      throw AppError.unauthenticated("API key has expired").because(INVALID_API_KEY);
     return entry.principal;
   }
 

@@ -8,6 +8,7 @@ import { z } from "zod";
 import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import { messageId, unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
+import { type Failure, errorBody, openAiError } from "../../../shared/error-dialects.js";
 import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, responseTextFormat, textFormat } from "./structured.js";
 import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
@@ -450,7 +451,13 @@ export class ResponseStreamEvents {
     ];
   }
 
-  error(detail: string, code: string): [string, unknown][] {
-    return [this.event("error", { code, message: detail, param: null })];
+  /**
+   * The Responses stream's `error` event (`code`, `message`, `param`) for a failure after the
+   * stream opened, with the error body beside them (the envelope and OpenAI's `error` object, which
+   * the `openai` client throws as an `APIError` carrying `message`; issue 27, item 1).
+   */
+  error(failure: Failure): [string, unknown][] {
+    const { code, message, param } = openAiError(failure);
+    return [this.event("error", { ...errorBody(failure, "openai"), code, message, param })];
   }
 }

@@ -1,5 +1,6 @@
 /** `createChatCompletion`: the OpenAI Chat Completions create operation (REST and batch items). */
 import type { GenerateResult } from "../../../inference/engine.js";
+import { errorBody } from "../../../shared/error-dialects.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import {
@@ -106,10 +107,8 @@ export async function createChatCompletion(
             { data: "[DONE]" },
           ];
         },
-        error: (status, detail) => [
-          { data: { error: { message: detail, type: "server_error", code: String(status) } } },
-          { data: "[DONE]" },
-        ],
+        // OpenAI's stream error: a `data:` chunk with `error` (the envelope beside it), then [DONE].
+        error: (failure) => [{ data: errorBody(failure, "openai") }, { data: "[DONE]" }],
       },
     },
   );

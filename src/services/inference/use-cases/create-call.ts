@@ -7,6 +7,7 @@
 import { v7 as uuidv7 } from "uuid";
 import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
+import type { Failure } from "../../../shared/error-dialects.js";
 import { AppError } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import type { RequestContext } from "../../platform/context.js";
@@ -48,8 +49,11 @@ export interface StreamEvents<T> {
   delta(text: string): ProtocolEvent[];
   /** After the request is metered: the closing events. */
   finish(result: GenerateResult, body: T): ProtocolEvent[];
-  /** A failure after the stream opened (status and detail of the error envelope). */
-  error(status: number, detail: string): ProtocolEvent[];
+  /**
+   * A failure after the stream opened: the protocol's closing error event, carrying the error body
+   * of `shared/error-dialects.ts` in the protocol's dialect (issue 27, item 1).
+   */
+  error(failure: Failure): ProtocolEvent[];
 }
 
 /** The engine hooks a streaming transport passes to the generation it runs. */

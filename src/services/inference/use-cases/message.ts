@@ -1,5 +1,6 @@
 /** `createMessage`: the Anthropic Messages create operation (REST and batch items). */
 import type { GenerateResult } from "../../../inference/engine.js";
+import { errorBody } from "../../../shared/error-dialects.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { type RequestContext, requirePrincipal } from "../../platform/context.js";
 import {
@@ -88,15 +89,8 @@ export async function createMessage(
           const call = message.content[0]?.type === "tool_use" ? message.content[0] : null;
           return namedEvents(messageEvents.finish(result, held, call));
         },
-        error: (status, detail) => [
-          {
-            event: "error",
-            data: {
-              type: "error",
-              error: { type: status === 429 ? "rate_limit_error" : "api_error", message: detail },
-            },
-          },
-        ],
+        // Anthropic's stream error: `event: error` with `{type: "error", error}` (the envelope beside it).
+        error: (failure) => [{ event: "error", data: errorBody(failure, "anthropic") }],
       },
     },
   );

@@ -175,7 +175,7 @@ export async function createResponse(
         start: () => namedEvents(events.start(held)),
         delta: (text) => (held ? [] : namedEvents(events.delta(text))),
         finish: (_result, response) => namedEvents(events.finish(response, held)),
-        error: (status, detail) => namedEvents(events.error(detail, String(status))),
+        error: (failure) => namedEvents(events.error(failure)),
       },
     },
   );
