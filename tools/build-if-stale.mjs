@@ -48,5 +48,7 @@ const result = spawnSync(npm, ["run", "build", "--silent"], { cwd: root, stdio: 
 if (result.status !== 0) process.exit(result.status ?? 1);
 writeFileSync(stamp, `${new Date().toISOString()}\n`);
 // Never older than the inputs it covers (a file dated in the future would otherwise rebuild each start).
-const at = new Date(Math.max(Date.now(), changed + 1));
+// (A second past it: a Date has whole milliseconds and utimes converts them through floating-point
+// seconds, so `changed + 1` could come back equal to `changed`.)
+const at = new Date(Math.max(Date.now(), Math.ceil(changed) + 1000));
 utimesSync(stamp, at, at);
