@@ -6,7 +6,7 @@
  * returns a broken call, and the refusals name their field.
  */
 import { Ajv } from "ajv";
-import { parseToolCall } from "../src/services/inference/protocols/tools.js";
+import { parseToolCall } from "../src/inference/engines/llama-cpp/tool-calls.js";
 import {
   CHAT_MODEL,
   anthropicClient,
@@ -31,6 +31,9 @@ beforeAll(async () => {
   const catalog = writeEditedCatalog((c) => {
     const chat = addUpstreamChat(c, "up-chat");
     (chat.engine as { context_size?: number }).context_size = 2048;
+    // An upstream model whose catalog entry does not declare tools (upstream-tools.test.ts has one that does).
+    const up = c.models.at(-1)!;
+    up.capabilities = { ...(up.capabilities as object), tools: false };
   });
   server = await startTestServer({
     catalogPath: catalog,
@@ -265,7 +268,7 @@ describe("auto and refusals", () => {
     expectInvalid(res, "tools[0].function.parameters.properties.c.pattern");
   });
 
-  test("when a model served by an upstream engine is offered tools, then 400 names tools and the model", async () => {
+  test("when a model served by an upstream engine not declared to serve tools is offered tools, then 400 names tools and the model", async () => {
     const res = await http(server.url, "POST", "/v1/chat/completions", {
       token: caller.key,
       body: { ...ask, model: "up-chat", tools },

@@ -6,11 +6,19 @@
  */
 import type { CatalogModel } from "../config/catalog.js";
 import { AppError } from "../shared/errors.js";
+import type { GenerationTools, HistoryToolCall, ToolCall } from "./tools.js";
 
-/** A chat turn with its text content already flattened. */
+/**
+ * A chat turn with its text content already flattened. Tool calls stay structured (issue 26,
+ * item 5): each engine writes them its own way (`tools.ts`).
+ */
 export interface ChatMessage {
   role: "system" | "developer" | "user" | "assistant" | "tool";
   content: string;
+  /** An assistant turn's calls, after its text. */
+  toolCalls?: HistoryToolCall[];
+  /** A `tool` turn: the id of the call it answers (absent for legacy `function` results). */
+  toolCallId?: string;
 }
 
 /**
@@ -103,6 +111,11 @@ export interface GenerateRequest extends SamplingParams {
   maxQueueWaitMs: number;
   /** `batch`: waits behind interactive requests for a slot (issue 7, item 2). */
   priority?: RequestPriority;
+  /**
+   * Functions the model may call (issue 26, item 2); absent: none. A forced call ends as a call
+   * (`GenerateResult.toolCalls`) unless cut short; it replaces `responseFormat` on the embedded engine.
+   */
+  tools?: GenerationTools;
 }
 
 /** Interactive requests take engine slots before batch items (DESIGN §3 Batches; issue 7, item 2). */
@@ -123,6 +136,12 @@ export interface GenerateResult {
    * (their texts joined are `text`, for a text the tokens end exactly at).
    */
   logprobs?: TokenLogprob[];
+  /**
+   * The calls the answer makes (`GenerateRequest.tools`), each valid (`validToolCall`); absent
+   * when it makes none, or when it was cut short (`length`, `cancelled`: then it stays text). The
+   * protocols answer one call per answer, the first (`parallel_tool_calls: false` is sent upstream).
+   */
+  toolCalls?: ToolCall[];
 }
 
 export interface EmbedRequest {

@@ -16,6 +16,7 @@ import type {
   ScoreQuestion,
   ScoreResult,
 } from "../../inference/engine.js";
+import type { GenerationTools } from "../../inference/tools.js";
 import type { StoredResponse } from "../metering/metering.service.js";
 
 /** Known keys of a create request's `metadata` (DESIGN §3 Responses; others are kept as given). */
@@ -95,6 +96,8 @@ export interface RequestInfo {
 export interface GenerationCall<T> extends RequestInfo {
   messages: ChatMessage[];
   params: GenerationParams;
+  /** The functions the model may call (issue 26, item 2); the engine answers a call in `toolCalls`. */
+  tools?: GenerationTools;
   /** The request's name for the stop strings in 400s (`stop`, Anthropic's `stop_sequences`). */
   stopField?: string;
   maxQueueWaitS?: number | null;

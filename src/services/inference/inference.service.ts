@@ -163,6 +163,7 @@ export class InferenceService {
           model: call.model,
           messages: call.messages,
           ...call.params,
+          tools: call.tools,
           signal: call.signal,
           onStart: (start) => {
             engine.started();

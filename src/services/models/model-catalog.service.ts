@@ -175,8 +175,9 @@ export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
       supported: m.capabilities.thinking,
       types: { enabled: { supported: m.capabilities.thinking }, adaptive: { supported: false } },
     },
-    // Tools run on the embedded engine (grammar-constrained calls; issue 26, item 2), not through upstreams yet.
-    tools: { supported: m.capabilities.tools && m.engine.type === "llama_cpp" },
+    // The embedded engine's grammar-constrained calls (issue 26, item 2), or an upstream's (item 5),
+    // as the catalog entry says (`assertToolsServed` refuses tools for upstream models that do not).
+    tools: { supported: m.capabilities.tools },
     dimensions: m.capabilities.dimensions,
     decisions: { supported: m.capabilities.decisions },
     structured_outputs:

@@ -38,6 +38,7 @@ import { LlamaCppLoader } from "./loading.js";
 import type { LlamaCppEngineOptions } from "./runtime.js";
 import { scoreContinuations } from "./scoring.js";
 import { GrammarCache } from "./structured-decoding.js";
+import { toolPromptRequest, withToolCalls } from "./tool-calls.js";
 
 /** The node-llama-cpp `InferenceEngine` (see the module header for pooling and prefix reuse). */
 export class LlamaCppEngine implements InferenceEngine {
@@ -75,13 +76,16 @@ export class LlamaCppEngine implements InferenceEngine {
 
   /**
    * Generates a completion for `req.messages` (`generation.ts`).
-   * A structured output decodes under its grammar (`structured-decoding.ts`).
+   * A structured output decodes under its grammar (`structured-decoding.ts`). Tools and the
+   * history's calls are written into the prompt, a forced call decodes under the grammar of the
+   * allowed calls, and the call the answer makes is read back from its text (`tool-calls.ts`).
    * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
    *   uses a keyword it cannot enforce; RateLimited when no sequence frees up within
    *   `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
    */
-  generate(req: GenerateRequest): Promise<GenerateResult> {
-    return generate(this.loader, this.grammars, this.opts.logger, req);
+  async generate(req: GenerateRequest): Promise<GenerateResult> {
+    const result = await generate(this.loader, this.grammars, this.opts.logger, toolPromptRequest(req));
+    return withToolCalls(result, req.tools);
   }
 
   /**

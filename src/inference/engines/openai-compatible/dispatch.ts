@@ -113,6 +113,17 @@ export class UpstreamClient {
     return new AppError(ErrorCode.EngineFailure, `The upstream engine answered ${what}`);
   }
 
+  /**
+   * A tool call an upstream answered that names no allowed tool or whose arguments are not a JSON
+   * object: logged, and left out of the answer (never passed on as a broken call).
+   */
+  unusableCall(endpoint: UpstreamEndpoint, name: string): void {
+    this.logger.warn(
+      { endpoint: endpoint.name, tool: name },
+      "upstream answered a tool call that is not valid: left out",
+    );
+  }
+
   /** Usage an upstream did not send: logged once per endpoint, then `fallback` is recorded. */
   noUsage<T>(endpoint: UpstreamEndpoint, fallback: T): T {
     if (!this.warnedNoUsage.has(endpoint.name)) {

@@ -21,6 +21,7 @@ import {
   parseUsage,
   promptTokenBound,
 } from "./wire.js";
+import { TOOLS_TEMPLATE_TOKENS, ToolCallAssembler, toolPromptText } from "./tool-wire.js";
 
 /** Chat-template tokens allowed per message over an exact text count (role markers, separators). */
 const EXACT_MESSAGE_OVERHEAD_TOKENS = 8;
@@ -29,7 +30,9 @@ const EXACT_TEMPLATE_OVERHEAD_TOKENS = 16;
 
 /**
  * One chat completion upstream (`POST <base>/chat/completions`, always `stream: true` with
- * `stream_options.include_usage`; text goes to `onText` when it is set). Caller stop strings go upstream and are
+ * `stream_options.include_usage`; text goes to `onText` when it is set). Tools and tool turns go
+ * as OpenAI's `tools` / `tool_choice` / `tool_calls` and the streamed call fragments come back as
+ * `toolCalls` (`tool-wire.ts`). Caller stop strings go upstream and are
  * also matched here (an upstream that ignores them is cut at the first one); `stop_sequence` is
  * reported when either side says which one matched. An abort closes the upstream connection
  * (the upstream stops generating); a stream cut that way ends `cancelled` with the text so far
@@ -62,7 +65,7 @@ export async function generate(client: UpstreamClient, req: GenerateRequest): Pr
       queueMs,
       started,
       bound,
-      exactPrompt: () => exactPromptBound(client, route, req.messages),
+      exactPrompt: () => exactPromptBound(client, route, req),
     });
   });
 }
@@ -89,9 +92,9 @@ async function completionBudget(
   req: GenerateRequest,
 ): Promise<{ bound: number; maxTokens: number }> {
   const context = req.model.contextTokens;
-  let bound = promptTokenBound(req.messages, Number.MAX_SAFE_INTEGER);
+  let bound = promptTokenBound(req.messages, Number.MAX_SAFE_INTEGER) + toolTokenBound(req);
   if (bound >= context / 2) {
-    const exact = await exactPromptBound(client, route, req.messages);
+    const exact = await exactPromptBound(client, route, req);
     if (exact !== null) {
       bound = exact;
       if (bound >= context) {
@@ -108,19 +111,35 @@ async function completionBudget(
 }
 
 /**
- * The upstream's `/tokenize` count of the messages' text plus `EXACT_MESSAGE_OVERHEAD_TOKENS`
- * per message and `EXACT_TEMPLATE_OVERHEAD_TOKENS` for the template; null when no endpoint of
- * the route counts tokens.
+ * The upstream's `/tokenize` count of the messages' text (and the tools' and history calls' JSON)
+ * plus `EXACT_MESSAGE_OVERHEAD_TOKENS` per message, `EXACT_TEMPLATE_OVERHEAD_TOKENS` for the
+ * template and `TOOLS_TEMPLATE_TOKENS` with tools; null when no endpoint of the route counts tokens.
  */
 async function exactPromptBound(
   client: UpstreamClient,
   route: Route,
-  messages: GenerateRequest["messages"],
+  req: Pick<GenerateRequest, "messages" | "tools">,
 ): Promise<number | null> {
-  const text = messages.map((m) => m.content).join("\n");
+  const tools = toolPromptText(req);
+  const text = [...req.messages.map((m) => m.content), ...(tools ? [tools] : [])].join("\n");
   const exact = await client.exactTokens(route, text);
   if (exact === null) return null;
-  return exact + EXACT_MESSAGE_OVERHEAD_TOKENS * messages.length + EXACT_TEMPLATE_OVERHEAD_TOKENS;
+  return (
+    exact +
+    EXACT_MESSAGE_OVERHEAD_TOKENS * req.messages.length +
+    EXACT_TEMPLATE_OVERHEAD_TOKENS +
+    (req.tools ? TOOLS_TEMPLATE_TOKENS : 0)
+  );
+}
+
+/**
+ * What the tools and the history's calls add to the byte bound of a prompt (issue 26, item 5:
+ * tool definitions count in prompt tokens): a token per byte of their JSON, and
+ * `TOOLS_TEMPLATE_TOKENS` for the words a chat template writes around the definitions.
+ */
+function toolTokenBound(req: Pick<GenerateRequest, "messages" | "tools">): number {
+  const text = toolPromptText(req);
+  return Buffer.byteLength(text, "utf8") + (req.tools ? TOOLS_TEMPLATE_TOKENS : 0);
 }
 
 /**
@@ -145,6 +164,7 @@ async function readStream(
   const logprobs: TokenLogprob[] = [];
   let sawLogprobs = false;
   let choice: Record<string, unknown> | undefined;
+  const calls = new ToolCallAssembler();
   const emit = (chunk: string) => {
     if (!chunk) return;
     text += chunk;
@@ -170,14 +190,24 @@ async function readStream(
       sawLogprobs = true;
       logprobs.push(...lp);
     }
-    const delta = (c.delta as { content?: unknown } | undefined)?.content;
-    if (typeof delta === "string" && delta.length > 0) {
+    const delta = c.delta as { content?: unknown; tool_calls?: unknown } | undefined;
+    if (typeof delta?.content === "string" && delta.content.length > 0) {
       deltas++;
-      if (!stops.stopped) emit(stops.push(delta));
+      if (!stops.stopped) emit(stops.push(delta.content));
+    }
+    if (Array.isArray(delta?.tool_calls)) {
+      deltas++;
+      calls.push(delta.tool_calls);
     }
     if (c.finish_reason !== null && c.finish_reason !== undefined) choice = c;
   };
   req.onStart?.({ promptTokens: t.bound, cachedPromptTokens: 0, queueMs: t.queueMs });
+  // The calls of an answer that ended (one cut short stays what it was: text), each valid.
+  const answeredCalls = (reason: FinishReason): Pick<GenerateResult, "toolCalls"> => {
+    if (reason !== "stop" || !calls.started) return {};
+    const made = calls.finished(req.tools, (call) => client.unusableCall(endpoint, call.name));
+    return made.length > 0 ? { toolCalls: made } : {};
+  };
   const result = (reason: FinishReason, stopSequence: string | null, final: EngineUsage): GenerateResult => ({
     text,
     finishReason: reason,
@@ -186,6 +216,7 @@ async function readStream(
     engineMs: performance.now() - t.started,
     queueMs: t.queueMs,
     ...(req.logprobs ? { logprobs } : {}),
+    ...answeredCalls(reason),
   });
   // Usage the upstream did not send (it comes in the last chunk, so a caller who left mostly
   // gets none): the prompt as the upstream's `/tokenize` counts it, else the admitted bound —

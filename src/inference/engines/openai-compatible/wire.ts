@@ -14,6 +14,7 @@ import type {
   TokenAlternative,
   TokenLogprob,
 } from "../../engine.js";
+import { toolFields, wireToolParts } from "./tool-wire.js";
 
 /** Paths under an endpoint's base URL (the OpenAI base URL, usually ending in `/v1`). */
 export const PATHS = {
@@ -34,8 +35,8 @@ export function tokenizePath(basePath: string): string {
 
 /**
  * Our roles → the upstream's. `developer` is sent as `system` (older servers refuse it); a tool
- * result arrives here flattened to text without its call id (this service has no tools), so it
- * goes as a user turn, as the embedded engine reads it.
+ * turn goes as `tool` with its call id (`wireToolParts`), and one without an id (a legacy
+ * `function` result) as a user turn, as the embedded engine reads it.
  */
 const ROLES: Record<ChatMessage["role"], "system" | "user" | "assistant"> = {
   system: "system",
@@ -64,13 +65,15 @@ export function finishReason(reason: unknown): FinishReason {
 /**
  * The parameter map of a chat completion: our sampling parameters → the upstream body. Only
  * parameters the caller set are sent (the upstream's defaults apply otherwise); `top_k` is an
- * extension vLLM, SGLang and llama.cpp server read and others ignore. Streams ask for the usage
+ * extension vLLM, SGLang and llama.cpp server read and others ignore. Tools and tool turns as
+ * `tool-wire.ts` writes them. Streams ask for the usage
  * chunk (`stream_options.include_usage`), so the upstream's token counts are what gets metered.
  */
 export function chatBody(req: GenerateRequest, upstreamModel: string, stream: boolean): Record<string, unknown> {
   const body: Record<string, unknown> = {
     model: upstreamModel,
-    messages: req.messages.map((m) => ({ role: ROLES[m.role], content: m.content })),
+    messages: req.messages.map((m) => ({ role: ROLES[m.role], content: m.content, ...wireToolParts(m) })),
+    ...toolFields(req.tools),
   };
   if (req.maxTokens !== undefined) body.max_tokens = req.maxTokens;
   if (req.temperature !== undefined) body.temperature = req.temperature;

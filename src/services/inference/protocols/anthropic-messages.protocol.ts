@@ -8,7 +8,7 @@ import type { ChatMessage, FinishReason, GenerateResult } from "../../../inferen
 import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
-import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
+import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
 /** A client tool (`tools[i]`): name, description, JSON Schema of its input. */
@@ -72,7 +72,7 @@ export type MessagesRequest = z.infer<typeof messagesRequest>;
  * default with tools; `any` and `tool` force a call).
  * @throws AppError 400 when `tool_choice` names a tool not in `tools`, or forces a call with no tools.
  */
-export function messagesTooling(req: MessagesRequest): { tools: ToolSpec[]; mode: ToolMode } {
+export function messagesTooling(req: MessagesRequest): Tooling {
   const tools: ToolSpec[] = (req.tools ?? []).map((t, i) => ({
     name: t.name,
     description: t.description,
@@ -101,33 +101,68 @@ export function messagesTooling(req: MessagesRequest): { tools: ToolSpec[]; mode
 /** `?beta=true` is accepted (the SDK's beta namespace sends it). */
 export const messagesQuery = z.object({ beta: z.enum(["true", "false", ""]).optional() });
 
-/** Text of blocks: text as it is, `tool_use` and `tool_result` in the tools prompt format; others unsupported. */
+/** Text of blocks (text blocks only; others are listed in `unsupported`). */
 function blocksText(value: z.infer<typeof content>, field: string, unsupported: string[]): string {
   if (typeof value === "string") return value;
   return value
     .map((b, j) => {
       if (b.type === "text" && typeof b.text === "string") return b.text;
-      const block = b as Record<string, unknown>;
-      if (b.type === "tool_use" && typeof block.name === "string") {
-        return toolCallText(block.name, JSON.stringify(block.input ?? {}));
-      }
-      if (b.type === "tool_result") {
-        const result = block.content as z.infer<typeof content> | undefined;
-        return toolResultText(result === undefined ? "" : blocksText(result, `${field}[${j}].content`, unsupported));
-      }
       unsupported.push(`${field}[${j}]`);
       return "";
     })
     .join("");
 }
 
-/** `system` + messages → chat messages; `unsupported` lists non-text blocks (the caller answers 400). */
+/**
+ * One Messages turn → chat messages: an assistant's text with its `tool_use` blocks as calls; a
+ * user's `tool_result` blocks each a tool turn (answering `tool_use_id`), its text a user turn, in
+ * the order they come. Other blocks are listed in `unsupported`.
+ */
+function turnMessages(
+  role: "user" | "assistant",
+  value: z.infer<typeof content>,
+  field: string,
+  unsupported: string[],
+): ChatMessage[] {
+  if (typeof value === "string") return [{ role, content: value }];
+  const out: ChatMessage[] = [];
+  let text: string[] = [];
+  const flush = (always: boolean) => {
+    if (always || text.length > 0) out.push({ role, content: text.join("") });
+    text = [];
+  };
+  const calls: NonNullable<ChatMessage["toolCalls"]> = [];
+  value.forEach((b, j) => {
+    const block = b as Record<string, unknown>;
+    if (b.type === "text" && typeof b.text === "string") text.push(b.text);
+    else if (role === "assistant" && b.type === "tool_use" && typeof block.name === "string") {
+      calls.push({ id: String(block.id ?? ""), name: block.name, arguments: JSON.stringify(block.input ?? {}) });
+    } else if (role === "user" && b.type === "tool_result") {
+      flush(false);
+      const result = block.content as z.infer<typeof content> | undefined;
+      out.push({
+        role: "tool",
+        content: result === undefined ? "" : blocksText(result, `${field}[${j}].content`, unsupported),
+        toolCallId: String(block.tool_use_id ?? ""),
+      });
+    } else unsupported.push(`${field}[${j}]`);
+  });
+  if (role === "assistant")
+    return [{ role, content: text.join(""), ...(calls.length > 0 ? { toolCalls: calls } : {}) }];
+  flush(out.length === 0);
+  return out;
+}
+
+/**
+ * `system` + messages → chat messages (`tool_use` / `tool_result` blocks as structured calls and
+ * tool turns); `unsupported` lists other non-text blocks (the caller answers 400).
+ */
 export function anthropicMessages(req: MessagesRequest): { messages: ChatMessage[]; unsupported: string[] } {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
   if (req.system) messages.push({ role: "system", content: blocksText(req.system, "system", unsupported) });
   req.messages.forEach((m, i) => {
-    messages.push({ role: m.role, content: blocksText(m.content, `messages[${i}].content`, unsupported) });
+    messages.push(...turnMessages(m.role, m.content, `messages[${i}].content`, unsupported));
   });
   return { messages, unsupported };
 }

@@ -10,7 +10,7 @@ import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../infere
 import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
 import { openAiLogprobs } from "./logprobs.js";
-import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
+import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
@@ -108,7 +108,11 @@ export const chatCompletionRequest = z
   });
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 
-/** Flattens OpenAI message content (string or parts) to text; non-text parts are refused. */
+/**
+ * Flattens OpenAI message content (string or parts) to text; non-text parts are refused. An
+ * assistant's `tool_calls` and a `tool` message's `tool_call_id` stay structured (each engine
+ * writes them its own way).
+ */
 export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessage[]; unsupported: string[] } {
   const unsupported: string[] = [];
   const messages = req.messages.map((m, i): ChatMessage => {
@@ -124,13 +128,13 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
         })
         .join("");
     }
-    const role = m.role === "function" ? "tool" : m.role;
-    if (role === "tool") return { role, content: toolResultText(content) };
-    const calls =
-      m.role === "assistant"
-        ? (m.tool_calls ?? []).map((c) => toolCallText(c.function.name, c.function.arguments))
-        : [];
-    return { role, content: [content, ...calls].filter(Boolean).join("\n") };
+    if (m.role === "tool") return { role: "tool", content, toolCallId: m.tool_call_id };
+    // A legacy `function` result names its function, not a call: a tool turn without an id.
+    if (m.role === "function") return { role: "tool", content };
+    const calls = m.role === "assistant" ? (m.tool_calls ?? []) : [];
+    if (calls.length === 0) return { role: m.role, content };
+    const toolCalls = calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
+    return { role: m.role, content, toolCalls };
   });
   return { messages, unsupported };
 }
@@ -156,7 +160,7 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
  * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
  *   no tools.
  */
-export function chatTooling(req: ChatCompletionRequest): { tools: ToolSpec[]; mode: ToolMode } {
+export function chatTooling(req: ChatCompletionRequest): Tooling {
   const tools: ToolSpec[] = (req.tools ?? []).map((t, i) => ({
     name: t.function.name,
     description: t.function.description,

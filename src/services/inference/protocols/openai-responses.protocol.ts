@@ -12,7 +12,8 @@ import { type Failure, errorBody, openAiError } from "../../../shared/error-dial
 import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, responseTextFormat, textFormat } from "./structured.js";
 import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
-import { TOOL_NAME, type ToolMode, type ToolSpec, toolCallText, toolResultText } from "./tools.js";
+import type { HistoryToolCall } from "../../../inference/tools.js";
+import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const messageItem = z
@@ -97,7 +98,16 @@ export const responseRequest = z
   });
 export type ResponseRequest = z.infer<typeof responseRequest>;
 
-/** `instructions` + `input` (string or message items) → chat messages; `unsupported` lists non-text parts. */
+/** An assistant turn that only calls functions (a `function_call` item, or a stored response's). */
+export function assistantCalls(calls: HistoryToolCall[]): ChatMessage {
+  return { role: "assistant", content: "", toolCalls: calls };
+}
+
+/**
+ * `instructions` + `input` (string or message items) → chat messages, `function_call` items as an
+ * assistant's calls (those in a row as one turn) and `function_call_output` items as tool turns (by `call_id`); `unsupported`
+ * lists non-text parts.
+ */
 export function responseMessages(req: ResponseRequest): { messages: ChatMessage[]; unsupported: string[] } {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
@@ -107,14 +117,16 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
     req.input.forEach((item, i) => {
       if (item.type === "function_call") {
         const call = item as z.infer<typeof functionCallItem>;
-        messages.push({ role: "assistant", content: toolCallText(call.name, call.arguments) });
+        const made = { id: call.call_id, name: call.name, arguments: call.arguments };
+        // Calls in a row are one assistant turn (parallel calls), as a chat history writes them.
+        const last = messages.at(-1);
+        if (last?.toolCalls) last.toolCalls.push(made);
+        else messages.push(assistantCalls([made]));
         return;
       }
       if (item.type === "function_call_output") {
-        messages.push({
-          role: "tool",
-          content: toolResultText((item as z.infer<typeof functionCallOutputItem>).output),
-        });
+        const output = item as z.infer<typeof functionCallOutputItem>;
+        messages.push({ role: "tool", content: output.output, toolCallId: output.call_id });
         return;
       }
       item = item as z.infer<typeof messageItem>;
@@ -169,7 +181,7 @@ export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
  * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
  *   no tools.
  */
-export function responseTooling(req: ResponseRequest): { tools: ToolSpec[]; mode: ToolMode } {
+export function responseTooling(req: ResponseRequest): Tooling {
   const tools: ToolSpec[] = (req.tools ?? []).flatMap((t, i) =>
     t.type === "function"
       ? [

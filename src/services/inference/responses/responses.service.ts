@@ -10,7 +10,6 @@ import { AppError, parseInput, parseUuidParam } from "../../../shared/errors.js"
 import { unixSeconds } from "../../platform/identifiers.js";
 import type { ChatMessage } from "../../../inference/engine.js";
 import { type ResponseObject, responseMessages, responseRequest } from "../protocols/openai-responses.protocol.js";
-import { toolCallText } from "../protocols/tools.js";
 import { optionalQuery, queryInt } from "../../platform/validation.js";
 
 /** How many responses back a `previous_response_id` chain is followed. */
@@ -61,8 +60,8 @@ export class ResponsesService {
   /**
    * The conversation a Responses create continues (`previous_response_id`; issue 26, item 4): the
    * chain of stored responses it names, oldest first, each as its input messages (its
-   * `instructions` are not carried over, OpenAI's rule) followed by its output text as the
-   * assistant's turn. At most `MAX_CHAIN` responses back.
+   * `instructions` are not carried over, OpenAI's rule) followed by its output as the assistant's
+   * turn (its text, and its function calls as the turn's calls). At most `MAX_CHAIN` responses back.
    * @throws AppError 400 naming `previous_response_id` when it is not a uuid, when that response was
    *   not stored (`store: false`, zero data retention) or is still in progress; 404 when unknown or
    *   another team's.
@@ -108,12 +107,15 @@ export class ResponsesService {
     return rows.flatMap((r) => {
       const parsed = responseRequest.safeParse(r.request_json);
       const input = parsed.success ? responseMessages({ ...parsed.data, instructions: null }).messages : [];
-      const output = r.response_json.output
-        .map((item) =>
-          item.type === "message" ? item.content.map((c) => c.text).join("") : toolCallText(item.name, item.arguments),
-        )
-        .join("\n");
-      return [...input, { role: "assistant" as const, content: output }];
+      const output = r.response_json.output;
+      const text = output.flatMap((item) =>
+        item.type === "message" ? [item.content.map((c) => c.text).join("")] : [],
+      );
+      const calls = output.flatMap((item) =>
+        item.type === "function_call" ? [{ id: item.call_id, name: item.name, arguments: item.arguments }] : [],
+      );
+      const answer: ChatMessage = { role: "assistant", content: text.join("\n") };
+      return [...input, calls.length > 0 ? { ...answer, toolCalls: calls } : answer];
     });
   }
 

@@ -13,7 +13,7 @@ import {
   chatTooling,
   chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
-import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { toolCallId } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
@@ -40,12 +40,11 @@ export function checkChatCompletion(catalog: ModelCatalogService, teamId: string
 
 /**
  * Runs a chat completion: resolve the model → translate the messages (text only; earlier tool
- * calls and results as the tools prompt format writes them) → generate, metered once →
- * `chat.completion`, or `chat.completion.chunk` events ending with `[DONE]` when `stream: true`
- * (usage chunk with `stream_options.include_usage`). With `tools`, the tools go in the prompt; a
- * forced call (`tool_choice` `required` or a named function) decodes under the grammar of the
- * allowed calls, and an answer that is a call comes back as `tool_calls` with
- * `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments).
+ * calls and results structured) → generate, metered once → `chat.completion`, or
+ * `chat.completion.chunk` events ending with `[DONE]` when `stream: true` (usage chunk with
+ * `stream_options.include_usage`). With `tools`, the engine is offered them (`tool_choice`
+ * `required` or a named function forces a call), and an answer that is a call comes back as
+ * `tool_calls` with `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments).
  * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream, a tool
  *   the engine cannot serve or a strict tool schema it cannot enforce), 401, 402, 404 unknown
  *   model, 429, 502/503 (see `InferenceService.generate`).
@@ -56,22 +55,17 @@ export async function createChatCompletion(
   body: ChatCompletionRequest,
   options: CreateOptions,
 ): Promise<Created<ChatCompletion>> {
-  const {
-    model,
-    messages: translated,
-    tools,
-    mode,
-  } = checkChatCompletion(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { model, messages, tools, mode } = checkChatCompletion(ops.catalog, requirePrincipal(ctx).teamId, body);
   const { transport, requestId } = prepareGeneration(model, body, options);
-  const messages = withToolsPrompt(translated, tools, mode);
   const params = chatParams(body);
-  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
   const createdAt = new Date();
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
-  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  /** The call an answer makes, if any (the engine's first; ids are always ours). */
   const toolCall = (result: GenerateResult): ChatToolCall | null => {
-    const parsed = calledTool(result, tools, mode);
-    return parsed && { id: toolCallId("call_"), type: "function", function: parsed };
+    const call = result.toolCalls?.[0];
+    return call
+      ? { id: toolCallId("call_"), type: "function", function: { name: call.name, arguments: call.arguments } }
+      : null;
   };
   // With tools the text is held until the end: it may turn out to be a call.
   const holdText = mode.kind !== "none";
@@ -85,6 +79,7 @@ export async function createChatCompletion(
       model,
       messages,
       params,
+      tools,
       ...callFields(body, options),
       render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result, toolCall(result)) }),
     },

@@ -13,7 +13,8 @@ import type { ModelCatalogService } from "../../models/model-catalog.service.js"
 import type { RequestContext } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { UnhonouredField } from "../protocols/structured.js";
-import { type ToolMode, type ToolSpec, strictToolIssues } from "../protocols/tools.js";
+import type { GenerationTools } from "../../../inference/tools.js";
+import { type ToolMode, type ToolSpec, type Tooling, strictToolIssues } from "../protocols/tools.js";
 import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
@@ -117,6 +118,7 @@ export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[
 /**
  * The checks of a text generation that may offer tools, for `teamId`: the model resolved, every
  * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`).
+ * `tools` is what the engine gets (`GenerationCall.tools`): absent when the model may call none.
  * @throws AppError 404 unknown model; 400.
  */
 export function checkToolGeneration(
@@ -125,25 +127,29 @@ export function checkToolGeneration(
   modelId: string,
   translated: { messages: ChatMessage[]; unsupported: string[] },
   unhonoured: UnhonouredField[],
-  tooling: () => { tools: ToolSpec[]; mode: ToolMode },
+  tooling: () => Tooling,
 ) {
   const model = catalog.resolve(teamId, modelId, "text_generation");
   checkGeneration(model, translated, unhonoured);
   const { tools, mode } = tooling();
   assertToolsServed(model, tools, mode);
-  return { model, messages: translated.messages, tools, mode };
+  const engineTools: GenerationTools | undefined = mode.kind === "none" ? undefined : { specs: tools, mode };
+  return { model, messages: translated.messages, mode, tools: engineTools };
 }
 
 /**
- * Tools run where the engine decodes under a grammar (the embedded engine; issue 26, item 2): a
- * request offering tools to another model is refused naming `tools` and the model, and a strict
- * tool whose parameters use a keyword the grammar cannot enforce is refused naming its place.
+ * Where tools are served (issue 26, items 2 and 5): on the embedded engine, which decodes a
+ * forced call under its own grammar, so a strict tool whose parameters use a keyword that grammar
+ * cannot enforce is refused naming its place; and on an upstream model whose catalog entry says
+ * `capabilities.tools` (the upstream decodes and enforces `strict` itself, and its refusals come
+ * back as 400s). Another upstream model offered tools is refused naming `tools` and the model.
  * @throws AppError 400.
  */
 export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: ToolMode): void {
   if (mode.kind === "none") return;
   if (model.engine.type !== "llama_cpp") {
-    throw AppError.invalid(`Model '${model.id}' cannot call tools (it is served by an upstream engine)`, [
+    if (model.capabilities.tools) return;
+    throw AppError.invalid(`Model '${model.id}' cannot call tools (its upstream is not declared to serve them)`, [
       { field: "tools", message: `tool calling is not supported for model '${model.id}'` },
     ]);
   }

@@ -12,7 +12,7 @@ import {
   messageEvents,
   messagesTooling,
 } from "../protocols/anthropic-messages.protocol.js";
-import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { toolCallId } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
@@ -39,11 +39,11 @@ export function checkMessage(catalog: ModelCatalogService, teamId: string, body:
 
 /**
  * Runs a message: resolve the model → translate the messages (text only; earlier `tool_use` and
- * `tool_result` blocks in the tools prompt format) → generate, metered once → `message`, or the
- * Anthropic stream events when `stream: true`. With `tools`, a forced call (`tool_choice` `any` or
- * `tool`) decodes under the grammar of the allowed tools' input schemas, and an answer that is a
- * call comes back as a `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed:
- * `content_block_start` with empty input, then `input_json_delta`).
+ * `tool_result` blocks as structured calls and tool turns) → generate, metered once → `message`,
+ * or the Anthropic stream events when `stream: true`. With `tools`, the engine is offered them
+ * (`tool_choice` `any` or `tool` forces a call), and an answer that is a call comes back as a
+ * `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed: `content_block_start`
+ * with empty input, then `input_json_delta`).
  * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`, tools the engine
  *   cannot serve), 401, 402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
  */
@@ -53,16 +53,14 @@ export async function createMessage(
   body: MessagesRequest,
   options: CreateOptions,
 ): Promise<Created<AnthropicMessage>> {
-  const checked = checkMessage(ops.catalog, requirePrincipal(ctx).teamId, body);
-  const { model, tools, mode } = checked;
+  const { model, messages, tools, mode } = checkMessage(ops.catalog, requirePrincipal(ctx).teamId, body);
   const { transport, requestId } = prepareGeneration(model, body, options);
   const params = anthropicParams(body);
-  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
-  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  /** The call an answer makes, if any (the engine's first; ids are always ours). */
   const toolUse = (result: GenerateResult): AnthropicToolUse | null => {
-    const parsed = calledTool(result, tools, mode);
-    if (!parsed) return null;
-    return { type: "tool_use", id: toolCallId("toolu_"), name: parsed.name, input: JSON.parse(parsed.arguments) };
+    const call = result.toolCalls?.[0];
+    if (!call) return null;
+    return { type: "tool_use", id: toolCallId("toolu_"), name: call.name, input: JSON.parse(call.arguments) };
   };
   // With tools the text is held until the end: it may turn out to be a call.
   const held = mode.kind !== "none";
@@ -74,8 +72,9 @@ export async function createMessage(
       createdAt: new Date(),
       endpoint: "/v1/messages",
       model,
-      messages: withToolsPrompt(checked.messages, tools, mode),
+      messages,
       params,
+      tools,
       stopField: "stop_sequences",
       ...callFields(body, options),
       render: (result) => ({ body: anthropicMessage(requestId, model.id, result, toolUse(result)) }),

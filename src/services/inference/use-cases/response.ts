@@ -22,7 +22,7 @@ import {
   responseTooling,
   responseUnhonoured,
 } from "../protocols/openai-responses.protocol.js";
-import { forcedCallFormat, calledTool, toolCallId, withToolsPrompt } from "../protocols/tools.js";
+import { toolCallId } from "../protocols/tools.js";
 import {
   type CreateOptions,
   type Created,
@@ -112,26 +112,20 @@ export async function createResponse(
   // The earlier turns go after this request's instructions and before its input (issue 26, item 4).
   const history = body.previous_response_id ? await ops.responses.conversation(ctx, body.previous_response_id) : [];
   const instructions = body.instructions ? 1 : 0;
-  const messages = withToolsPrompt(
-    [...own.slice(0, instructions), ...history, ...own.slice(instructions)],
-    tools,
-    mode,
-  );
+  const messages = [...own.slice(0, instructions), ...history, ...own.slice(instructions)];
   const params = responseParams(body);
-  if (mode.kind === "forced") params.responseFormat = forcedCallFormat(tools, mode.names);
-  /** The call an answer makes, if any (an answer cut short or cancelled stays text). */
+  /** The call an answer makes, if any (the engine's first; ids are always ours). */
   const functionCall = (result: GenerateResult): ResponseFunctionCall | null => {
-    const parsed = calledTool(result, tools, mode);
-    return (
-      parsed && {
-        type: "function_call",
-        id: toolCallId("fc_"),
-        call_id: toolCallId("call_"),
-        name: parsed.name,
-        arguments: parsed.arguments,
-        status: "completed",
-      }
-    );
+    const call = result.toolCalls?.[0];
+    if (!call) return null;
+    return {
+      type: "function_call",
+      id: toolCallId("fc_"),
+      call_id: toolCallId("call_"),
+      name: call.name,
+      arguments: call.arguments,
+      status: "completed",
+    };
   };
   // With tools the text is held until the end: it may turn out to be a call.
   const held = mode.kind !== "none";
@@ -154,6 +148,7 @@ export async function createResponse(
       model,
       messages,
       params,
+      tools,
       metadata,
       body: store ? options.rawBody : null,
       ...(run ? { admitted: true, onFailure: (err: unknown) => run.onFailure(err) } : {}),
