@@ -399,9 +399,9 @@ describe("POST /control/v1/models/request-deployment", () => {
     expect(row.deployment_requested_at).not.toBeNull();
   });
 
-  test("when the model is unknown, a platform model or another team's, then 404", async () => {
+  test("when the model is unknown or another team's custom model, then 404", async () => {
     await createCustomModel(server, other.token, { model_id: "not-yours", architecture: "llama" });
-    for (const model_id of ["not-yours", "never-made", CHAT_MODEL]) {
+    for (const model_id of ["not-yours", "never-made"]) {
       expectEnvelope(
         await http(server.url, "POST", "/control/v1/models/request-deployment", {
           token: owner.token,
@@ -415,6 +415,41 @@ describe("POST /control/v1/models/request-deployment", () => {
       [other.teamId],
     );
     expect(row.deployment_requested_at).toBeNull();
+  });
+
+  test("when a served platform model is named, then {ok: true} and nothing is recorded", async () => {
+    const res = await http(server.url, "POST", "/control/v1/models/request-deployment", {
+      token: owner.token,
+      body: { model_id: CHAT_MODEL },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ ok: true });
+    const rows = await server.db("SELECT * FROM platform_model_requests WHERE team_id = $1 AND model_id = $2", [
+      owner.teamId,
+      CHAT_MODEL,
+    ]);
+    expect(rows).toHaveLength(0);
+  });
+
+  test("when a platform model whose file is not downloaded is named, then {ok: true} and the ask is recorded once, the latest time", async () => {
+    const ask = () =>
+      http(server.url, "POST", "/control/v1/models/request-deployment", {
+        token: owner.token,
+        body: { model_id: "qwen2.5-0.5b-instruct" },
+      });
+    expect((await ask()).body).toEqual({ ok: true });
+    const [first] = await server.db<{ requested_at: Date; reason: string }>(
+      "SELECT requested_at, reason FROM platform_model_requests WHERE team_id = $1 AND model_id = 'qwen2.5-0.5b-instruct'",
+      [owner.teamId],
+    );
+    expect(first.reason).toContain("not downloaded");
+    expect((await ask()).status).toBe(200);
+    const rows = await server.db<{ requested_at: Date }>(
+      "SELECT requested_at FROM platform_model_requests WHERE team_id = $1 AND model_id = 'qwen2.5-0.5b-instruct'",
+      [owner.teamId],
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].requested_at.getTime()).toBeGreaterThanOrEqual(first.requested_at.getTime());
   });
 
   test("when model_id is missing or not a string, then 400 naming it", async () => {

@@ -77,6 +77,16 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     // folder: give its parent the search bit for others when it lacks it (mkdtemp makes 0700).
     const mode = statSync(path.dirname(dir)).mode;
     if ((mode & 0o001) === 0) chmodSync(path.dirname(dir), (mode & 0o777) | 0o011);
+    // Folders above it are not ours to open up: name the one that blocks (issue 27, item 9: initdb
+    // said only "Permission denied").
+    const closed = closedAncestor(path.dirname(dir));
+    if (closed) {
+      throw new EmbeddedPostgresError(
+        `embedded PostgreSQL runs as the 'postgres' user when Switchyard runs as root, and that user ` +
+          `cannot enter ${closed} (mode ${(statSync(closed).mode & 0o777).toString(8)}), which holds the data ` +
+          `folder ${dir}: run 'chmod o+x ${closed}', or set SWITCHYARD_DATA_DIR to a folder outside it`,
+      );
+    }
   }
   const logs: string[] = [];
   const log = (m: string) => {
@@ -223,6 +233,17 @@ async function postgresBinaries(): Promise<{ postgres: string }> {
 function ensureExecutable(file: string): void {
   const mode = statSync(file).mode;
   if ((mode & 0o555) !== 0o555) chmodSync(file, mode | 0o555);
+}
+
+/**
+ * The nearest folder above `folder` (exclusive) that others cannot search (no `o+x`), or null:
+ * the `postgres` user could not reach the data folder through it.
+ */
+export function closedAncestor(folder: string): string | null {
+  for (let at = path.dirname(folder); ; at = path.dirname(at)) {
+    if ((statSync(at).mode & 0o001) === 0) return at;
+    if (path.dirname(at) === at) return null;
+  }
 }
 
 /** As root, the uid/gid of the `postgres` user (initialisation created it); otherwise nothing. */

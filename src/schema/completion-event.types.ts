@@ -18,7 +18,8 @@ export class CompletionEventType {
   @Field(() => ID, { name: "batchId", nullable: true, description: "The batch of a batch item (issue 7)." })
   batch_id!: string | null;
   @Field() model!: string;
-  @Field({ description: "completed, failed or cancelled." }) status!: string;
+  @Field({ description: "completed, incomplete (a Response cut at its token limit), failed or cancelled." })
+  status!: string;
   @Field(() => JSONObjectScalar, { nullable: true, description: "The answer body (activity result)." })
   result!: unknown;
   @Field(() => JSONObjectScalar, { nullable: true, description: "`{code, message}` when it failed." })

@@ -1,7 +1,8 @@
 /**
  * The completion events feed (issue 6, items 6 and 7; DESIGN §3 "Completion events feed"): one
  * event per finished inference request (every create operation: chat, responses, embeddings,
- * messages; status `completed`, `failed` or `cancelled` — every request the metering group commit
+ * messages; status `completed` (`incomplete` for a Response cut at its token limit), `failed` or
+ * `cancelled` — every request the metering group commit
  * records; refusals such as 400, 402 and 429 are never recorded, so make no event). The
  * `completion_events` row is written by the same group commit as the activity row
  * (`metering.service.ts`, CTE `events`), and tokens, cost, status, result and error are read from
@@ -117,8 +118,15 @@ interface EventRow extends Omit<CompletionEvent, "cost_micros" | "completed_at">
   completed_at: Date;
 }
 
+/**
+ * An event's status: the activity's, except that a Response that ended at its token limit says
+ * `incomplete`, as the Response itself does (issue 27, item 9: the feed said `completed`).
+ */
+const EVENT_STATUS = `CASE WHEN a.status = 'completed' AND a.result_json->>'object' = 'response'
+  AND a.result_json->>'status' = 'incomplete' THEN 'incomplete' ELSE a.status END`;
+
 const EVENT_COLUMNS = `e.position::text AS position, e.completion_id, e.response_id, a.custom_id, e.stream_id, a.batch_id,
-  a.model, a.status, a.result_json AS result, a.error_json AS error, a.prompt_tokens, a.completion_tokens,
+  a.model, ${EVENT_STATUS} AS status, a.result_json AS result, a.error_json AS error, a.prompt_tokens, a.completion_tokens,
   a.total_tokens, a.cost_micros::text AS cost_micros, e.completed_at`;
 const EVENT_FROM = `completion_events e JOIN activity a ON a.id = e.response_id`;
 const RETAINED = `e.completed_at > now() - interval '${RETENTION_DAYS} days'`;

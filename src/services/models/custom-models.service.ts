@@ -207,14 +207,30 @@ export class CustomModelsService {
   /**
    * Records a deployment request for a custom model of the caller's team: `pending_deploy` again
    * after `failed` or `rejected` (and at first), and the reconciler is woken; no change while it
-   * is `deploying` or `available`.
-   * @throws AppError 400 naming `model_id`; 401; 403 for members; 402 when the team has no credit;
-   *   404 when the team has no such custom model (platform models are deployed with
-   *   `POST /control/v1/deployments`).
+   * is `deploying` or `available`. For a platform catalog model (issue 27, item 9): `{ok: true}`;
+   * a no-op when it is served, else the ask is recorded in `platform_model_requests` (team, model,
+   * why it is not served: `coming_soon` or the missing file), once per team and model.
+   * @throws AppError 400 naming `model_id`; 401; 403 for members; 402 when the team has no credit
+   *   (custom models); 404 when the id is neither a platform model nor a custom model of the team.
    */
   async requestDeployment(ctx: RequestContext, raw: unknown): Promise<OkResult> {
     const principal = authorize(ctx, "customModels.manage");
     const input = parseInput(requestDeploymentInput, raw ?? undefined);
+    const platform = this.platform.get(input.model_id);
+    if (platform) {
+      // A platform model (issue 27, item 9): nothing to deploy when it is served; otherwise the ask
+      // is recorded for the operator (coming soon, or its file not downloaded here).
+      const reason =
+        platform.platformStatus === "coming_soon" ? "coming_soon" : (this.platform.unavailable(platform) ?? null);
+      if (reason !== null) {
+        await this.ds.query(
+          `INSERT INTO platform_model_requests (team_id, model_id, reason) VALUES ($1, $2, $3)
+           ON CONFLICT (team_id, model_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now()`,
+          [principal.teamId, input.model_id, reason],
+        );
+      }
+      return { ok: true };
+    }
     await this.ds.transaction(async (em) => {
       await checkTeamCredit(em, principal.teamId);
       const [row] = await queryRows<{ id: string; deploy_status: string }>(
