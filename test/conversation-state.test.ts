@@ -118,7 +118,51 @@ describe("previous_response_id", () => {
     expectInvalid(malformed, "previous_response_id");
   });
 
-  test("when a batch item names a previous response, then the batch is refused naming the field", async () => {
+  test("when a batch item continues a stored response, then it runs with that conversation before its input", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const first = await client.responses.create({
+      ...greedy,
+      input: "Once upon a time",
+      instructions: "Tell a story.",
+    });
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          {
+            custom_id: "next",
+            url: "/v1/responses",
+            body: { ...greedy, input: "Then", previous_response_id: first.id },
+          },
+          { custom_id: "alone", url: "/v1/responses", body: { ...greedy, input: "Then" } },
+        ],
+      },
+    });
+    expect(created.status).toBe(201);
+    let results: any[] | null = null;
+    for (let i = 0; i < 300 && !results; i++) {
+      results = (await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key })).body
+        .results;
+      if (!results) await new Promise((r) => setTimeout(r, 100));
+    }
+    const [next, alone] = results!;
+    expect(next.status).toBe("completed");
+    // The earlier input and answer (not its instructions: OpenAI's rule) come before "Then".
+    const [item] = await server.db<{ body_json: any }>(
+      "SELECT body_json FROM batch_items WHERE batch_id = $1 AND custom_id = 'next'",
+      [created.body.id],
+    );
+    expect(item.body_json.messages).toEqual([
+      { role: "user", content: "Once upon a time" },
+      { role: "assistant", content: first.output_text },
+      { role: "user", content: "Then" },
+    ]);
+    expect(next.result_json.usage.prompt_tokens).toBeGreaterThan(alone.result_json.usage.prompt_tokens);
+  });
+
+  test("when a batch item names an unknown or another team's previous response, then the batch is refused naming the field", async () => {
+    const other = await createTestCaller(server.url);
+    const theirs = await openaiClient(server.url, other.key).responses.create({ ...greedy, input: "Secret" });
     const res = await http(server.url, "POST", "/v1/batches", {
       token: caller.key,
       body: {
@@ -127,10 +171,13 @@ describe("previous_response_id", () => {
             url: "/v1/responses",
             body: { ...greedy, input: "x", previous_response_id: "0190c8d2-0000-7000-8000-000000000000" },
           },
+          { url: "/v1/responses", body: { ...greedy, input: "x", previous_response_id: theirs.id } },
         ],
       },
     });
     expectInvalid(res, "requests[0].body.previous_response_id");
+    expectInvalid(res, "requests[1].body.previous_response_id");
+    expect(JSON.stringify(res.body)).not.toContain("Secret");
   });
 
   test("when the key is missing, then 401", async () => {

@@ -202,8 +202,6 @@ describe("Responses text.format", () => {
 });
 
 describe("fields never silently ignored", () => {
-  const tool = { type: "function" as const, function: { name: "get_weather", parameters: { type: "object" } } };
-
   test("when chat asks for top_logprobs without logprobs, then 400 names top_logprobs", async () => {
     const res = await http(server.url, "POST", "/v1/chat/completions", {
       token: caller.key,
@@ -220,7 +218,7 @@ describe("fields never silently ignored", () => {
     expectInvalid(res, "tools[0]");
   });
 
-  test("when a batch item asks for tools, then the batch is refused naming the item's field", async () => {
+  test("when a batch item asks for a built-in tool, then the batch is refused naming the item's field", async () => {
     const res = await http(server.url, "POST", "/v1/batches", {
       token: caller.key,
       body: {
@@ -228,12 +226,12 @@ describe("fields never silently ignored", () => {
           {
             custom_id: "a",
             url: "/v1/responses",
-            body: { model: CHAT_MODEL, input: "hi", tools: [{ type: "function", ...tool.function }] },
+            body: { model: CHAT_MODEL, input: "hi", tools: [{ type: "web_search" }] },
           },
         ],
       },
     });
-    expectInvalid(res, "requests[0].body.tools");
+    expectInvalid(res, "requests[0].body.tools[0]");
   });
 });
 

@@ -508,7 +508,7 @@ describe("Responses function tools", () => {
     expect(withResult.usage!.input_tokens).toBeGreaterThan(without.usage!.input_tokens + 10);
   });
 
-  test("when tool_choice names a function not in tools, then 400 names it; a Responses batch item with tools is refused", async () => {
+  test("when tool_choice names a function not in tools, then 400 names it, in a Responses batch item too", async () => {
     const res = await http(server.url, "POST", "/v1/responses", {
       token: caller.key,
       body: { ...base, tools: responseTools, tool_choice: { type: "function", name: "nope" } },
@@ -516,8 +516,62 @@ describe("Responses function tools", () => {
     expectInvalid(res, "tool_choice.name");
     const batch = await http(server.url, "POST", "/v1/batches", {
       token: caller.key,
-      body: { requests: [{ url: "/v1/responses", body: { ...base, tools: responseTools } }] },
+      body: {
+        requests: [
+          {
+            url: "/v1/responses",
+            body: { ...base, tools: responseTools, tool_choice: { type: "function", name: "nope" } },
+          },
+        ],
+      },
     });
-    expectInvalid(batch, "requests[0].body.tools");
+    expectInvalid(batch, "requests[0].body.tool_choice.name");
+  });
+
+  test("when a Responses batch item forces a function call after an earlier call and its output, then it runs as the synchronous request would", async () => {
+    const call = { type: "function_call", call_id: "call_earlier", name: "get_weather", arguments: '{"city":"Paris"}' };
+    const output = { type: "function_call_output", call_id: "call_earlier", output: '{"temp":21}' };
+    const created = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: {
+        requests: [
+          {
+            custom_id: "forced",
+            url: "/v1/responses",
+            body: {
+              ...base,
+              tools: responseTools,
+              tool_choice: { type: "function", name: "get_weather" },
+              input: [{ role: "user", content: "Weather?" }, call, output, { role: "user", content: "And Rome?" }],
+            },
+          },
+        ],
+      },
+    });
+    expect(created.status).toBe(201);
+    let results: any[] | null = null;
+    for (let i = 0; i < 300 && !results; i++) {
+      const read = await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key });
+      results = read.body.results;
+      if (!results) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(results).toHaveLength(1);
+    const [row] = results!;
+    expect(row.status).toBe("completed");
+    const message = row.result_json.choices[0].message;
+    expect(row.result_json.choices[0].finish_reason).toBe("tool_calls");
+    expect(message.tool_calls[0].function.name).toBe("get_weather");
+    expect(JSON.parse(message.tool_calls[0].function.arguments)).toEqual(expect.any(Object));
+    // The earlier call and its output were in the prompt (stored body as converted).
+    const [item] = await server.db<{ body_json: any }>("SELECT body_json FROM batch_items WHERE batch_id = $1", [
+      created.body.id,
+    ]);
+    expect(item.body_json.messages.map((m: any) => m.role)).toEqual(["user", "assistant", "tool", "user"]);
+    expect(item.body_json.messages[1].tool_calls[0]).toEqual({
+      id: "call_earlier",
+      type: "function",
+      function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+    });
+    expect(item.body_json.tool_choice).toEqual({ type: "function", function: { name: "get_weather" } });
   });
 });

@@ -73,11 +73,20 @@ export async function startWorkers(
     background.startWorker();
   }
   // Batches (issue 7): the API side here, the runner in worker processes.
-  const batches = new BatchesService(ds, catalog, metering, jobs, bus, logger, {
-    windowS: config.batchWindowS,
-    limits: { maxItems: config.batchMaxItems, maxMemberBytes: config.bodyLimitBytes },
-    publicUrl: config.publicUrl,
-  });
+  const batches = new BatchesService(
+    ds,
+    catalog,
+    metering,
+    jobs,
+    bus,
+    logger,
+    {
+      windowS: config.batchWindowS,
+      limits: { maxItems: config.batchMaxItems, maxMemberBytes: config.bodyLimitBytes },
+      publicUrl: config.publicUrl,
+    },
+    responses,
+  );
   if (runsWorkers) {
     await life.start({
       name: "batch runner",

@@ -57,6 +57,16 @@ export interface PreparedItem {
   url: BatchItemUrl;
   /** The operation's request body (for `/v1/responses` items, the chat body it became). */
   body: Record<string, unknown>;
+  /**
+   * A `/v1/responses` item with `previous_response_id`: the batch create reads that conversation
+   * (`ResponsesService.conversation`, for the batch's team) and stores `withHistory(it)` as the body.
+   */
+  continues?: {
+    previousResponseId: string;
+    /** How an issue with it is named (`requests[i].body.previous_response_id`). */
+    field: string;
+    withHistory: (history: ChatMessage[]) => Record<string, unknown>;
+  };
 }
 
 /** An item's problem as the 400 lists it: the field, and the item's `custom_id`. */
@@ -138,29 +148,21 @@ export function prepareBatchItem(
       const parsed = responseRequest.safeParse(body);
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const found = checked(parsed.data.model, "text_generation", () => checkResponse(catalog, teamId, parsed.data));
-      // Items run as chat bodies made at create time, with no stored conversation to read then.
-      if (parsed.data.previous_response_id) {
-        found.push({ field: `${bodyPrefix}.previous_response_id`, message: "is not supported in batch items" });
-      }
-      // Responses items run as chat bodies: their function tools and call items are not converted.
-      if ((parsed.data.tools ?? []).length > 0 || parsed.data.tool_choice != null) {
-        found.push({
-          field: `${bodyPrefix}.tools`,
-          message: "is not supported in /v1/responses batch items; send the item to /v1/chat/completions",
-        });
-      }
-      if (
-        Array.isArray(parsed.data.input) &&
-        parsed.data.input.some((i) => i.type !== undefined && i.type !== "message")
-      ) {
-        found.push({
-          field: `${bodyPrefix}.input`,
-          message: "function call items are not supported in /v1/responses batch items",
-        });
-      }
       if (issues.length + found.length > 0) return fail(found);
       const { messages } = responseMessages(parsed.data);
-      return { item: { customId, url: "/v1/chat/completions", body: responsesToChat(parsed.data, messages) } };
+      const request = parsed.data;
+      const item: PreparedItem = { customId, url: "/v1/chat/completions", body: responsesToChat(request, messages) };
+      if (request.previous_response_id) {
+        // The conversation is read by the batch create (`continues`), then put before the input.
+        const instructions = request.instructions ? 1 : 0;
+        item.continues = {
+          previousResponseId: request.previous_response_id,
+          field: `${bodyPrefix}.previous_response_id`,
+          withHistory: (history) =>
+            responsesToChat(request, [...messages.slice(0, instructions), ...history, ...messages.slice(instructions)]),
+        };
+      }
+      return { item };
     }
     case "/v1/embeddings": {
       const parsed = embeddingRequest.safeParse(body);
@@ -217,9 +219,14 @@ function issuesOf(check: () => void, bodyPrefix: string): FieldIssue[] {
   }
 }
 
-/** A Responses body as the chat body it runs as (issue 7, item 1: converted at create time). */
+/**
+ * A Responses body as the chat body it runs as (issue 7, item 1: converted at create time), with
+ * what it asks for carried over (issue 26, item 5): function tools and `tool_choice`, earlier calls
+ * and their outputs as `tool_calls` / `tool` messages, `text.format` as `response_format`, and
+ * `include: ["message.output_text.logprobs"]` / `top_logprobs` as `logprobs` / `top_logprobs`.
+ */
 function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMessage[]): Record<string, unknown> {
-  const chat: Record<string, unknown> = { model: req.model, messages };
+  const chat: Record<string, unknown> = { model: req.model, messages: messages.map(chatWireMessage) };
   if (req.max_output_tokens != null) chat.max_tokens = req.max_output_tokens;
   if (req.temperature != null) chat.temperature = req.temperature;
   if (req.top_p != null) chat.top_p = req.top_p;
@@ -230,7 +237,44 @@ function responsesToChat(req: z.infer<typeof responseRequest>, messages: ChatMes
     const { name, description, schema, strict } = format;
     chat.response_format = { type: "json_schema", json_schema: { name, description, schema, strict } };
   }
+  const tools = (req.tools ?? []).flatMap((t) =>
+    t.type === "function" && "name" in t
+      ? [
+          {
+            type: "function",
+            function: { name: t.name, description: t.description, parameters: t.parameters, strict: t.strict },
+          },
+        ]
+      : [],
+  );
+  if (tools.length > 0) chat.tools = tools;
+  const choice = req.tool_choice;
+  if (choice != null)
+    chat.tool_choice = typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
+  if (req.parallel_tool_calls != null) chat.parallel_tool_calls = req.parallel_tool_calls;
+  const top = req.top_logprobs ?? 0;
+  if ((req.include ?? []).includes("message.output_text.logprobs") || top > 0) {
+    chat.logprobs = true;
+    if (top > 0) chat.top_logprobs = top;
+  }
   return chat;
+}
+
+/** A translated message as a chat body writes it (an assistant's calls as `tool_calls`, a tool turn's call id). */
+function chatWireMessage(m: ChatMessage): Record<string, unknown> {
+  if (m.role === "tool") return { role: "tool", content: m.content, tool_call_id: m.toolCallId ?? "" };
+  if (m.role === "assistant" && m.toolCalls?.length) {
+    return {
+      role: "assistant",
+      content: m.content || null,
+      tool_calls: m.toolCalls.map((c) => ({
+        id: c.id,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+      })),
+    };
+  }
+  return { role: m.role, content: m.content };
 }
 
 /** One item as the runner hands it over. */
