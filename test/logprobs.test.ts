@@ -243,5 +243,24 @@ describe("through the upstream engine (a gateway in front of another Switchyard)
     const through = await openaiClient(gateway.url, gatewayKey).chat.completions.create({ ...body, model: "up-chat" });
     expect(through.choices[0].message.content).toBe(direct.choices[0].message.content);
     expectSame(through.choices[0].logprobs!.content!, direct.choices[0].logprobs!.content!);
+    // Streamed through the gateway, the SDK accumulates the same numbers.
+    const streamed = await openaiClient(gateway.url, gatewayKey)
+      .chat.completions.stream({ ...body, model: "up-chat" })
+      .finalChatCompletion();
+    expect(streamed.choices[0].message.content).toBe(direct.choices[0].message.content);
+    expectSame(streamed.choices[0].logprobs!.content!, direct.choices[0].logprobs!.content!);
+  });
+
+  test("when Responses asks for log-probabilities through the gateway, then the output text carries the upstream's", async () => {
+    const response = await openaiClient(gateway.url, gatewayKey).responses.create({
+      model: "up-chat",
+      input: "Once upon a time",
+      max_output_tokens: 8,
+      temperature: 0,
+      include: ["message.output_text.logprobs"],
+    });
+    const item = response.output[0];
+    if (item.type !== "message" || item.content[0].type !== "output_text") throw new Error("no text");
+    expect(item.content[0].logprobs!.map((l) => l.token).join("")).toBe(response.output_text);
   });
 });
