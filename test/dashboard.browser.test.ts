@@ -11,41 +11,18 @@
  * without it the test fails and says how to install it. The dashboard is built (Vite) when
  * `dist/dashboard` is missing or older than its sources, so `npm test` needs no `npm run build`.
  */
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { type Browser, type Page, chromium } from "playwright-core";
-import { packageRoot } from "../src/config/config.js";
 import { DASHBOARD_DIR } from "../src/rest/dashboard.js";
 import { CHAT_MODEL, type TestServer, eventually, http, openaiClient, startTestServer } from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
+import { ensureViteBuilt } from "./support/vite-build.js";
 
 const CHROMIUM = process.env.SWITCHYARD_CHROMIUM ?? "/usr/bin/chromium";
 const DESKTOP = { width: 1280, height: 900 };
 const PHONE = { width: 390, height: 844 };
-
-/** Newest modification time under `dir`, ms. */
-function newest(dir: string): number {
-  let latest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const full = path.join(dir, entry.name);
-    latest = Math.max(latest, entry.isDirectory() ? newest(full) : statSync(full).mtimeMs);
-  }
-  return latest;
-}
-
-/** Builds the dashboard with Vite unless `dist/dashboard/index.html` is newer than every source. */
-function ensureDashboardBuilt(): void {
-  const index = path.join(DASHBOARD_DIR, "index.html");
-  const sources = path.join(packageRoot, "dashboard");
-  if (existsSync(index) && statSync(index).mtimeMs >= newest(sources)) return;
-  execFileSync(
-    process.execPath,
-    [path.join(packageRoot, "node_modules/vite/bin/vite.js"), "build", "--config", "dashboard/vite.config.ts"],
-    { cwd: packageRoot, stdio: "pipe", timeout: 60_000 },
-  );
-}
 
 let server: TestServer;
 let browser: Browser;
@@ -62,7 +39,7 @@ beforeAll(async () => {
         `.ci/run does it) or point SWITCHYARD_CHROMIUM at a Chromium binary`,
     );
   }
-  ensureDashboardBuilt();
+  await ensureViteBuilt("dashboard", DASHBOARD_DIR);
   server = await startTestServer({
     // Prices that make one short completion cost a visible amount (the shipped ones round to 0–1 micro-USD).
     catalogPath: writeTestCatalog(CHAT_MODEL, { input: "1000", cachedInput: "500", output: "2000" }),

@@ -2,9 +2,10 @@
 /**
  * `npm start`, `npm run worker` and `npm run models` build first (`pre…` scripts); this skips the
  * build when `dist/` is newer than every input (issue 27, item 5: a warm start should not spend
- * ~10 s in tsc and vite). Inputs: `src/`, `dashboard/` (not its own `node_modules`), the package
- * and lock files and the TypeScript configurations. A build that succeeds writes `dist/.build-stamp`;
- * a checkout, pull or edit makes an input newer than it, and the next start builds again.
+ * ~10 s in tsc and vite). Inputs: `src/`, `dashboard/`, `graphiql/` (not their `node_modules`),
+ * the package and lock files and the TypeScript configurations. A build that succeeds writes
+ * `dist/.build-stamp`; a checkout, pull or edit makes an input newer than it, and the next start
+ * builds again.
  * `SWITCHYARD_BUILD=always` builds anyway. Exits with the build's status.
  */
 import { spawnSync } from "node:child_process";
@@ -14,7 +15,15 @@ import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const stamp = path.join(root, "dist", ".build-stamp");
-const inputs = ["src", "dashboard", "package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json"];
+const inputs = [
+  "src",
+  "dashboard",
+  "graphiql",
+  "package.json",
+  "package-lock.json",
+  "tsconfig.json",
+  "tsconfig.build.json",
+];
 
 /** Newest modification time (ms) under `p`, skipping `node_modules` and `dist` folders. */
 function newest(p) {

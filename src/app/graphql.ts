@@ -7,6 +7,7 @@ import type http from "node:http";
 import path from "node:path";
 import { ApolloServer } from "@apollo/server";
 import { unwrapResolverError } from "@apollo/server/errors";
+import { ApolloServerPluginLandingPageDisabled } from "@apollo/server/plugin/disabled";
 import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
 import { expressMiddleware } from "@as-integrations/express5";
 import express, { type Express } from "express";
@@ -19,6 +20,7 @@ import { completionEventsPubSub } from "../resolvers/completion-events.resolver.
 import { type Resolvers, schemaResolvers } from "../resolvers/index.js";
 import { type PresentedCredential, clientIp, presentedCredential, requestOrigin } from "../rest/app.js";
 import { graphqlErrorMiddleware } from "../rest/error-envelope.js";
+import { mountGraphiql } from "../rest/graphiql.js";
 import { abortOnClose } from "../rest/handlers/generation.js";
 import { verifyJsonDepth } from "../rest/json-body.js";
 import { buildGraphqlSchema } from "../schema/build-schema.js";
@@ -54,7 +56,7 @@ export interface GraphqlParts {
  * Builds the schema, serves it over graphql-ws and starts Apollo (component "HTTP and GraphQL":
  * its stop drains the HTTP server and closes the sockets), then counts the events feed as started
  * (component "completion events": long-polls and subscriptions end before the HTTP drain waits on
- * them) and mounts `/graphql` on the app.
+ * them) and mounts `/graphql` on the app, with GraphiQL for browsers (`GET` preferring HTML).
  */
 export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promise<void> {
   const { config, logger, app, server, credentials, bus, events } = parts;
@@ -151,6 +153,9 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
     // Shutdown is ours (main.ts): Apollo's own signal handlers would stop it and re-raise the signal.
     stopOnTerminationSignals: false,
     plugins: [
+      // Apollo's landing page loads its code from a CDN (blank offline): browsers get our bundled
+      // GraphiQL instead (issue 27, item 7), mounted on GET /graphql before Apollo below.
+      ApolloServerPluginLandingPageDisabled(),
       ApolloServerPluginDrainHttpServer({ httpServer: server }),
       {
         async requestDidStart() {
@@ -181,6 +186,7 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
     stop: () => apollo.stop(),
   });
   await life.start({ name: "completion events", start: () => {}, stop: () => events.close() });
+  app.get("/graphql", mountGraphiql(app));
   app.use(
     "/graphql",
     express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),
