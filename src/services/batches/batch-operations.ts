@@ -21,7 +21,7 @@ import { createDecision, prepareDecision } from "../decisions/decisions.service.
 import { checkChatCompletion, createChatCompletion } from "../inference/use-cases/chat-completion.js";
 import { checkEmbedding, createEmbedding } from "../inference/use-cases/embedding.js";
 import { checkMessage, createMessage } from "../inference/use-cases/message.js";
-import { checkResponse } from "../inference/use-cases/response.js";
+import { type ConversationReader, checkResponse } from "../inference/use-cases/response.js";
 
 /** The operations an item runs as, once converted (Responses bodies run as chat). */
 export type BatchItemUrl = "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/decisions";
@@ -275,6 +275,30 @@ function chatWireMessage(m: ChatMessage): Record<string, unknown> {
     };
   }
   return { role: m.role, content: m.content };
+}
+
+/**
+ * A `/v1/responses` item that continues a stored response (`previous_response_id`; issue 26,
+ * item 5): its body with that conversation before its input, read now for the batch's team, so
+ * the item runs as sent even if the stored response is deleted later. An unknown or another
+ * team's id, or one that cannot be continued, is an issue of the item (null returned).
+ */
+export async function withConversation(
+  conversations: ConversationReader,
+  ctx: RequestContext,
+  item: PreparedItem,
+  issues: ItemIssue[],
+): Promise<PreparedItem | null> {
+  if (!item.continues) return item;
+  const { previousResponseId, field, withHistory } = item.continues;
+  try {
+    const history = await conversations.conversation(ctx, previousResponseId);
+    return { customId: item.customId, url: item.url, body: withHistory(history) };
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err;
+    issues.push({ field, message: err.detail, custom_id: item.customId });
+    return null;
+  }
 }
 
 /** One item as the runner hands it over. */

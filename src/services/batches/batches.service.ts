@@ -27,7 +27,13 @@ import { toJsonbText } from "../metering/metering.service.js";
 import type { ModelCatalogService } from "../models/model-catalog.service.js";
 import { optionalQuery, queryInt } from "../platform/validation.js";
 import { redactedRequest } from "../events/webhooks/webhook-target.js";
-import { type ItemIssue, type PreparedItem, itemShape, prepareBatchItem } from "./batch-operations.js";
+import {
+  type ItemIssue,
+  type PreparedItem,
+  itemShape,
+  prepareBatchItem,
+  withConversation,
+} from "./batch-operations.js";
 import { type BatchBodyLimits, parseItem, scanBatchBody } from "./batch-body.js";
 import type { ConversationReader } from "../inference/use-cases/response.js";
 
@@ -169,29 +175,6 @@ export class BatchesService {
     private readonly conversations: ConversationReader,
   ) {}
 
-  /**
-   * A `/v1/responses` item that continues a stored response (`previous_response_id`; issue 26,
-   * item 5): its body with that conversation before its input, read now for the batch's team, so
-   * the item runs as sent even if the stored response is deleted later. Another team's or an
-   * unknown id, or one that cannot be continued, is an issue of the item (null returned).
-   */
-  private async withConversation(
-    ctx: RequestContext,
-    item: PreparedItem,
-    issues: ItemIssue[],
-  ): Promise<PreparedItem | null> {
-    if (!item.continues) return item;
-    const { previousResponseId, field, withHistory } = item.continues;
-    try {
-      const history = await this.conversations.conversation(ctx, previousResponseId);
-      return { customId: item.customId, url: item.url, body: withHistory(history) };
-    } catch (err) {
-      if (!(err instanceof AppError)) throw err;
-      issues.push({ field, message: err.detail, custom_id: item.customId });
-      return null;
-    }
-  }
-
   /** @throws AppError 403 when `teamId` keeps no bodies (zero data retention); `lock` takes a share lock on its row. */
   private async assertRetentionAllowsBatches(em: EntityManager, teamId: string, lock: boolean): Promise<void> {
     const [team] = await queryRows<{ zdr: boolean }>(
@@ -284,7 +267,8 @@ export class BatchesService {
           issues.push({ field: `requests[${idx}]`, message: parsed.error, custom_id: null });
         } else {
           const prepared = prepareBatchItem(this.catalog, principal.teamId, parsed.value, idx);
-          const item = "issues" in prepared ? null : await this.withConversation(ctx, prepared.item, issues);
+          const item =
+            "issues" in prepared ? null : await withConversation(this.conversations, ctx, prepared.item, issues);
           if ("issues" in prepared) issues.push(...prepared.issues);
           else if (issues.length === 0 && item) {
             rows.push({ ...item, idx });
