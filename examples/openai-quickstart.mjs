@@ -1,8 +1,10 @@
-// The README's openai-client example: SWITCHYARD_API_KEY=sk_… node examples/openai-quickstart.mjs
+// The README's openai-client example ("Try it"):
+//   SWITCHYARD_BASE_URL=$BASE/v1 SWITCHYARD_API_KEY=sk_… node examples/openai-quickstart.mjs
+// SWITCHYARD_BASE_URL defaults to http://localhost:$PORT/v1, PORT to 8080.
 import OpenAI from "openai";
 
 const client = new OpenAI({
-  baseURL: process.env.SWITCHYARD_BASE_URL ?? "http://localhost:8080/v1",
+  baseURL: process.env.SWITCHYARD_BASE_URL ?? `http://localhost:${process.env.PORT ?? 8080}/v1`,
   apiKey: process.env.SWITCHYARD_API_KEY,
 });
 

@@ -1,12 +1,13 @@
-// The README's structured-output example: SWITCHYARD_API_KEY=sk_… node examples/structured-output.mjs
-// (SWITCHYARD_BASE_URL defaults to http://localhost:8080/v1). The answer is decoded under the
-// schema's grammar, so `parsed` is always a valid Pet, even from the tiny test model.
+// The structured-output example of docs/structured-outputs-and-tools.md:
+//   SWITCHYARD_API_KEY=sk_… node examples/structured-output.mjs
+// (SWITCHYARD_BASE_URL defaults to http://localhost:$PORT/v1, PORT to 8080). The answer is decoded
+// under the schema's grammar, so `parsed` is always a valid Pet, even from the tiny test model.
 import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
 
 const client = new OpenAI({
-  baseURL: process.env.SWITCHYARD_BASE_URL ?? "http://localhost:8080/v1",
+  baseURL: process.env.SWITCHYARD_BASE_URL ?? `http://localhost:${process.env.PORT ?? 8080}/v1`,
   apiKey: process.env.SWITCHYARD_API_KEY,
 });
 

@@ -1,10 +1,12 @@
-// The README's tool-calling example: SWITCHYARD_API_KEY=sk_… node examples/tool-calling.mjs
-// (SWITCHYARD_BASE_URL defaults to http://localhost:8080/v1). A forced call decodes under the
-// grammar of the function's parameters, so the arguments always parse, even from the tiny model.
+// The tool-calling example of docs/structured-outputs-and-tools.md:
+//   SWITCHYARD_API_KEY=sk_… node examples/tool-calling.mjs
+// (SWITCHYARD_BASE_URL defaults to http://localhost:$PORT/v1, PORT to 8080). A forced call decodes
+// under the grammar of the function's parameters, so the arguments always parse, even from the
+// tiny model.
 import OpenAI from "openai";
 
 const client = new OpenAI({
-  baseURL: process.env.SWITCHYARD_BASE_URL ?? "http://localhost:8080/v1",
+  baseURL: process.env.SWITCHYARD_BASE_URL ?? `http://localhost:${process.env.PORT ?? 8080}/v1`,
   apiKey: process.env.SWITCHYARD_API_KEY,
 });
 

@@ -1,9 +1,9 @@
 /**
- * The README's quick start, run as a new user would: its curl block (signup, API key, chat
- * completion) through bash, then its `openai` example file through node, against a real server.
- * Only the base URL is swapped for the test server's. The "Use a real model" curl and openai
- * examples (issue 17, item 6) run the same way, with the test model's file standing in for the
- * real models' (which cannot be downloaded here).
+ * The examples of the README and of docs/, run as a reader would, against a real server: the
+ * structured-output and tool-calling example files (shown in docs/structured-outputs-and-tools.md)
+ * and the README's "Use a real model" curl and openai examples (issue 17, item 6), with the test
+ * model's file standing in for the real models' (which cannot be downloaded here). The README's
+ * "Try it" blocks run in test/first-hour.test.ts.
  */
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -15,11 +15,12 @@ import { writeEditedCatalog } from "./support/test-catalog.js";
 
 const run = promisify(execFile);
 const readme = readFileSync(path.join(packageRoot, "README.md"), "utf8");
-const example = path.join(packageRoot, "examples/openai-quickstart.mjs");
+const toolsPage = readFileSync(path.join(packageRoot, "docs/structured-outputs-and-tools.md"), "utf8");
 
-/** The first fenced block of `lang` after the heading `heading`. */
-function block(heading: string, lang: string): string {
-  const section = readme.slice(readme.indexOf(heading));
+/** The first fenced block of `lang` after the heading `heading` of `text`. */
+function block(text: string, heading: string, lang: string): string {
+  expect(text).toContain(heading);
+  const section = text.slice(text.indexOf(heading));
   const match = new RegExp("```" + lang + "\\n([\\s\\S]*?)```").exec(section);
   if (!match) throw new Error(`no ${lang} block after ${heading}`);
   return match[1];
@@ -31,35 +32,14 @@ beforeAll(async () => {
 });
 afterAll(() => server.close());
 
-test("when the README's curl block runs, then it signs up, creates a key and gets model text", async () => {
-  const script = block("## Try it", "sh").replaceAll("http://localhost:8080", server.url) + '\necho "KEY=$KEY"\n';
-  const { stdout } = await run("bash", ["-euo", "pipefail", "-c", script], { timeout: 30_000 });
-  const completion = JSON.parse(stdout.slice(0, stdout.lastIndexOf("KEY=")));
-  expect(completion.object).toBe("chat.completion");
-  expect(completion.choices[0].message.content.length).toBeGreaterThan(10);
-  const key = /KEY=(sk_\w{48})/.exec(stdout)?.[1];
-  expect(key).toBeDefined();
-
-  // The openai example in the README is the example file, and it runs with that key.
-  const code = readFileSync(example, "utf8");
-  expect(code).toContain(block("The same with the official", "js"));
-  const out = await run("node", [example], {
-    cwd: packageRoot,
-    timeout: 30_000,
-    env: { ...process.env, SWITCHYARD_API_KEY: key, SWITCHYARD_BASE_URL: `${server.url}/v1` },
-  });
-  const lines = out.stdout.trim().split("\n");
-  expect(lines.at(-1)).toBe("64 dimensions");
-  expect(lines[0].length).toBeGreaterThan(10);
-});
-
 /**
- * Checks that the README section `heading` shows (part of) `examples/<name>`, then runs that file
- * with a new caller's key against the test server. @returns what it printed.
+ * Checks that the section `heading` of docs/structured-outputs-and-tools.md shows (part of)
+ * `examples/<name>`, then runs that file with a new caller's key against the test server.
+ * @returns what it printed.
  */
 async function runExample(name: string, heading: string): Promise<{ stdout: string }> {
   const file = path.join(packageRoot, "examples", name);
-  expect(readFileSync(file, "utf8")).toContain(block(heading, "js"));
+  expect(readFileSync(file, "utf8")).toContain(block(toolsPage, heading, "js"));
   const { key } = await createTestCaller(server.url);
   return run("node", [file], {
     cwd: packageRoot,
@@ -68,13 +48,13 @@ async function runExample(name: string, heading: string): Promise<{ stdout: stri
   });
 }
 
-test("when the README's structured-output example runs, then it prints a parsed object of its schema", async () => {
+test("when the docs' structured-output example runs, then it prints a parsed object of its schema", async () => {
   const out = await runExample("structured-output.mjs", "## Structured outputs");
   expect(out.stdout).toMatch(/kind: '(cat|dog|bird)'/);
   expect(out.stdout).toMatch(/age: \d+/);
 });
 
-test("when the README's tool-calling example runs, then the forced function is called with parsed arguments", async () => {
+test("when the docs' tool-calling example runs, then the forced function is called with parsed arguments", async () => {
   const out = await runExample("tool-calling.mjs", "## Tool calling");
   expect(out.stdout).toMatch(/^called get_weather with \{"city":".*","unit":"(celsius|fahrenheit)"\}$/m);
   expect(out.stdout).toMatch(/^result: It is sunny in /m);
@@ -101,14 +81,10 @@ describe("the README's 'Use a real model' examples", () => {
     const section = readme.slice(readme.indexOf("## Use a real model"), readme.indexOf("## Dashboard"));
     const curl = /```sh\n(curl [\s\S]*?)```/.exec(section)?.[1];
     expect(curl).toContain('"model":"qwen2.5-0.5b-instruct"');
-    const { stdout } = await run(
-      "bash",
-      ["-euo", "pipefail", "-c", curl!.replaceAll("http://localhost:8080", real.url)],
-      {
-        timeout: 30_000,
-        env: { ...process.env, KEY: key },
-      },
-    );
+    const { stdout } = await run("bash", ["-euo", "pipefail", "-c", curl!], {
+      timeout: 30_000,
+      env: { ...process.env, BASE: real.url, KEY: key },
+    });
     const completion = JSON.parse(stdout);
     expect(completion).toMatchObject({ object: "chat.completion", model: "qwen2.5-0.5b-instruct" });
 
@@ -117,8 +93,11 @@ describe("the README's 'Use a real model' examples", () => {
     const dir = mkdtempSync(path.join(packageRoot, ".readme-real-"));
     try {
       const file = path.join(dir, "example.mjs");
-      writeFileSync(file, js!.replaceAll("http://localhost:8080", real.url));
-      const out = await run("node", [file], { timeout: 60_000, env: { ...process.env, SWITCHYARD_API_KEY: key } });
+      writeFileSync(file, js!);
+      const out = await run("node", [file], {
+        timeout: 60_000,
+        env: { ...process.env, SWITCHYARD_BASE_URL: `${real.url}/v1`, SWITCHYARD_API_KEY: key },
+      });
       const lines = out.stdout.trim().split("\n");
       expect(lines.at(-1)).toBe("[ 64, 64 ]"); // 768 each with the real model
       expect(out.stdout).toContain("prompt_tokens");

@@ -1,12 +1,15 @@
 /**
- * Jest global setup (plain JS: Jest loads it outside its module mapper): one real PostgreSQL for
- * the whole run — the server behind DATABASE_URL, or an embedded one in a temp folder (fsync off,
- * tests only). Test files clone a migrated template from it (see harness.ts).
+ * Jest global setup (plain JS: Jest loads it outside its module mapper): the test model's folder,
+ * found or fetched once for the run (`test-models.mjs`, issue 27 item 8) and handed to the workers
+ * as `SWITCHYARD_TEST_MODELS_DIR`; and one real PostgreSQL for the whole run — the server behind
+ * DATABASE_URL, or an embedded one in a temp folder (fsync off, tests only). Test files clone a
+ * migrated template from it (see harness.ts).
  */
 import { chmodSync, mkdtempSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { findTestModels } from "./test-models.mjs";
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -20,6 +23,10 @@ function freePort() {
 }
 
 export default async function globalSetup() {
+  const models = await findTestModels();
+  if (models.how === "fetched") console.log(`\nglobal setup: fetched the test model into ${models.dir}`);
+  // Workers are started after this and inherit the environment.
+  process.env.SWITCHYARD_TEST_MODELS_DIR = models.dir;
   if (process.env.DATABASE_URL) {
     const url = new URL(process.env.DATABASE_URL);
     url.pathname = "/postgres";

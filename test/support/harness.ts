@@ -1,6 +1,6 @@
 /**
  * Test harness: a whole Switchyard (real HTTP server on a free loopback port, real engine on the
- * shared GGUF model) over a fresh database cloned from the migrated template, plus factories that
+ * test GGUF model) over a fresh database cloned from the migrated template, plus factories that
  * go through the public API (signup, API keys) and the official clients.
  */
 import { randomBytes } from "node:crypto";
@@ -17,8 +17,14 @@ import { type StartOptions, type Switchyard, startSwitchyard } from "../../src/s
 
 const TEMPLATE_DB = "switchyard_test_template";
 
-/** Absolute: child processes started by tests run in other folders (CI passes a relative path). */
-export const MODELS_DIR = path.resolve(process.env.SWITCHYARD_MODELS_DIR ?? path.join(packageRoot, "../shared/models"));
+/**
+ * The folder holding the test model, as Jest's global setup found or fetched it
+ * (`test-models.mjs`: `SWITCHYARD_MODELS_DIR`, else `../shared/models` when it holds the file,
+ * else `.data/models`). Absolute: child processes started by tests run in other folders.
+ */
+export const MODELS_DIR = path.resolve(
+  process.env.SWITCHYARD_TEST_MODELS_DIR ?? process.env.SWITCHYARD_MODELS_DIR ?? path.join(packageRoot, ".data/models"),
+);
 export const CHAT_MODEL = "tinystories-260k";
 export const EMBED_MODEL = "tinystories-260k-embed";
 
