@@ -35,7 +35,7 @@ function expectGreedy(entries: ChatCompletionTokenLogprob[], top: number): void 
   expect(entries.length).toBeGreaterThan(0);
   for (const e of entries) {
     expect(e.logprob).toBeLessThanOrEqual(0);
-    expect(e.bytes).toEqual([...Buffer.from(e.token, "utf8")]);
+    if (!e.token.startsWith("bytes:")) expect(e.bytes).toEqual([...Buffer.from(e.token, "utf8")]);
     expect(e.top_logprobs).toHaveLength(top);
     const sorted = [...e.top_logprobs].sort((a, b) => b.logprob - a.logprob);
     expect(e.top_logprobs).toEqual(sorted);
@@ -92,6 +92,30 @@ describe("chat logprobs", () => {
     const same = hot.choices[0].logprobs!.content![0].top_logprobs.find((t) => t.token === first.token);
     // (llama.cpp's float results vary in the last digits with how tokens are batched.)
     expect(same?.logprob).toBeCloseTo(first.logprob, 4);
+  });
+
+  test("when the answer has multi-byte characters, then the entries' bytes join into the content's bytes, one entry per token", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const word = "日本語 é 😀";
+    const completion = await client.chat.completions.create({
+      ...ask,
+      max_tokens: 60,
+      logprobs: true,
+      response_format: {
+        type: "json_schema",
+        json_schema: {
+          name: "w",
+          strict: true,
+          schema: { type: "object", properties: { w: { const: word } }, required: ["w"], additionalProperties: false },
+        },
+      },
+    });
+    const content = completion.choices[0].message.content!;
+    expect(content).toContain(word);
+    const entries = completion.choices[0].logprobs!.content!;
+    expect(entries).toHaveLength(completion.usage!.completion_tokens);
+    expect(Buffer.from(entries.flatMap((e) => e.bytes ?? [])).toString("utf8")).toBe(content);
+    for (const e of entries) expect(e.token).not.toContain("\uFFFD");
   });
 
   test("when logprobs is asked for without top_logprobs, then each entry has no alternatives", async () => {

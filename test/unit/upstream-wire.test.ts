@@ -7,6 +7,8 @@ import { failedBeforeSending } from "../../src/inference/engines/openai-compatib
 import {
   SseDecoder,
   errorForStatus,
+  logprobsUpTo,
+  parseLogprobs,
   promptTokenBound,
   retryAfterSeconds,
   tokenizePath,
@@ -110,4 +112,22 @@ describe("SWITCHYARD_UPSTREAMS", () => {
     expect(() => loadConfig(env([endpoint, endpoint]))).toThrow(/names must be unique/);
     expect(() => loadConfig({ SWITCHYARD_DATA_DIR: tmp(), SWITCHYARD_UPSTREAMS: "[{" })).toThrow(ConfigError);
   });
+});
+
+test("when an upstream's answer is cut here by a stop string, then its log-probabilities stop at the token that reaches the cut", () => {
+  const parsed = parseLogprobs({
+    content: [
+      { token: "hello", logprob: -0.1, bytes: [...bytes("hello")], top_logprobs: [] },
+      { token: " world", logprob: -0.2, top_logprobs: [{ token: " there", logprob: -2 }] },
+      { token: " again", logprob: -0.3, bytes: [...bytes(" again")], top_logprobs: [] },
+      { nonsense: true },
+    ],
+  })!;
+  expect(parsed.map((l) => l.token)).toEqual(["hello", " world", " again"]);
+  expect(parsed[1].bytes).toEqual([...bytes(" world")]);
+  expect(parsed[1].top).toEqual([{ token: " there", logprob: -2, bytes: [...bytes(" there")] }]);
+  expect(logprobsUpTo(parsed, "hello ").map((l) => l.token)).toEqual(["hello", " world"]);
+  expect(logprobsUpTo(parsed, "hello")).toHaveLength(1);
+  expect(logprobsUpTo(parsed, "")).toEqual([]);
+  expect(parseLogprobs(null)).toBeNull();
 });

@@ -37,12 +37,14 @@ export async function completionLogprobs(
   /** `t`'s text at completion position `j`, continuing the tokens before it (a leading space kept). */
   const piece = (t: Token, j: number) =>
     model.detokenize([t], true, context.slice(Math.max(0, offset + j - CONTEXT_TOKENS), offset + j));
-  // The tokens the answer's text is made of: up to the one that reaches its end.
-  const tokens: Token[] = [];
-  for (let chars = 0; tokens.length < generated.length && chars < text.length;) {
-    chars += piece(generated[tokens.length], tokens.length).length;
-    tokens.push(generated[tokens.length]);
-  }
+  const pieces = completionPieces(model, generated, (j) =>
+    context.slice(Math.max(0, offset + j - CONTEXT_TOKENS), offset + j),
+  );
+  // The tokens the answer's text is made of: up to the one whose bytes reach its end.
+  const textBytes = Buffer.byteLength(text, "utf8");
+  let count = 0;
+  for (let bytes = 0; count < pieces.length && bytes < textBytes; count++) bytes += pieces[count].bytes.length;
+  const tokens = generated.slice(0, count);
   if (tokens.length === 0) return [];
   // The decoded state is dropped from the prompt's last token on, then rebuilt with logits kept.
   await seq.eraseContextTokenRanges([{ start: start - 1, end: seq.nextTokenIndex }]);
@@ -69,12 +71,56 @@ export async function completionLogprobs(
     };
     return {
       ...entry(token),
+      token: pieces[i].token,
+      bytes: pieces[i].bytes,
       top: alternatives
         .map(entry)
         .sort((a, b) => b.logprob - a.logprob)
         .slice(0, top),
     };
   });
+}
+
+/**
+ * Each generated token's text and UTF-8 bytes, so that the bytes joined are the completion's
+ * bytes. A token alone may be part of a character (byte-fallback tokens, byte-level BPE): it
+ * decodes to U+FFFD. Such runs (up to 4 tokens, the longest UTF-8 character) are decoded together;
+ * when the run has one byte per token each gets its byte, else the run's bytes go to its last token.
+ * A token whose bytes are not whole characters is written as OpenAI does, `bytes:\xe6\x97`.
+ */
+function completionPieces(
+  model: LlamaModel,
+  tokens: readonly Token[],
+  before: (j: number) => Token[],
+): Array<{ token: string; bytes: number[] }> {
+  const out: Array<{ token: string; bytes: number[] }> = [];
+  for (let j = 0; j < tokens.length;) {
+    let end = j + 1;
+    let text = model.detokenize(tokens.slice(j, end), true, before(j));
+    while (text.endsWith("\uFFFD") && end < tokens.length && end - j < 4) {
+      end++;
+      text = model.detokenize(tokens.slice(j, end), true, before(j));
+    }
+    const bytes = [...Buffer.from(text, "utf8")];
+    const run = end - j;
+    if (run === 1) out.push({ token: text, bytes });
+    else {
+      for (let k = 0; k < run; k++) {
+        const own = bytes.length === run ? [bytes[k]] : k === run - 1 ? bytes : [];
+        out.push({ token: asText(own), bytes: own });
+      }
+    }
+    j = end;
+  }
+  return out;
+}
+
+/** Bytes as text when they are whole UTF-8 characters, else OpenAI's `bytes:\xNN` form. */
+function asText(bytes: number[]): string {
+  const buf = Buffer.from(bytes);
+  const text = buf.toString("utf8");
+  if (!text.includes("\uFFFD")) return text;
+  return "bytes:" + bytes.map((b) => "\\x" + b.toString(16).padStart(2, "0")).join("");
 }
 
 /** Tokens before a position that decide how its token's text continues them (a leading space). */

@@ -17,6 +17,7 @@ import {
   errorForStatus,
   finishReason,
   matchedStop,
+  logprobsUpTo,
   parseLogprobs,
   parseUsage,
   promptTokenBound,
@@ -215,7 +216,7 @@ async function readStream(
     usage: final,
     engineMs: performance.now() - t.started,
     queueMs: t.queueMs,
-    ...(req.logprobs ? { logprobs } : {}),
+    ...(req.logprobs ? { logprobs: stops.stopped ? logprobsUpTo(logprobs, text) : logprobs } : {}),
     ...answeredCalls(reason),
   });
   // Usage the upstream did not send (it comes in the last chunk, so a caller who left mostly

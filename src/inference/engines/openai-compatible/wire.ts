@@ -298,3 +298,14 @@ export class SseDecoder {
     return events;
   }
 }
+
+/**
+ * The entries of the tokens `text` is made of, when a stop string matched here cut the upstream's
+ * answer (an upstream that ignores `stop`): up to the one whose bytes reach the text's end.
+ */
+export function logprobsUpTo(logprobs: TokenLogprob[], text: string): TokenLogprob[] {
+  const end = Buffer.byteLength(text, "utf8");
+  let count = 0;
+  for (let bytes = 0; count < logprobs.length && bytes < end; count++) bytes += logprobs[count].bytes.length;
+  return logprobs.slice(0, count);
+}
