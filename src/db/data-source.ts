@@ -30,6 +30,7 @@ import { BatchItemBodyText1764850000000 } from "./migrations/1764850000000-batch
 import { ActivityCounts1764880000000 } from "./migrations/1764880000000-activity-counts.js";
 import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-activity-filter-indexes.js";
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
+import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -60,6 +61,7 @@ export const migrations = [
   ActivityCounts1764880000000,
   ActivityFilterIndexes1764881000000,
   UsageDailyCovering1764882000000,
+  WebhookRedelivery1764890000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
