@@ -22,6 +22,8 @@
  * naming another user with `user_id` is for owners and admins (member 403 — `usageScope` in the
  * policy). Billing is for owners and admins (members 403); its confirm link and Stripe webhook
  * are open (their own proof).
+ * Webhook deliveries (issue 27, item 6): every member reads the team's log; owners and admins
+ * redeliver (members 403); another team's delivery is 404.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -35,6 +37,7 @@ import {
   type TestUser,
   createTestApiKey,
   createTestUser,
+  eventually,
   http,
   startTestServer,
   passwordResetToken,
@@ -57,6 +60,8 @@ interface Fixture {
   batchId: string;
   /** A custom model of team A (kept: rows that delete one make their own). */
   customModelId: string;
+  /** A failed webhook delivery of team A (its loopback callback refused by the default guard). */
+  deliveryId: string;
 }
 
 /** Ids a call consumes (a key to revoke, a member to remove), made fresh before each call. */
@@ -138,6 +143,34 @@ async function newResponse(): Promise<string> {
   });
   if (res.status !== 200) throw new Error(`response failed: ${res.status} ${res.text}`);
   return res.body.id;
+}
+
+/**
+ * A fresh failed webhook delivery of team A: a response of its owner whose callback the default
+ * SSRF guard refuses (loopback). @returns the delivery's id, once it has failed.
+ */
+async function failedDelivery(): Promise<string> {
+  const res = await http(server.url, "POST", "/v1/responses", {
+    token: f.owner.token,
+    body: {
+      model: CHAT_MODEL,
+      input: "Once",
+      max_output_tokens: 2,
+      metadata: { completion_webhook: "http://127.0.0.1:9/m" },
+    },
+  });
+  if (res.status !== 200) throw new Error(`response failed: ${res.status} ${res.text}`);
+  let id: string | undefined;
+  await eventually(async () => {
+    const [row] = await server.db<{ id: string }>(
+      "SELECT id FROM webhook_deliveries WHERE response_id = $1 AND status = 'failed'",
+      [res.body.id],
+    );
+    id = row?.id;
+    return id !== undefined;
+  }, 10_000);
+  if (!id) throw new Error(`no failed delivery for ${res.body.id}`);
+  return id;
 }
 
 /** A fresh local top-up of team A's owner: its confirm link's `session` and `signature`. */
@@ -455,6 +488,33 @@ const rows: Row[] = [
     expect: managersOnly(200),
   },
 
+  // Webhook deliveries (issue 27, item 6)
+  { name: "GET /control/v1/webhooks/deliveries", expect: anyCaller(200) },
+  { name: "GET /control/v1/webhooks/deliveries/{deliveryId}", expect: teamOnly(200) },
+  {
+    name: "POST /control/v1/webhooks/deliveries/{delivery}/redeliver",
+    prepare: async () => ({ delivery: await failedDelivery() }),
+    expect: managersOnly(200),
+  },
+  {
+    name: "graphql webhookDeliveries",
+    query: `{ webhookDeliveries { items { id attempts { error } } } }`,
+    expect: anyCaller(200),
+  },
+  {
+    name: "graphql webhookDelivery",
+    query: `query($id: ID!) { webhookDelivery(id: $id) { id status } }`,
+    variables: (fx) => ({ id: fx.deliveryId }),
+    expect: teamOnly(200),
+  },
+  {
+    name: "graphql redeliverWebhook",
+    query: `mutation($id: ID!) { redeliverWebhook(id: $id) { id status } }`,
+    prepare: async () => ({ delivery: await failedDelivery() }),
+    variables: (_fx, p) => ({ id: p.delivery }),
+    expect: managersOnly(200),
+  },
+
   // GraphQL
   {
     name: "graphql signup",
@@ -678,7 +738,12 @@ async function call(row: Row, caller: Caller): Promise<number> {
     return res.body.errors?.[0]?.extensions?.status_code ?? 200;
   }
   const [method, template] = row.name.split(" ");
-  const fixtureIds: Params = { responseId: f.responseId, streamId: f.streamId, batchId: f.batchId };
+  const fixtureIds: Params = {
+    responseId: f.responseId,
+    streamId: f.streamId,
+    batchId: f.batchId,
+    deliveryId: f.deliveryId,
+  };
   const path = template.replace(/\{(\w+)\}/g, (_m, key: string) => {
     const value = params[key] ?? fixtureIds[key];
     if (value === undefined) throw new Error(`${row.name}: no value for {${key}}`);
@@ -697,7 +762,7 @@ beforeAll(async () => {
   const admin = await joinTeam(server.url, owner, "admin");
   const member = await joinTeam(server.url, owner, "member");
   const other = await createTestUser(server.url);
-  f = { owner, admin, member, other, responseId: "", streamId: "", batchId: "", customModelId: "" };
+  f = { owner, admin, member, other, responseId: "", streamId: "", batchId: "", customModelId: "", deliveryId: "" };
   f.responseId = await newResponse();
   const stream = await http(server.url, "POST", "/v1/streams", { token: owner.token, body: { name: "A's" } });
   f.streamId = stream.body.id;
@@ -707,6 +772,7 @@ beforeAll(async () => {
   });
   f.batchId = batch.body.id;
   f.customModelId = await newCustomModel();
+  f.deliveryId = await failedDelivery();
 }, 60_000);
 afterAll(() => server.close());
 

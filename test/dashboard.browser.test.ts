@@ -4,7 +4,8 @@
  * (shown once), the test runs a chat completion with it through the official OpenAI client, and the
  * page shows it live (graphql-ws subscription), in the activity table and its detail view, and as a
  * lower balance; a batch shows its progress, an invitation its pending row; the key is revoked and
- * the API refuses it. Every page is screenshotted (1280 px, and the phone width) into a folder the
+ * the API refuses it. A failed completion webhook is listed with each attempt on the Webhooks page,
+ * and its Redeliver button gets it delivered (issue 27, item 6). Every page is screenshotted (1280 px, and the phone width) into a folder the
  * test prints. The page may load nothing but its own files and talk to nothing but `/graphql`.
  *
  * Chromium: `SWITCHYARD_CHROMIUM`, else `/usr/bin/chromium` (`.ci/run` installs it when missing);
@@ -16,9 +17,18 @@ import os from "node:os";
 import path from "node:path";
 import { type Browser, type Page, chromium } from "playwright-core";
 import { DASHBOARD_DIR } from "../src/rest/dashboard.js";
-import { CHAT_MODEL, type TestServer, eventually, http, openaiClient, startTestServer } from "./support/harness.js";
+import {
+  CHAT_MODEL,
+  type TestServer,
+  createTestCaller,
+  eventually,
+  http,
+  openaiClient,
+  startTestServer,
+} from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 import { ensureViteBuilt } from "./support/vite-build.js";
+import { startWebhookReceiver } from "./support/webhook-receiver.js";
 
 const CHROMIUM = process.env.SWITCHYARD_CHROMIUM ?? "/usr/bin/chromium";
 const DESKTOP = { width: 1280, height: 900 };
@@ -44,6 +54,9 @@ beforeAll(async () => {
     // Prices that make one short completion cost a visible amount (the shipped ones round to 0–1 micro-USD).
     catalogPath: writeTestCatalog(CHAT_MODEL, { input: "1000", cachedInput: "500", output: "2000" }),
     batchConcurrency: 1,
+    // The Webhooks page's test sends to a receiver on loopback, with one quick retry.
+    webhookAllowPrivate: true,
+    webhookRetryDelaysMs: "20",
   });
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -126,6 +139,7 @@ const NAV_PAGES: Array<[string, string | RegExp]> = [
   ["Activity", "Activity"],
   ["Live events", "Live events"],
   ["Batches", "Batches"],
+  ["Webhooks", "Webhooks"],
   ["Team", /^Team /],
 ];
 
@@ -348,6 +362,84 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   expect(pageErrors).toEqual([]);
   expect(foreignRequests).toEqual([]);
 }, 90_000);
+
+test("when a completion webhook failed, then the Webhooks page lists it with each attempt, and Redeliver gets it delivered", async () => {
+  const receiver = await startWebhookReceiver();
+  const context = await browser.newContext({ viewport: DESKTOP });
+  const errors: string[] = [];
+  try {
+    const owner = await createTestCaller(server.url);
+    // The first try and its retry fail; the redelivery gets through.
+    receiver.script("/dash", [{ status: 500 }, { status: 500 }, { status: 200 }]);
+    const created = await http(server.url, "POST", "/v1/responses", {
+      token: owner.key,
+      body: {
+        model: CHAT_MODEL,
+        input: "Once",
+        max_output_tokens: 4,
+        metadata: { completion_webhook: `${receiver.url}/dash` },
+      },
+    });
+    expect(created.status).toBe(200);
+    let deliveryId = "";
+    await eventually(async () => {
+      const res = await http(server.url, "GET", `/control/v1/webhooks/deliveries?response_id=${created.body.id}`, {
+        token: owner.token,
+      });
+      deliveryId = res.body.items?.[0]?.status === "failed" ? res.body.items[0].id : "";
+      return deliveryId !== "";
+    }, 15_000);
+    expect(deliveryId).not.toBe("");
+
+    const tab = await context.newPage();
+    tab.setDefaultTimeout(10_000);
+    tab.on("pageerror", (err) => errors.push(`pageerror: ${err.message}`));
+    tab.on("console", (msg) => void (msg.type() === "error" && errors.push(`console: ${msg.text()}`)));
+    await tab.goto(`${server.url}/dashboard/signin`);
+    await tab.getByLabel("Email").fill(owner.email);
+    await tab.getByLabel("Password").fill(owner.password);
+    await tab.getByRole("button", { name: "Sign in" }).click();
+    await tab.getByRole("heading", { level: 1, name: "Usage" }).waitFor();
+    await tab
+      .getByRole("navigation", { name: "Dashboard" })
+      .getByRole("link", { name: "Webhooks", exact: true })
+      .click();
+    await tab.getByRole("heading", { level: 1, name: "Webhooks" }).waitFor();
+
+    const row = tab.locator(`tr[data-delivery-id="${deliveryId}"]`);
+    await row.waitFor();
+    expect(await row.locator(".badge").textContent()).toBe("failed");
+    expect(await row.textContent()).toContain(`${receiver.url}/dash`);
+    const attempts = row.getByRole("list", { name: `Attempts of delivery ${deliveryId}` }).getByRole("listitem");
+    expect(await attempts.count()).toBe(2);
+    expect(await attempts.allTextContents()).toEqual([
+      expect.stringContaining("HTTP 500"),
+      expect.stringContaining("HTTP 500"),
+    ]);
+    await tab.screenshot({ path: path.join(shots, `${String(++shotCount).padStart(2, "0")}-webhooks-failed.png`) });
+
+    await row.getByRole("button", { name: `Redeliver ${deliveryId}` }).click();
+    await tab.getByText(`Delivery ${deliveryId} is pending again`).waitFor();
+    // The list refreshes itself while a delivery is pending; Refresh makes it sooner.
+    const deadline = Date.now() + 15_000;
+    while ((await row.locator(".badge").textContent()) !== "delivered") {
+      if (Date.now() > deadline) throw new Error("the redelivery was not shown delivered within 15 s");
+      await tab.getByRole("button", { name: "Refresh" }).click();
+      await tab.waitForTimeout(250);
+    }
+    expect(await attempts.count()).toBe(3);
+    expect(await attempts.nth(2).textContent()).toContain("HTTP 200");
+    expect(await row.getByRole("button", { name: /^Redeliver/ }).count()).toBe(0);
+    expect(receiver.on("/dash")).toHaveLength(3);
+    await tab.screenshot({
+      path: path.join(shots, `${String(++shotCount).padStart(2, "0")}-webhooks-redelivered.png`),
+    });
+    expect(errors).toEqual([]);
+  } finally {
+    await context.close();
+    await receiver.close();
+  }
+}, 60_000);
 
 test("the dashboard's files come from this origin: the page with a same-origin CSP, hashed assets cached, a missing asset 404", async () => {
   const res = await fetch(`${server.url}/dashboard/activity?status=completed`);

@@ -29,6 +29,7 @@ import {
   createTestApiKey,
   createTestCaller,
   createTestUser,
+  eventually,
   http,
   startTestServer,
   passwordResetToken,
@@ -124,6 +125,30 @@ async function newCustomModel(): Promise<string> {
   const modelId = `ops-${randomUUID()}`;
   await post("/control/v1/models/custom", { model_id: modelId, architecture: "llama" });
   return modelId;
+}
+
+/**
+ * A fresh failed webhook delivery of the owner's team: a response whose loopback callback the
+ * default SSRF guard refuses. @returns its id and response id, once it has failed.
+ */
+async function failedDelivery(): Promise<{ id: string; responseId: string }> {
+  const { id: responseId } = await post("/v1/responses", {
+    model: CHAT_MODEL,
+    input: "Once",
+    max_output_tokens: 2,
+    metadata: { completion_webhook: "http://127.0.0.1:9/ops" },
+  });
+  let id: string | undefined;
+  await eventually(async () => {
+    const [row] = await server.db<{ id: string }>(
+      "SELECT id FROM webhook_deliveries WHERE response_id = $1 AND status = 'failed'",
+      [responseId],
+    );
+    id = row?.id;
+    return id !== undefined;
+  }, 10_000);
+  if (!id) throw new Error(`no failed delivery for ${responseId}`);
+  return { id, responseId };
 }
 
 /** An OpenID Connect sign-in come back from the provider: the body of complete/link-oauth. */
@@ -375,6 +400,20 @@ const CASES: Record<string, Case> = {
   getControlV1BillingInvoicesInvoiceId: {
     valid: async () => ({ path: { invoice_id: (await post("/control/v1/billing/invoices", {})).id } }),
     invalid: { path: { invoice_id: randomUUID() }, status: 404 },
+  },
+
+  // Control plane: webhook deliveries (issue 27, item 6)
+  getControlV1WebhooksDeliveries: {
+    valid: async () => ({ query: { limit: "5", response_id: (await failedDelivery()).responseId } }),
+    invalid: { query: { status: "lost" }, status: 400 },
+  },
+  getControlV1WebhooksDeliveriesDeliveryId: {
+    valid: async () => ({ path: { delivery_id: (await failedDelivery()).id } }),
+    invalid: badId("delivery_id"),
+  },
+  postControlV1WebhooksDeliveriesDeliveryIdRedeliver: {
+    valid: async () => ({ path: { delivery_id: (await failedDelivery()).id } }),
+    invalid: { path: { delivery_id: randomUUID() }, status: 404 },
   },
 };
 

@@ -73,11 +73,15 @@ test.each([
     // A refused address is final: one recorded attempt, no retries.
     expect(attempts).toHaveLength(1);
     expect(attempts[0].status_code).toBeNull();
-    expect(attempts[0].error).toMatch(/^refused address \(/);
+    expect(attempts[0].error).toMatch(
+      /^refused: private address \(.*\); set SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true to allow$/,
+    );
     expect(connections).toBe(0);
     const failedLog = logs.records().find((l) => l.msg === "webhook delivery failed" && l.deliveryId === delivery!.id);
     expect(failedLog).toBeDefined();
     expect(failedLog?.responseId).toBe(res.body.id);
+    // The log line names the setting that lifts the refusal (issue 27, item 6).
+    expect(failedLog?.error).toContain("set SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true to allow");
   },
 );
 

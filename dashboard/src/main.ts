@@ -16,6 +16,7 @@ import { eventsPage } from "./pages/events.js";
 import { keysPage } from "./pages/keys.js";
 import { teamPage } from "./pages/team.js";
 import { usagePage } from "./pages/usage.js";
+import { webhooksPage } from "./pages/webhooks.js";
 
 export const BASE = "/dashboard/";
 
@@ -58,6 +59,7 @@ const ROUTES: Route[] = [
   { path: "activity/:id", title: "Activity record", page: activityDetailPage },
   { path: "events", title: "Live events", page: eventsPage, nav: true },
   { path: "batches", title: "Batches", page: batchesPage, nav: true },
+  { path: "webhooks", title: "Webhooks", page: webhooksPage, nav: true },
   { path: "team", title: "Team", page: teamPage, nav: true },
 ];
 

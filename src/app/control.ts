@@ -21,6 +21,7 @@ import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
+import { WebhookDeliveriesResolver } from "../resolvers/webhook-deliveries.resolver.js";
 import { AccountService } from "../services/accounts/account.service.js";
 import { ApiKeyService } from "../services/accounts/api-key.service.js";
 import { OAuthService } from "../services/accounts/oauth/oauth.service.js";
@@ -30,6 +31,8 @@ import { BillingService } from "../services/billing/billing.service.js";
 import { LocalPaymentProvider, warnOfLocalPayments } from "../services/billing/payment-provider.js";
 import { StripePaymentProvider } from "../services/billing/stripe-provider.js";
 import { DecisionsService } from "../services/decisions/decisions.service.js";
+import { WebhookDeliveriesService } from "../services/events/webhooks/webhook-deliveries.service.js";
+import { WEBHOOK_TOKEN_PURPOSE } from "../services/events/webhooks/webhook-dispatcher.js";
 import { StreamsService } from "../services/inference/responses/streams.service.js";
 import { CustomModelsService } from "../services/models/custom-models.service.js";
 import { DeploymentsService } from "../services/models/deployments.service.js";
@@ -112,6 +115,11 @@ export async function startControlPlane(
     billing: new BillingResolver(billingService(ds, bus, logger, config)),
     // Decisions (issue 11): the same service as POST /v1/decisions.
     decisions: new DecisionResolver(decisions),
+    // The webhook delivery log and manual redelivery (issue 27, item 6); it opens the tokens the
+    // dispatcher sealed (services.ts), under the same derived key.
+    webhooks: new WebhookDeliveriesResolver(
+      new WebhookDeliveriesService(ds, bus, new SecretBox(config.jwtSecret, WEBHOOK_TOKEN_PURPOSE)),
+    ),
   };
   return {
     resolvers,

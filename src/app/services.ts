@@ -6,7 +6,12 @@ import type { Logger } from "pino";
 import type { Config } from "../config/config.js";
 import { CredentialService } from "../services/accounts/credential.service.js";
 import { CompletionEventsService } from "../services/events/completion-events.service.js";
-import { WebhookDispatcher } from "../services/events/webhooks/webhook-dispatcher.js";
+import {
+  KEEP_FAILED_MS,
+  WEBHOOK_TOKEN_PURPOSE,
+  WebhookDispatcher,
+} from "../services/events/webhooks/webhook-dispatcher.js";
+import { SecretBox } from "../services/models/secret-box.js";
 import { InferenceService } from "../services/inference/inference.service.js";
 import { ResponsesService } from "../services/inference/responses/responses.service.js";
 import { StreamDirectory } from "../services/inference/responses/stream-directory.js";
@@ -18,6 +23,9 @@ import { TokenService } from "../services/platform/tokens.js";
 import type { DatabaseParts } from "./database.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { ModelParts } from "./models.js";
+
+/** One day, ms. */
+const DAY_MS = 86_400_000;
 
 /** The services of `startServices`. */
 export interface CoreServices {
@@ -81,6 +89,10 @@ export async function startServices(
         retryDelaysMs: config.webhookRetryDelaysMs,
         timeoutMs: config.webhookTimeoutMs,
         onAttempt: (outcome) => metrics.webhookAttempts.inc({ outcome }),
+        // A failed delivery stays redeliverable for 7 days, never longer than bodies are kept
+        // (issue 27, item 6), its token sealed as a custom model's hub token is.
+        keepFailedMs: Math.min(KEEP_FAILED_MS, (config.bodyRetentionDays ?? Infinity) * DAY_MS),
+        sealer: new SecretBox(config.jwtSecret, WEBHOOK_TOKEN_PURPOSE),
       });
       webhooks.start();
       metering.onFlush = (rows, seconds) => {

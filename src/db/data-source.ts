@@ -31,6 +31,7 @@ import { ActivityCounts1764880000000 } from "./migrations/1764880000000-activity
 import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-activity-filter-indexes.js";
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
+import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -62,6 +63,7 @@ export const migrations = [
   ActivityFilterIndexes1764881000000,
   UsageDailyCovering1764882000000,
   PlatformModelRequests1764883000000,
+  WebhookRedelivery1764890000000,
 ];
 
 /** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */

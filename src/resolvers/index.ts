@@ -18,6 +18,7 @@ import { ModelResolver } from "./model.resolver.js";
 import { ResponseResolver } from "./response.resolver.js";
 import { StreamResolver } from "./stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "./team.resolver.js";
+import { WebhookDeliveriesResolver } from "./webhook-deliveries.resolver.js";
 
 /** Resolver instances, one per class of `resolverClasses`; the REST table calls them too. */
 export interface Resolvers {
@@ -35,6 +36,7 @@ export interface Resolvers {
   billingSummary: BillingSummaryResolver;
   billing: BillingResolver;
   decisions: DecisionResolver;
+  webhooks: WebhookDeliveriesResolver;
 }
 
 /** Every resolver class, in the order type-graphql reads them (their decorators are the schema). */
@@ -53,6 +55,7 @@ export const resolverClasses: BuildSchemaOptions["resolvers"] = [
   BillingSummaryResolver,
   BillingResolver,
   DecisionResolver,
+  WebhookDeliveriesResolver,
 ];
 
 /**

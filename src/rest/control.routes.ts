@@ -37,6 +37,7 @@ import { createDeploymentInput } from "../services/models/deployments.service.js
 import { oauthCompleteInput } from "../services/accounts/oauth/oauth.service.js";
 import { forgotPasswordInput, resetPasswordInput } from "../services/accounts/password-reset.service.js";
 import { updateTeamInput } from "../services/teams/team.service.js";
+import { deliveryListQuery } from "../services/events/webhooks/webhook-deliveries.service.js";
 import { responseShapes } from "./openapi-shapes.js";
 import type { RouteDoc } from "./route-doc.js";
 import {
@@ -463,5 +464,44 @@ export const controlRoutes: RouteSpec[] = [
     status: 200,
     call: (r, { params }, ctx) => r.billing.invoice(params.invoice_id, ctx),
     doc: { response: responseShapes.Invoice, summary: "One invoice" },
+  },
+  // The webhook delivery log (issue 27, item 6): every member reads it, owners and admins redeliver.
+  {
+    method: "get",
+    path: "/control/v1/webhooks/deliveries",
+    auth: "required",
+    status: 200,
+    call: (r, { query }, ctx) => r.webhooks.list(query, ctx),
+    doc: {
+      response: responseShapes.WebhookDeliveryList,
+      summary: "Completion-webhook deliveries with their attempts, newest first",
+      description:
+        "Each attempt's time, HTTP status or error (a refused private address says which setting allows it). " +
+        "Pages: `limit` 1–100 (25) and `starting_after` (the previous page's `next_starting_after`).",
+      query: deliveryListQuery,
+    },
+  },
+  {
+    method: "get",
+    path: "/control/v1/webhooks/deliveries/:delivery_id",
+    auth: "required",
+    status: 200,
+    call: (r, { params }, ctx) => r.webhooks.delivery(params.delivery_id, ctx),
+    doc: { response: responseShapes.WebhookDelivery, summary: "One webhook delivery with its attempts" },
+  },
+  {
+    method: "post",
+    path: "/control/v1/webhooks/deliveries/:delivery_id/redeliver",
+    auth: "required",
+    status: 200,
+    call: (r, { params }, ctx) => r.webhooks.redeliver(params.delivery_id, ctx),
+    doc: {
+      response: responseShapes.WebhookDelivery,
+      summary: "Send a failed webhook delivery again (owners and admins)",
+      description:
+        "The delivery goes back to `pending` with a fresh retry schedule and is sent as every delivery is " +
+        "(signed, SSRF guard); its attempts so far stay. A failed delivery stays redeliverable for 7 days " +
+        "(`redeliverable_until`); 409 when it is pending or delivered, or no longer kept.",
+    },
   },
 ];

@@ -46,6 +46,7 @@ import {
   usageSummaryShape,
   userShape,
 } from "./openapi-resource-shapes.js";
+import { webhookDeliveryListShape, webhookDeliveryShape } from "./openapi-webhook-shapes.js";
 
 /**
  * spec: Errors — `{status_code, detail, extra?}` on every 4xx and 5xx, with the client's dialect
@@ -292,6 +293,7 @@ export const anthropicMessageShape = z.object({
 export type AnthropicMessageFits = Fits<ReturnType<typeof anthropicMessage>, z.output<typeof anthropicMessageShape>>;
 
 export * from "./openapi-resource-shapes.js";
+export * from "./openapi-webhook-shapes.js";
 
 /** The named shapes, as `components.schemas` lists them. */
 export const responseShapes = {
@@ -348,4 +350,6 @@ export const responseShapes = {
     has_more: z.boolean(),
   }),
   Decision: decisionShape,
+  WebhookDelivery: webhookDeliveryShape,
+  WebhookDeliveryList: webhookDeliveryListShape,
 } as const;

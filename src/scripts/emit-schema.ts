@@ -20,6 +20,7 @@ import { ModelResolver } from "../resolvers/model.resolver.js";
 import { ResponseResolver } from "../resolvers/response.resolver.js";
 import { StreamResolver } from "../resolvers/stream.resolver.js";
 import { TeamMemberResolver, TeamResolver } from "../resolvers/team.resolver.js";
+import { WebhookDeliveriesResolver } from "../resolvers/webhook-deliveries.resolver.js";
 import { type Resolvers, schemaResolvers } from "../resolvers/index.js";
 import { buildGraphqlSchema } from "../schema/build-schema.js";
 import { SCHEMA_FILE } from "../server.js";
@@ -40,6 +41,7 @@ import type { OAuthService } from "../services/accounts/oauth/oauth.service.js";
 import type { PasswordResetService } from "../services/accounts/password-reset.service.js";
 import type { StreamsService } from "../services/inference/responses/streams.service.js";
 import type { TeamService } from "../services/teams/team.service.js";
+import type { WebhookDeliveriesService } from "../services/events/webhooks/webhook-deliveries.service.js";
 
 /**
  * Resolver instances good enough to build the schema: building never calls a service, so each
@@ -68,6 +70,7 @@ export function placeholderResolvers(): Resolvers {
     billingSummary: new BillingSummaryResolver(undefined as unknown as BillingSummaryService),
     billing: new BillingResolver(undefined as unknown as BillingService),
     decisions: new DecisionResolver(undefined as unknown as DecisionsService),
+    webhooks: new WebhookDeliveriesResolver(undefined as unknown as WebhookDeliveriesService),
   };
 }
 

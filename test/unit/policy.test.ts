@@ -40,8 +40,10 @@ test("when DESIGN §3 Roles is read against the table, then owners and admins ho
     "models.read",
     "team.read",
     "usage.readOwn",
+    "webhooks.read",
   ]);
   for (const p of ROLE_PERMISSIONS.member) expect(ROLE_PERMISSIONS.owner.has(p)).toBe(true);
+  expect(ROLE_PERMISSIONS.owner.has("webhooks.redeliver")).toBe(true);
 });
 
 describe("usageScope (activity and usage)", () => {

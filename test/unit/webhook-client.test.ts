@@ -48,6 +48,6 @@ test("when any resolved address is private, then the attempt is refused without 
     ],
   });
   expect(result).toMatchObject({ ok: false, refused: true, statusCode: null });
-  expect(result.error).toBe("refused address (loopback)");
+  expect(result.error).toBe("refused: private address (loopback); set SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true to allow");
   expect(receiver.received.length).toBe(before);
 });

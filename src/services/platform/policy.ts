@@ -10,6 +10,9 @@
  *   They also read what they may run inference on (issue 9): the model catalog, its search, and
  *   the team's deployments; creating and deleting custom models and deployments, and requesting
  *   a custom model's deployment, is the managers'.
+ *   Every member reads the team's webhook delivery log (issue 27, item 6: the deliveries of the
+ *   team's requests, as the team's responses are every member's); a manual redelivery sends the
+ *   team's data out again and is the managers'.
  *   Inference (the data plane) is every role's: it asks only for a caller, and reaches only the
  *   caller's team's resources (streams, responses, batches), so it has no permission here.
  * - Only owners make owners, and change or remove an owner (an admin cannot take over or lock out
@@ -47,7 +50,11 @@ export type Permission =
   /** Create and delete deployments of models. */
   | "deployments.manage"
   /** Create and delete custom models, request their deployment. */
-  | "customModels.manage";
+  | "customModels.manage"
+  /** Read the team's webhook deliveries and their attempts. */
+  | "webhooks.read"
+  /** Redeliver a failed webhook delivery by hand. */
+  | "webhooks.redeliver";
 
 const EVERY_MEMBER: readonly Permission[] = [
   "team.read",
@@ -55,6 +62,7 @@ const EVERY_MEMBER: readonly Permission[] = [
   "usage.readOwn",
   "models.read",
   "deployments.read",
+  "webhooks.read",
 ];
 const MANAGERS: readonly Permission[] = [
   ...EVERY_MEMBER,
@@ -65,6 +73,7 @@ const MANAGERS: readonly Permission[] = [
   "billing.manage",
   "deployments.manage",
   "customModels.manage",
+  "webhooks.redeliver",
 ];
 
 /** The permissions of each role (DESIGN §3 Roles). */
@@ -88,6 +97,8 @@ const REFUSALS: Record<Permission, string> = {
   "billing.manage": "Only team owners and admins can manage billing",
   "deployments.manage": "Only team owners and admins can manage deployments",
   "customModels.manage": "Only team owners and admins can manage custom models",
+  "webhooks.read": "Your role may not read webhook deliveries",
+  "webhooks.redeliver": "Only team owners and admins can redeliver webhooks",
 };
 
 /** True when `principal`'s role grants `permission`. */

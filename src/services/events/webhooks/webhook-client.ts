@@ -46,6 +46,16 @@ export interface AttemptResult {
   refused: boolean;
 }
 
+/**
+ * What a refused address's attempt records, logs and shows in the delivery log (issue 27, item 6:
+ * the refusal names the setting that lifts it), e.g. `refused: private address (loopback); set
+ * SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true to allow`.
+ * @param reason the range the address fell in (`classifyAddress`).
+ */
+export function refusedAddressError(reason: string): string {
+  return `refused: private address (${reason}); set SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true to allow`;
+}
+
 /** Raised when the target resolves to a refused address. */
 class RefusedAddressError extends Error {}
 
@@ -68,7 +78,7 @@ async function checkedAddress(
   if (!allowPrivate) {
     for (const a of addresses) {
       const verdict = classifyAddress(a.address);
-      if (!verdict.allowed) throw new RefusedAddressError(`refused address (${verdict.reason})`);
+      if (!verdict.allowed) throw new RefusedAddressError(refusedAddressError(verdict.reason));
     }
   }
   return addresses[0];

@@ -9,7 +9,12 @@
  * longest delay). A claimed row is leased for the attempt ceiling plus a margin: a process that
  * dies mid-attempt leaves it due again when the lease ends. Woken by NOTIFY, by its own retry
  * timers and by a poll (`pollMs`) that also catches other processes' retries and lost leases.
- * A delivery that has ended (delivered or failed) keeps its attempts but drops its body and token.
+ * A delivery that has ended keeps its attempts. A delivered one drops its body and token; a failed
+ * one of a team without zero data retention keeps its body, and its token sealed (`TokenSealer`),
+ * for `keepFailedMs` so that it can be redelivered by hand (issue 27, item 6:
+ * `webhook-deliveries.service.ts` resets it to pending, and this dispatcher sends it again the same
+ * way, SSRF guard included); the sweep drops them when that time is up. A redelivery's retries
+ * count from `attempts_before`, the attempts made before it.
  * `start()`/`stop()` are its whole lifecycle, so it can move under a worker role as it stands.
  */
 import { setMaxListeners } from "node:events";
@@ -33,7 +38,34 @@ export interface WebhookDispatcherOptions {
   pollMs?: number;
   /** Told each attempt's outcome: delivered, retry (tried again later) or failed (for good); for metrics. */
   onAttempt?: (outcome: "delivered" | "retry" | "failed") => void;
+  /**
+   * How long a failed delivery keeps what a manual redelivery needs, ms (default
+   * `KEEP_FAILED_MS`; 0 keeps nothing). Without `sealer`, only deliveries without a token are kept.
+   */
+  keepFailedMs?: number;
+  /** Seals a failed delivery's webhook token while it is kept (never stored in plaintext then). */
+  sealer?: TokenSealer;
 }
+
+/**
+ * Seals and opens a failed delivery's webhook token (the composition root hands in a `SecretBox`
+ * with the purpose `WEBHOOK_TOKEN_PURPOSE`); `context` is the delivery id, so a sealed token opens
+ * only on its own row.
+ */
+export interface TokenSealer {
+  seal(plaintext: string, context: string): Buffer;
+  /** @throws Error when the value was altered, sealed for another row or under another key. */
+  open(sealed: Buffer, context: string): string;
+}
+
+/** The key purpose of sealed webhook tokens (`SecretBox`). */
+export const WEBHOOK_TOKEN_PURPOSE = "webhook-token";
+
+/** How long a failed delivery stays redeliverable by default: 7 days, ms. */
+export const KEEP_FAILED_MS = 7 * 24 * 3_600_000;
+
+/** How often kept failed deliveries past their time are swept, ms. */
+const KEPT_SWEEP_MS = 60_000;
 
 interface ClaimedDelivery {
   id: string;
@@ -42,8 +74,12 @@ interface ClaimedDelivery {
   token: string | null;
   body: unknown;
   attempts: number;
+  /** Attempts made before the latest manual redelivery (its retry budget counts from here). */
+  attempts_before: number;
   secret: string | null;
   team_id: string;
+  /** The team keeps no request or result bodies: nothing of a failed delivery is kept. */
+  zdr: boolean;
 }
 
 /**
@@ -83,6 +119,8 @@ export class WebhookDispatcher {
   private again = false;
   /** Set by the poll: the next pump also ends deliveries whose last lease ran out. */
   private sweep = true;
+  /** When kept failed deliveries were last swept (`Date.now()`), 0 before the first sweep. */
+  private keptSweptAt = 0;
   private running = false;
   private listening = false;
 
@@ -148,6 +186,10 @@ export class WebhookDispatcher {
         if (this.sweep) {
           this.sweep = false;
           await this.expireExhausted();
+          if (Date.now() - this.keptSweptAt >= KEPT_SWEEP_MS) {
+            this.keptSweptAt = Date.now();
+            await this.dropKept();
+          }
         }
         const free = (this.opts.concurrency ?? 16) - this.inFlight.size;
         if (free <= 0 || !this.running) break;
@@ -187,7 +229,7 @@ export class WebhookDispatcher {
                         + coalesce(b.n, 0) AS nth
              FROM webhook_deliveries d
              LEFT JOIN unnest($4::uuid[], $5::int[]) AS b(team_id, n) ON b.team_id = d.team_id
-            WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts < $1
+            WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts - d.attempts_before < $1
          ) ranked
           WHERE nth <= ${TEAM_IN_FLIGHT}
        ),
@@ -203,8 +245,8 @@ export class WebhookDispatcher {
               updated_at = now()
          FROM due, teams t
         WHERE d.id = due.id AND t.id = d.team_id
-       RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, t.webhook_signing_secret AS secret,
-                 d.team_id`,
+       RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, d.attempts_before,
+                 t.webhook_signing_secret AS secret, d.team_id, t.zero_data_retention_enabled AS zdr`,
       [
         this.maxAttempts,
         n,
@@ -215,19 +257,70 @@ export class WebhookDispatcher {
     );
   }
 
-  /** Deliveries whose last attempt's lease ran out with no attempts left (their process died) end failed. */
+  /**
+   * Deliveries whose last attempt's lease ran out with no attempts left (their process died) end
+   * failed, kept for a redelivery as `recordAttempt` keeps them (their tokens sealed here, so
+   * each is read under a row lock first).
+   */
   private async expireExhausted(): Promise<void> {
-    const rows = await queryRows<{ id: string; response_id: string }>(
+    // The common case, nothing to end, costs one indexed read and no transaction.
+    const due = await queryRows<{ id: string }>(
       this.ds,
-      `UPDATE webhook_deliveries SET status = 'failed', finished_at = now(), updated_at = now(), body = 'null'::jsonb, token = NULL,
-              last_error = coalesce(last_error, 'attempt interrupted')
-        WHERE status = 'pending' AND attempts >= $1 AND next_attempt_at <= now()
-       RETURNING id, response_id`,
+      `SELECT id FROM webhook_deliveries
+        WHERE status = 'pending' AND attempts - attempts_before >= $1 AND next_attempt_at <= now()
+        LIMIT 100`,
       [this.maxAttempts],
     );
-    for (const r of rows) {
+    if (due.length === 0) return;
+    const ended = await this.ds.transaction(async (m) => {
+      const rows = await queryRows<{ id: string; response_id: string; token: string | null; zdr: boolean }>(
+        m,
+        `SELECT d.id, d.response_id, d.token, t.zero_data_retention_enabled AS zdr
+           FROM webhook_deliveries d JOIN teams t ON t.id = d.team_id
+          WHERE d.id = ANY($2::uuid[]) AND d.status = 'pending' AND d.attempts - d.attempts_before >= $1
+            AND d.next_attempt_at <= now()
+            FOR UPDATE OF d SKIP LOCKED`,
+        [this.maxAttempts, due.map((r) => r.id)],
+      );
+      for (const r of rows) {
+        const kept = this.keeping(r);
+        await m.query(
+          `UPDATE webhook_deliveries
+              SET status = 'failed', finished_at = now(), updated_at = now(), token = NULL,
+                  last_error = coalesce(last_error, 'attempt interrupted'),
+                  body = CASE WHEN $2::double precision IS NULL THEN 'null'::jsonb ELSE body END,
+                  token_sealed = $3, kept_until = now() + make_interval(secs => $2::double precision / 1000)
+            WHERE id = $1`,
+          [r.id, kept.keepMs, kept.sealed],
+        );
+      }
+      return rows;
+    });
+    for (const r of ended) {
       this.logger.warn({ deliveryId: r.id, responseId: r.response_id }, "webhook delivery failed: attempts exhausted");
     }
+  }
+
+  /**
+   * What a delivery that fails now keeps for a manual redelivery: `keepMs` (null: nothing, its
+   * body is dropped as a delivered one's) and its token sealed (null when it has none). A team
+   * with zero data retention keeps nothing, nor does a delivery with a token and no sealer here.
+   */
+  private keeping(row: { id: string; token: string | null; zdr: boolean }): {
+    keepMs: number | null;
+    sealed: Buffer | null;
+  } {
+    const keepMs = this.opts.keepFailedMs ?? KEEP_FAILED_MS;
+    if (row.zdr || keepMs <= 0 || (row.token !== null && !this.opts.sealer)) return { keepMs: null, sealed: null };
+    return { keepMs, sealed: row.token === null ? null : this.opts.sealer!.seal(row.token, row.id) };
+  }
+
+  /** Kept failed deliveries past their time drop their body and sealed token: no longer redeliverable. */
+  private async dropKept(): Promise<void> {
+    await this.ds.query(
+      `UPDATE webhook_deliveries SET body = 'null'::jsonb, token_sealed = NULL, kept_until = NULL, updated_at = now()
+        WHERE kept_until IS NOT NULL AND kept_until <= now()`,
+    );
   }
 
   private async deliver(row: ClaimedDelivery): Promise<void> {
@@ -267,10 +360,13 @@ export class WebhookDispatcher {
 
   /** Records the attempt and moves the delivery on (delivered, failed, or due again later). */
   private async recordAttempt(row: ClaimedDelivery, result: AttemptResult): Promise<void> {
-    const last = result.ok || result.refused || row.attempts >= this.maxAttempts;
+    // The attempt's place in its round: the first sending, or the latest manual redelivery.
+    const nth = row.attempts - row.attempts_before;
+    const last = result.ok || result.refused || nth >= this.maxAttempts;
     const status = result.ok ? "delivered" : last ? "failed" : "pending";
     this.opts.onAttempt?.(status === "pending" ? "retry" : status);
-    const delayMs = last ? 0 : retryDelay(this.opts.retryDelaysMs, row.attempts, result.retryAfterMs);
+    const delayMs = last ? 0 : retryDelay(this.opts.retryDelaysMs, nth, result.retryAfterMs);
+    const kept = status === "failed" ? this.keeping(row) : { keepMs: null, sealed: null };
     await this.ds.query(
       `WITH attempt AS (
          INSERT INTO webhook_attempts (delivery_id, attempt, status_code, latency_ms, error)
@@ -279,13 +375,26 @@ export class WebhookDispatcher {
        )
        UPDATE webhook_deliveries
           SET status = $6, last_error = $5, updated_at = now(),
-              -- An ended delivery keeps no copy of the response or the token (the attempts stay).
-              body = CASE WHEN $6 = 'pending' THEN body ELSE 'null'::jsonb END,
+              -- An ended delivery keeps no copy of the response, nor the token in plaintext (the
+              -- attempts stay); a failed one may keep both for a redelivery (see keeping), the token sealed.
+              body = CASE WHEN $6 = 'pending' OR $8::double precision IS NOT NULL THEN body ELSE 'null'::jsonb END,
               token = CASE WHEN $6 = 'pending' THEN token END,
+              token_sealed = $9,
+              kept_until = now() + make_interval(secs => $8::double precision / 1000),
               next_attempt_at = now() + make_interval(secs => $7::double precision / 1000),
               finished_at = CASE WHEN $6 = 'pending' THEN NULL ELSE now() END
         WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
-      [row.id, row.attempts, result.statusCode, result.latencyMs, result.error, status, delayMs],
+      [
+        row.id,
+        row.attempts,
+        result.statusCode,
+        result.latencyMs,
+        result.error,
+        status,
+        delayMs,
+        kept.keepMs,
+        kept.sealed,
+      ],
     );
     if (status === "pending") {
       const timer = setTimeout(() => {
