@@ -230,6 +230,14 @@ describe("responses logprobs", () => {
     expect(item.content[0].logprobs).toBeUndefined();
   });
 
+  test("when include names something unknown, then 400 names that entry", async () => {
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, input: "hi", include: ["message.output_text.logprobs", "nonsense.value"] },
+    });
+    expectInvalid(res, "include[1]");
+  });
+
   test("when top_logprobs is out of range, then 400 names it", async () => {
     const res = await http(server.url, "POST", "/v1/responses", {
       token: caller.key,

@@ -33,6 +33,8 @@ beforeAll(async () => {
   const upstreamCatalog = writeEditedCatalog((c) => {
     const chat = c.models.find((m) => m.id === CHAT_MODEL)!;
     (chat.engine as { context_size?: number }).context_size = 2048;
+    // The embedded engine serves tools whatever the entry says; /v1/models must say so (below).
+    (chat.capabilities as { tools: boolean }).tools = false;
   });
   upstream = await startTestServer({ catalogPath: upstreamCatalog });
   const account = await createTestCaller(upstream.url);
@@ -216,7 +218,7 @@ describe("Chat Completions tools through the upstream", () => {
     expect(ajv.validate(schema, JSON.parse(completion.choices[0].message.content!))).toBe(true);
     expect((await upstreamCall()).body.response_format).toEqual({
       type: "json_schema",
-      json_schema: { name: "response", schema, strict: true },
+      json_schema: { name: "pet", schema, strict: true },
     });
   });
 
@@ -248,6 +250,11 @@ describe("Chat Completions tools through the upstream", () => {
       models.body.data.find((m: { id: string }) => m.id === id).capabilities.tools.supported;
     expect(supported(MODEL)).toBe(true);
     expect(supported("up-no-tools")).toBe(false);
+    // The upstream's embedded model serves the calls above though its entry leaves tools out.
+    const upstreamKey = (await createTestCaller(upstream.url)).key;
+    const upstreamModels = await http(upstream.url, "GET", "/v1/models", { token: upstreamKey });
+    const chat = upstreamModels.body.data.find((m: { id: string }) => m.id === CHAT_MODEL);
+    expect(chat.capabilities.tools.supported).toBe(true);
   });
 
   test("when tools are offered, then their definitions count in the prompt tokens the upstream reports and the gateway records", async () => {

@@ -41,7 +41,15 @@ export interface EngineUsage {
  * when `strict` (400 naming `field` + the keyword's place in the schema).
  */
 export type ResponseFormat =
-  { type: "json_object" } | { type: "json_schema"; schema: Record<string, unknown>; strict: boolean; field: string };
+  | { type: "json_object" }
+  | {
+      type: "json_schema";
+      schema: Record<string, unknown>;
+      strict: boolean;
+      field: string;
+      /** The caller's `json_schema.name`, passed to an upstream as given. */
+      name?: string;
+    };
 
 /** Sampling and length parameters, after translation from the OpenAI/Anthropic bodies. */
 export interface SamplingParams {

@@ -175,9 +175,15 @@ export function capabilitiesDto(m: CatalogModel): ModelCapabilitiesDto {
       supported: m.capabilities.thinking,
       types: { enabled: { supported: m.capabilities.thinking }, adaptive: { supported: false } },
     },
-    // The embedded engine's grammar-constrained calls (issue 26, item 2), or an upstream's (item 5),
-    // as the catalog entry says (`assertToolsServed` refuses tools for upstream models that do not).
-    tools: { supported: m.capabilities.tools },
+    // True exactly where tools work (issue 26, item 6): every text model of the embedded engine
+    // (grammar-constrained calls, item 2; a custom GGUF or an entry that leaves the flag out too),
+    // and an upstream's where its catalog entry says so (`assertToolsServed` refuses the others).
+    tools: {
+      supported:
+        m.engine.type === "llama_cpp"
+          ? m.modality === "text_generation"
+          : m.modality === "text_generation" && m.capabilities.tools,
+    },
     dimensions: m.capabilities.dimensions,
     decisions: { supported: m.capabilities.decisions },
     structured_outputs:

@@ -87,8 +87,8 @@ export function chatBody(req: GenerateRequest, upstreamModel: string, stream: bo
   // server decode under it); the upstream answers 400 for a schema it cannot serve.
   if (req.responseFormat?.type === "json_object") body.response_format = { type: "json_object" };
   if (req.responseFormat?.type === "json_schema") {
-    const { schema, strict } = req.responseFormat;
-    body.response_format = { type: "json_schema", json_schema: { name: "response", schema, strict } };
+    const { schema, strict, name } = req.responseFormat;
+    body.response_format = { type: "json_schema", json_schema: { name: name ?? "response", schema, strict } };
   }
   // Log-probabilities pass through as OpenAI's `logprobs` / `top_logprobs` (vLLM, SGLang and
   // llama.cpp server answer them in `choices[].logprobs.content`, read by `parseLogprobs`).

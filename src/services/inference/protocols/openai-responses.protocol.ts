@@ -50,6 +50,18 @@ const functionTool = z.object({
 /** Built-in tools (web search, file search, …), which this service does not run. */
 const builtInTool = z.object({ type: z.string() }).loose();
 
+/** The `include` values OpenAI's Responses API accepts. */
+const RESPONSE_INCLUDES = [
+  "message.output_text.logprobs",
+  "code_interpreter_call.outputs",
+  "computer_call_output.output.image_url",
+  "file_search_call.results",
+  "message.input_image.image_url",
+  "reasoning.encrypted_content",
+  "web_search_call.action.sources",
+  "web_search_call.results",
+] as const;
+
 export const responseRequest = z
   .object({
     model: z.string().min(1),
@@ -76,7 +88,10 @@ export const responseRequest = z
       .nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     previous_response_id: z.string().nullish(),
-    include: z.array(z.string()).nullish(),
+    // OpenAI's include values: only the log-probabilities have anything to add here (this service
+    // runs no built-in tools, no reasoning, no image input); the others are accepted as OpenAI
+    // does and add nothing, and any other value is a 400 naming it (never silently ignored).
+    include: z.array(z.enum(RESPONSE_INCLUDES)).nullish(),
     top_logprobs: z.number().int().min(0).max(20).nullish(),
   })
   .superRefine((r, ctx) => {

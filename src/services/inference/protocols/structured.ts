@@ -9,7 +9,16 @@ import type { ResponseFormat } from "../../../inference/engine.js";
 
 /** `json_schema.name` (OpenAI: a-z, A-Z, 0-9, underscores and dashes, at most 64). */
 const schemaName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "must be 1–64 letters, digits, underscores or dashes");
-const jsonSchema = z.record(z.string(), z.unknown());
+const jsonSchema = z.record(z.string(), z.unknown()).meta({
+  description:
+    "JSON Schema of the answer. The embedded engine decodes under a grammar of it and enforces: type, enum, const, " +
+    "anyOf/oneOf, $ref to #, #/$defs or #/definitions (recursion too), properties, required, " +
+    "additionalProperties: false, items, prefixItems, minItems, maxItems, minLength, maxLength, format " +
+    "date/time/date-time/uuid/email/ipv4, integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, a number " +
+    "lower bound of 0. Any other keyword (pattern, multipleOf, uniqueItems, other number bounds, allOf, not, …) " +
+    "is a 400 naming its place under strict: true, and left unenforced otherwise. Upstream engines pass the " +
+    "schema through.",
+});
 
 /** Chat Completions `response_format`. */
 export const chatResponseFormat = z.discriminatedUnion("type", [
@@ -45,6 +54,7 @@ export function chatFormat(format: z.infer<typeof chatResponseFormat> | null | u
   if (format.type === "json_object" || !format.json_schema.schema) return { type: "json_object" };
   return {
     type: "json_schema",
+    name: format.json_schema.name,
     schema: format.json_schema.schema,
     strict: format.json_schema.strict === true,
     field: "response_format.json_schema.schema",
@@ -55,7 +65,13 @@ export function chatFormat(format: z.infer<typeof chatResponseFormat> | null | u
 export function textFormat(format: z.infer<typeof responseTextFormat> | null | undefined): ResponseFormat | undefined {
   if (!format || format.type === "text") return undefined;
   if (format.type === "json_object") return { type: "json_object" };
-  return { type: "json_schema", schema: format.schema, strict: format.strict === true, field: "text.format.schema" };
+  return {
+    type: "json_schema",
+    name: format.name,
+    schema: format.schema,
+    strict: format.strict === true,
+    field: "text.format.schema",
+  };
 }
 
 /** A field the request sets that this service does not honour yet, and why. */
