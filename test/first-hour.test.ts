@@ -65,10 +65,12 @@ function expectPrinted(result: TryItRun): string {
   expect(completion.choices[0].message.content.length).toBeGreaterThan(0);
   expect(completion.usage.total_tokens).toBeGreaterThan(0);
 
+  // A completion, a streamed completion, then the embedding's width; the model's text may itself
+  // hold line breaks, so only the first and last lines are known.
   const lines = example.trim().split("\n");
-  expect(lines).toHaveLength(3);
+  expect(lines.length).toBeGreaterThanOrEqual(3);
   expect(lines[0].length).toBeGreaterThan(0);
-  expect(lines[2]).toBe("64 dimensions");
+  expect(lines.at(-1)).toBe("64 dimensions");
   return key!;
 }
 
