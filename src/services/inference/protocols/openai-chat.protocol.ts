@@ -75,7 +75,8 @@ export const chatCompletionRequest = z
     max_completion_tokens: z.number().int().min(1).nullish(),
     temperature: z.number().min(0).max(2).nullish(),
     top_p: z.number().min(0).max(1).nullish(),
-    n: z.number().int().min(1).max(1, "only n = 1 is supported").nullish(),
+    // Above 1: refused naming the model (`chatUnhonoured`), as the other fields it cannot honour.
+    n: z.number().int().min(1).nullish(),
     stream: z.boolean().nullish(),
     stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
     stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
@@ -188,9 +189,10 @@ export function chatTooling(req: ChatCompletionRequest): Tooling {
   return { tools, mode: { kind: "forced", names: [name] } };
 }
 
-/** The fields of a chat body this service does not honour yet (legacy functions). */
+/** The fields of a chat body this service does not honour yet (legacy functions, `n` above 1). */
 export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
+  if ((req.n ?? 1) > 1) out.push({ field: "n", message: "only n = 1 is supported" });
   if (isSet(req.functions))
     out.push({ field: "functions", message: "legacy function calling is not supported; use tools" });
   if (isSet(req.function_call) && req.function_call !== "none") {
