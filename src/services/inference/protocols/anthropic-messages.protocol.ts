@@ -9,6 +9,7 @@ import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
 /** A client tool (`tools[i]`): name, description, JSON Schema of its input. */
@@ -123,6 +124,7 @@ function turnMessages(
   value: z.infer<typeof content>,
   field: string,
   unsupported: string[],
+  toolFields: ToolFields,
 ): ChatMessage[] {
   if (typeof value === "string") return [{ role, content: value }];
   const out: ChatMessage[] = [];
@@ -132,39 +134,48 @@ function turnMessages(
     text = [];
   };
   const calls: NonNullable<ChatMessage["toolCalls"]> = [];
+  const callFields: string[] = [];
   value.forEach((b, j) => {
     const block = b as Record<string, unknown>;
     if (b.type === "text" && typeof b.text === "string") text.push(b.text);
     else if (role === "assistant" && b.type === "tool_use" && typeof block.name === "string") {
       calls.push({ id: String(block.id ?? ""), name: block.name, arguments: JSON.stringify(block.input ?? {}) });
+      callFields.push(`${field}[${j}].id`);
     } else if (role === "user" && b.type === "tool_result") {
       flush(false);
       const result = block.content as z.infer<typeof content> | undefined;
-      out.push({
+      const answer: ChatMessage = {
         role: "tool",
         content: result === undefined ? "" : blocksText(result, `${field}[${j}].content`, unsupported),
         toolCallId: String(block.tool_use_id ?? ""),
-      });
+      };
+      toolFields.set(answer, { calls: [], answer: `${field}[${j}].tool_use_id` });
+      out.push(answer);
     } else unsupported.push(`${field}[${j}]`);
   });
-  if (role === "assistant")
-    return [{ role, content: text.join(""), ...(calls.length > 0 ? { toolCalls: calls } : {}) }];
+  if (role === "assistant") {
+    const turn: ChatMessage = { role, content: text.join(""), ...(calls.length > 0 ? { toolCalls: calls } : {}) };
+    if (calls.length > 0) toolFields.set(turn, { calls: callFields });
+    return [turn];
+  }
   flush(out.length === 0);
   return out;
 }
 
 /**
  * `system` + messages → chat messages (`tool_use` / `tool_result` blocks as structured calls and
- * tool turns); `unsupported` lists other non-text blocks (the caller answers 400).
+ * tool turns, with their fields `messages[i].content[j].id` / `.tool_use_id` for the tool history
+ * check); `unsupported` lists other non-text blocks (the caller answers 400).
  */
-export function anthropicMessages(req: MessagesRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function anthropicMessages(req: MessagesRequest): TranslatedMessages {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
+  const toolFields: ToolFields = new Map();
   if (req.system) messages.push({ role: "system", content: blocksText(req.system, "system", unsupported) });
   req.messages.forEach((m, i) => {
-    messages.push(...turnMessages(m.role, m.content, `messages[${i}].content`, unsupported));
+    messages.push(...turnMessages(m.role, m.content, `messages[${i}].content`, unsupported, toolFields));
   });
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
 }
 
 /** Messages body → sampling parameters (`max_tokens` is required by the API). */

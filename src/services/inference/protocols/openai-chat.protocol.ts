@@ -11,6 +11,7 @@ import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
 import { openAiLogprobs } from "./logprobs.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
@@ -112,10 +113,12 @@ export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 /**
  * Flattens OpenAI message content (string or parts) to text; non-text parts are refused. An
  * assistant's `tool_calls` and a `tool` message's `tool_call_id` stay structured (each engine
- * writes them its own way).
+ * writes them its own way), with their fields (`messages[i].tool_calls[j].id`,
+ * `messages[i].tool_call_id`) for the tool history check.
  */
-export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function chatMessages(req: ChatCompletionRequest): TranslatedMessages {
   const unsupported: string[] = [];
+  const toolFields: ToolFields = new Map();
   const messages = req.messages.map((m, i): ChatMessage => {
     let content = "";
     if (typeof m.content === "string") content = m.content;
@@ -129,15 +132,21 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
         })
         .join("");
     }
-    if (m.role === "tool") return { role: "tool", content, toolCallId: m.tool_call_id };
+    if (m.role === "tool") {
+      const answer: ChatMessage = { role: "tool", content, toolCallId: m.tool_call_id };
+      toolFields.set(answer, { calls: [], answer: `messages[${i}].tool_call_id` });
+      return answer;
+    }
     // A legacy `function` result names its function, not a call: a tool turn without an id.
     if (m.role === "function") return { role: "tool", content };
     const calls = m.role === "assistant" ? (m.tool_calls ?? []) : [];
     if (calls.length === 0) return { role: m.role, content };
     const toolCalls = calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
-    return { role: m.role, content, toolCalls };
+    const turn: ChatMessage = { role: m.role, content, toolCalls };
+    toolFields.set(turn, { calls: calls.map((_, j) => `messages[${i}].tool_calls[${j}].id`) });
+    return turn;
   });
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
 }
 
 /** Chat body → sampling parameters (`max_completion_tokens` wins over `max_tokens`; `stop` as a list). */

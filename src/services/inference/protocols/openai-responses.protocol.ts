@@ -14,6 +14,7 @@ import { type UnhonouredField, responseTextFormat, textFormat } from "./structur
 import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
 import type { HistoryToolCall } from "../../../inference/tools.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import { RESPONSES_TOOL_RULES, type ToolFields, type TranslatedMessages, checkToolHistory } from "./tool-history.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const messageItem = z
@@ -105,12 +106,14 @@ export function assistantCalls(calls: HistoryToolCall[]): ChatMessage {
 
 /**
  * `instructions` + `input` (string or message items) → chat messages, `function_call` items as an
- * assistant's calls (those in a row as one turn) and `function_call_output` items as tool turns (by `call_id`); `unsupported`
- * lists non-text parts.
+ * assistant's calls (those in a row as one turn) and `function_call_output` items as tool turns
+ * (by `call_id`), with their fields (`input[i].call_id`) for the tool history check;
+ * `unsupported` lists non-text parts.
  */
-export function responseMessages(req: ResponseRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function responseMessages(req: ResponseRequest): TranslatedMessages {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
+  const toolFields: ToolFields = new Map();
   if (req.instructions) messages.push({ role: "system", content: req.instructions });
   if (typeof req.input === "string") messages.push({ role: "user", content: req.input });
   else {
@@ -120,13 +123,19 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
         const made = { id: call.call_id, name: call.name, arguments: call.arguments };
         // Calls in a row are one assistant turn (parallel calls), as a chat history writes them.
         const last = messages.at(-1);
-        if (last?.toolCalls) last.toolCalls.push(made);
-        else messages.push(assistantCalls([made]));
+        const turn = last?.toolCalls && toolFields.has(last) ? last : assistantCalls([]);
+        if (turn !== last) messages.push(turn);
+        turn.toolCalls!.push(made);
+        const at = toolFields.get(turn) ?? { calls: [] };
+        at.calls.push(`input[${i}].call_id`);
+        toolFields.set(turn, at);
         return;
       }
       if (item.type === "function_call_output") {
         const output = item as z.infer<typeof functionCallOutputItem>;
-        messages.push({ role: "tool", content: output.output, toolCallId: output.call_id });
+        const answer: ChatMessage = { role: "tool", content: output.output, toolCallId: output.call_id };
+        toolFields.set(answer, { calls: [], answer: `input[${i}].call_id` });
+        messages.push(answer);
         return;
       }
       item = item as z.infer<typeof messageItem>;
@@ -143,7 +152,25 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
       messages.push({ role: item.role, content: text });
     });
   }
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
+}
+
+/**
+ * The messages a Responses create generates from: its `instructions`, then the conversation it
+ * continues (`history`, from `previous_response_id`; issue 26, item 4), then its input — with the
+ * tool turns of all of them checked (`checkToolHistory`: an output may answer a call of the
+ * history, and a call of the history must be answered in the input).
+ * @throws AppError 400 naming `input[i].call_id`, or `previous_response_id` for a call of the history.
+ */
+export function continuedMessages(
+  req: ResponseRequest,
+  own: TranslatedMessages,
+  history: ChatMessage[],
+): ChatMessage[] {
+  const instructions = req.instructions ? 1 : 0;
+  const messages = [...own.messages.slice(0, instructions), ...history, ...own.messages.slice(instructions)];
+  checkToolHistory(messages, own.toolFields, RESPONSES_TOOL_RULES);
+  return messages;
 }
 
 /** Responses body → sampling parameters (`max_output_tokens` → max tokens). */

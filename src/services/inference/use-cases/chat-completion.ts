@@ -14,6 +14,7 @@ import {
   chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
 import { toolCallId } from "../protocols/tools.js";
+import { CHAT_TOOL_RULES, checkToolHistory } from "../protocols/tool-history.js";
 import {
   type CreateOptions,
   type Created,
@@ -29,13 +30,17 @@ export type ChatCompletion = ReturnType<typeof chatCompletion>;
 
 /**
  * The checks of a chat completion that need no engine, for `teamId` (the batch create runs them
- * for each item): the model resolved, every field honoured, text only, the tools servable.
+ * for each item): the model resolved, every field honoured, text only, the tools servable, the
+ * tool turns of the history paired (`CHAT_TOOL_RULES`).
  * @throws AppError 404 unknown model; 400.
  */
 export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, chatMessages(body), chatUnhonoured(body), () =>
+  const translated = chatMessages(body);
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, chatUnhonoured(body), () =>
     chatTooling(body),
   );
+  checkToolHistory(translated.messages, translated.toolFields, CHAT_TOOL_RULES);
+  return checked;
 }
 
 /**

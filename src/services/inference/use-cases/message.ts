@@ -13,6 +13,7 @@ import {
   messagesTooling,
 } from "../protocols/anthropic-messages.protocol.js";
 import { toolCallId } from "../protocols/tools.js";
+import { MESSAGES_TOOL_RULES, checkToolHistory } from "../protocols/tool-history.js";
 import {
   type CreateOptions,
   type Created,
@@ -30,11 +31,14 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
 /**
  * The checks of a message that need no engine, for `teamId` (the batch create runs them for each
  * item): the model resolved, text and tool blocks only, the tools servable (Messages has no field
- * this service leaves unhonoured).
+ * this service leaves unhonoured), the `tool_use` / `tool_result` blocks paired (`MESSAGES_TOOL_RULES`).
  * @throws AppError 404 unknown model; 400.
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, anthropicMessages(body), [], () => messagesTooling(body));
+  const translated = anthropicMessages(body);
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body));
+  checkToolHistory(translated.messages, translated.toolFields, MESSAGES_TOOL_RULES);
+  return checked;
 }
 
 /**
