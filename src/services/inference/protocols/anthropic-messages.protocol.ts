@@ -214,19 +214,28 @@ function usage(result: GenerateResult) {
   };
 }
 
-/** The `message` object. */
+/** The text block of a message. */
+function textContent(text: string) {
+  return { type: "text" as const, text };
+}
+
+/**
+ * The `message` object: with `call`, its `tool_use` block after a text block with the text the
+ * answer gave beside it (`callPreamble`, when there is some), else one text block.
+ */
 export function anthropicMessage(
   requestId: string,
   model: string,
   result: GenerateResult,
   call?: AnthropicToolUse | null,
 ) {
+  const preamble = result.callPreamble ? [textContent(result.callPreamble)] : [];
   return {
     id: messageId(requestId),
     type: "message" as const,
     role: "assistant" as const,
     model,
-    content: call ? [call] : [{ type: "text" as const, text: result.text }],
+    content: call ? [...preamble, call] : [textContent(result.text)],
     stop_reason: call ? ("tool_use" as const) : stopReason(result.finishReason),
     stop_sequence: call ? null : result.stopSequence,
     usage: usage(result),
@@ -235,6 +244,10 @@ export function anthropicMessage(
 
 function textBlockStart(): [string, unknown] {
   return ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }];
+}
+
+function blockStop(index: number): [string, unknown] {
+  return ["content_block_stop", { type: "content_block_stop", index }];
 }
 
 /** SSE events of one streamed message, as `[event, data]` pairs. */
@@ -278,27 +291,34 @@ export const messageEvents = {
   /**
    * The closing events. `held`: the block was not opened at the start; it is sent now, as a text
    * block with the whole text, or as the `tool_use` block of `call` (empty `input`, then its JSON
-   * as one `input_json_delta`), as Anthropic streams them.
+   * as one `input_json_delta`), as Anthropic streams them — after a text block with the text the
+   * answer gave beside the call (`callPreamble`), when there is some.
    */
   finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null): [string, unknown][] {
-    const block: [string, unknown][] = !held
-      ? []
-      : call
-        ? [
-            ["content_block_start", { type: "content_block_start", index: 0, content_block: { ...call, input: {} } }],
-            [
-              "content_block_delta",
-              {
-                type: "content_block_delta",
-                index: 0,
-                delta: { type: "input_json_delta", partial_json: JSON.stringify(call.input) },
-              },
-            ],
-          ]
-        : [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : [])];
+    let blocks: [string, unknown][] = [blockStop(0)];
+    if (held && call) {
+      const preamble = result.callPreamble
+        ? [textBlockStart(), messageEvents.delta(result.callPreamble), blockStop(0)]
+        : [];
+      const index = preamble.length > 0 ? 1 : 0;
+      blocks = [
+        ...preamble,
+        ["content_block_start", { type: "content_block_start", index, content_block: { ...call, input: {} } }],
+        [
+          "content_block_delta",
+          {
+            type: "content_block_delta",
+            index,
+            delta: { type: "input_json_delta", partial_json: JSON.stringify(call.input) },
+          },
+        ],
+        blockStop(index),
+      ];
+    } else if (held) {
+      blocks = [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : []), blockStop(0)];
+    }
     return [
-      ...block,
-      ["content_block_stop", { type: "content_block_stop", index: 0 }],
+      ...blocks,
       [
         "message_delta",
         {

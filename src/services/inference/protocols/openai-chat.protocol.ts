@@ -244,7 +244,10 @@ export function chatUsage(result: GenerateResult) {
   };
 }
 
-/** The `chat.completion` object (a tool call instead of text when `call`). `created` is Unix seconds. */
+/**
+ * The `chat.completion` object: with `call`, its `tool_calls` and as `content` the text the answer
+ * gave beside it (`callPreamble`; null when none), else the text. `created` is Unix seconds.
+ */
 export function chatCompletion(
   requestId: string,
   createdAt: Date,
@@ -261,7 +264,13 @@ export function chatCompletion(
       {
         index: 0,
         message: call
-          ? { role: "assistant" as const, content: null, refusal: null, annotations: [], tool_calls: [call] }
+          ? {
+              role: "assistant" as const,
+              content: result.callPreamble || null,
+              refusal: null,
+              annotations: [],
+              tool_calls: [call],
+            }
           : { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
         logprobs: chatLogprobs(result, call),
         finish_reason: call ? ("tool_calls" as const) : chatFinishReason(result.finishReason),

@@ -298,7 +298,9 @@ function continuing(previous: string | null | undefined): { previous_response_id
 
 /**
  * The Response object of a finished generation (`incomplete` when it hit the token limit,
- * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`).
+ * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`). With
+ * `call`, the output is the `function_call` item, after a message item with the text the answer
+ * gave beside it (`callPreamble`), when there is some.
  */
 export function responseObject(
   requestId: string,
@@ -320,22 +322,14 @@ export function responseObject(
     status,
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
     output: call
-      ? [call]
+      ? [...(result.callPreamble ? [outputMessage(requestId, "completed", result.callPreamble)] : []), call]
       : [
-          {
-            type: "message",
-            id: messageId(requestId),
-            role: "assistant",
-            status: incomplete || status === "cancelled" ? "incomplete" : "completed",
-            content: [
-              {
-                type: "output_text",
-                text: result.text,
-                annotations: [],
-                ...(result.logprobs ? { logprobs: openAiLogprobs(result.logprobs) } : {}),
-              },
-            ],
-          },
+          outputMessage(
+            requestId,
+            incomplete || status === "cancelled" ? "incomplete" : "completed",
+            result.text,
+            result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
+          ),
         ],
     error: null,
     usage: {
@@ -347,6 +341,22 @@ export function responseObject(
     },
     service_tier: tier,
     ...continuing(previous),
+  };
+}
+
+/** A Response's message item with one `output_text` part. */
+function outputMessage(
+  requestId: string,
+  status: ResponseMessageItem["status"],
+  text: string,
+  logprobs?: OpenAiLogprob[],
+): ResponseMessageItem {
+  return {
+    type: "message",
+    id: messageId(requestId),
+    role: "assistant",
+    status,
+    content: [{ type: "output_text", text, annotations: [], ...(logprobs ? { logprobs } : {}) }],
   };
 }
 
@@ -433,48 +443,45 @@ export class ResponseStreamEvents {
 
   /**
    * The closing events. `held`: the item was not opened at the start; a function call is sent now
-   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done), a
-   * message with its whole text.
+   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done),
+   * after the message item with the text the answer gave beside it, when there is one; a message
+   * with its whole text.
    */
   finish(response: ResponseObject, held = false): [string, unknown][] {
-    const first = response.output[0];
-    if (first?.type === "function_call") {
-      return [
-        this.event("response.output_item.added", {
-          output_index: 0,
-          item: { ...first, arguments: "", status: "in_progress" },
-        }),
-        this.event("response.function_call_arguments.delta", {
-          item_id: first.id,
-          output_index: 0,
-          delta: first.arguments,
-        }),
-        this.event("response.function_call_arguments.done", {
-          item_id: first.id,
-          output_index: 0,
-          arguments: first.arguments,
-        }),
-        this.event("response.output_item.done", { output_index: 0, item: first }),
-        this.event("response.completed", { response }),
-      ];
-    }
-    const item = first;
-    const text0 = item?.content[0]?.text ?? "";
-    const opened = held ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
-    return [...opened, ...this.messageClosed(response)];
+    const call = response.output.find((item) => item.type === "function_call");
+    const message = response.output.find((item) => item.type === "message");
+    const text0 = message?.content[0]?.text ?? "";
+    const opened = held && (message || !call) ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
+    const closed = message || !call ? this.messageClosed(message) : [];
+    if (!call) return [...opened, ...closed, this.event(terminalEvent(response), { response })];
+    const at = closed.length > 0 ? 1 : 0;
+    return [
+      ...opened,
+      ...closed,
+      this.event("response.output_item.added", {
+        output_index: at,
+        item: { ...call, arguments: "", status: "in_progress" },
+      }),
+      this.event("response.function_call_arguments.delta", {
+        item_id: call.id,
+        output_index: at,
+        delta: call.arguments,
+      }),
+      this.event("response.function_call_arguments.done", {
+        item_id: call.id,
+        output_index: at,
+        arguments: call.arguments,
+      }),
+      this.event("response.output_item.done", { output_index: at, item: call }),
+      this.event("response.completed", { response }),
+    ];
   }
 
-  private messageClosed(response: ResponseObject): [string, unknown][] {
-    const item = response.output[0] as ResponseMessageItem | undefined;
+  /** The message item's closing events (output index 0). */
+  private messageClosed(item: ResponseMessageItem | undefined): [string, unknown][] {
     const text = item?.content[0]?.text ?? this.text;
     const logprobs = item?.content[0]?.logprobs ?? [];
     const part = { type: "output_text", text, annotations: [], ...(item?.content[0]?.logprobs ? { logprobs } : {}) };
-    const terminal =
-      response.status === "incomplete"
-        ? "response.incomplete"
-        : response.status === "failed"
-          ? "response.failed"
-          : "response.completed";
     return [
       this.event("response.output_text.done", {
         item_id: this.itemId,
@@ -486,7 +493,6 @@ export class ResponseStreamEvents {
       }),
       this.event("response.content_part.done", { item_id: this.itemId, output_index: 0, content_index: 0, part }),
       this.event("response.output_item.done", { output_index: 0, item }),
-      this.event(terminal, { response }),
     ];
   }
 
@@ -499,4 +505,10 @@ export class ResponseStreamEvents {
     const { code, message, param } = openAiError(failure);
     return [this.event("error", { ...errorBody(failure, "openai"), code, message, param })];
   }
+}
+
+/** The stream's last event for a Response that ended as text. */
+function terminalEvent(response: ResponseObject): string {
+  if (response.status === "incomplete") return "response.incomplete";
+  return response.status === "failed" ? "response.failed" : "response.completed";
 }
