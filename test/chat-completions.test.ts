@@ -233,7 +233,12 @@ describe("chat completion errors", () => {
     expectInvalid(await post({ ...greedy("hi"), temperature: 3 }), "temperature");
     expectInvalid(await post({ ...greedy("hi"), max_tokens: 0 }), "max_tokens");
     expectInvalid(await post({ ...greedy("hi"), max_tokens: "ten" }), "max_tokens");
-    expectInvalid(await post({ ...greedy("hi"), n: 2 }), "n");
+    const many = await post({ ...greedy("hi"), n: 2 });
+    expectInvalid(many, "n");
+    // Named with the model, as every field a model cannot honour (issue 26, item 6).
+    expect(many.body.detail).toContain(CHAT_MODEL);
+    expect(many.body.extra[0].message).toContain(CHAT_MODEL);
+    expectInvalid(await post({ ...greedy("hi"), n: 0 }), "n");
     expectInvalid(await post({ ...greedy("hi"), metadata: { stream_id: "not-a-uuid" } }), "metadata.stream_id");
     expectInvalid(await post({ messages: [{ role: "user", content: "hi" }] }), "model");
   });

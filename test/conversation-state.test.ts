@@ -3,8 +3,10 @@
  * `previous_response_id` makes the earlier response's input and output the history (its
  * `instructions` are not carried over), is echoed on the response, counts the whole history in
  * usage, works for background responses too, and refuses another team's id (404), an unstored
- * response (400) and a malformed id (400).
+ * response (400), a malformed id (400) and a chain that includes a deleted response (400, issue 26
+ * review, finding 15), but not one longer than the 100 responses read back.
  */
+import { randomUUID } from "node:crypto";
 import {
   CHAT_MODEL,
   type TestServer,
@@ -178,6 +180,58 @@ describe("previous_response_id", () => {
     expectInvalid(res, "requests[0].body.previous_response_id");
     expectInvalid(res, "requests[1].body.previous_response_id");
     expect(JSON.stringify(res.body)).not.toContain("Secret");
+  });
+
+  test("when a response the chain continues was deleted, then continuing is refused naming previous_response_id and that response, never run on a shorter history", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const first = await client.responses.create({ ...greedy, input: "Once upon a time" });
+    const second = await client.responses.create({ ...greedy, input: "Then", previous_response_id: first.id });
+    await client.responses.delete(first.id);
+    const continued = { ...greedy, input: "And", previous_response_id: second.id };
+    const sync = await http(server.url, "POST", "/v1/responses", { token: caller.key, body: continued });
+    expectInvalid(sync, "previous_response_id");
+    expect(sync.body.detail).toContain(first.id);
+    expect(sync.body.extra[0].message).toContain("deleted");
+    const background = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...continued, background: true },
+    });
+    expectInvalid(background, "previous_response_id");
+    const batch = await http(server.url, "POST", "/v1/batches", {
+      token: caller.key,
+      body: { requests: [{ url: "/v1/responses", body: continued }] },
+    });
+    expectInvalid(batch, "requests[0].body.previous_response_id");
+    expect(batch.body.extra[0].message).toContain(first.id);
+    // The deleted one itself: unknown, as before.
+    const deleted = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "And", previous_response_id: first.id },
+    });
+    expectEnvelope(deleted, 404);
+  });
+
+  test("when a chain is longer than the responses read back, then it is continued (the cap is not a deleted response)", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const first = await client.responses.create({ ...greedy, input: "Once upon a time" });
+    // MAX_CHAIN (100) more responses, each continuing the one before, written as the service stores them.
+    const ids = Array.from({ length: 100 }, () => randomUUID());
+    await server.db(
+      `INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, request_json, response_json, created_at)
+       SELECT n.id, r.team_id, r.user_id, r.api_key_id, r.model, r.status,
+              r.request_json || jsonb_build_object('previous_response_id', n.prev),
+              r.response_json || jsonb_build_object('id', n.id), r.created_at
+         FROM responses r, unnest($2::uuid[], $3::text[]) AS n(id, prev) WHERE r.id = $1`,
+      [first.id, ids, [first.id, ...ids.slice(0, -1)]],
+    );
+    // Submitted in the background: the conversation is checked at submission (101 turns would not
+    // fit the tiny model's context when run).
+    const res = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { ...greedy, input: "And", previous_response_id: ids.at(-1), background: true },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.previous_response_id).toBe(ids.at(-1));
   });
 
   test("when the key is missing, then 401", async () => {

@@ -150,6 +150,14 @@ export interface GenerateResult {
    * protocols answer one call per answer, the first (`parallel_tool_calls: false` is sent upstream).
    */
   toolCalls?: ToolCall[];
+  /**
+   * With `toolCalls`: text the answer gives beside its calls, answered before the call (chat
+   * `content` beside `tool_calls`, an Anthropic text block before the `tool_use`, a Responses
+   * message item before the `function_call`); absent when there is none. An upstream may send
+   * both (OpenAI allows it); the embedded engine answers a call alone (its `text` is then the
+   * call's own text, never rendered).
+   */
+  callPreamble?: string;
 }
 
 export interface EmbedRequest {

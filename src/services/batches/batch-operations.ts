@@ -16,7 +16,11 @@ import { PG_TEXT_MESSAGE, isPgStorableText } from "../platform/validation.js";
 import { messagesRequest } from "../inference/protocols/anthropic-messages.protocol.js";
 import { chatCompletionRequest } from "../inference/protocols/openai-chat.protocol.js";
 import { embeddingRequest } from "../inference/protocols/openai-embeddings.protocol.js";
-import { responseMessages, responseRequest } from "../inference/protocols/openai-responses.protocol.js";
+import {
+  continuedMessages,
+  responseMessages,
+  responseRequest,
+} from "../inference/protocols/openai-responses.protocol.js";
 import { createDecision, prepareDecision } from "../decisions/decisions.service.js";
 import { checkChatCompletion, createChatCompletion } from "../inference/use-cases/chat-completion.js";
 import { checkEmbedding, createEmbedding } from "../inference/use-cases/embedding.js";
@@ -63,8 +67,9 @@ export interface PreparedItem {
    */
   continues?: {
     previousResponseId: string;
-    /** How an issue with it is named (`requests[i].body.previous_response_id`). */
-    field: string;
+    /** The item's body field (`requests[i].body`): issues are named under it. */
+    bodyPrefix: string;
+    /** @throws AppError 400 when the tool turns of the conversation and the input do not pair (`continuedMessages`). */
     withHistory: (history: ChatMessage[]) => Record<string, unknown>;
   };
 }
@@ -149,17 +154,19 @@ export function prepareBatchItem(
       if (!parsed.success) return fail(zodIssues(parsed.error, bodyPrefix + "."));
       const found = checked(parsed.data.model, "text_generation", () => checkResponse(catalog, teamId, parsed.data));
       if (issues.length + found.length > 0) return fail(found);
-      const { messages } = responseMessages(parsed.data);
+      const translated = responseMessages(parsed.data);
       const request = parsed.data;
-      const item: PreparedItem = { customId, url: "/v1/chat/completions", body: responsesToChat(request, messages) };
+      const item: PreparedItem = {
+        customId,
+        url: "/v1/chat/completions",
+        body: responsesToChat(request, translated.messages),
+      };
       if (request.previous_response_id) {
         // The conversation is read by the batch create (`continues`), then put before the input.
-        const instructions = request.instructions ? 1 : 0;
         item.continues = {
           previousResponseId: request.previous_response_id,
-          field: `${bodyPrefix}.previous_response_id`,
-          withHistory: (history) =>
-            responsesToChat(request, [...messages.slice(0, instructions), ...history, ...messages.slice(instructions)]),
+          bodyPrefix,
+          withHistory: (history) => responsesToChat(request, continuedMessages(request, translated, history)),
         };
       }
       return { item };
@@ -281,7 +288,8 @@ function chatWireMessage(m: ChatMessage): Record<string, unknown> {
  * A `/v1/responses` item that continues a stored response (`previous_response_id`; issue 26,
  * item 5): its body with that conversation before its input, read now for the batch's team, so
  * the item runs as sent even if the stored response is deleted later. An unknown or another
- * team's id, or one that cannot be continued, is an issue of the item (null returned).
+ * team's id, or one that cannot be continued, is an issue of the item (null returned), and so is
+ * a tool history that does not pair with the conversation's (named under the item's body).
  */
 export async function withConversation(
   conversations: ConversationReader,
@@ -290,15 +298,19 @@ export async function withConversation(
   issues: ItemIssue[],
 ): Promise<PreparedItem | null> {
   if (!item.continues) return item;
-  const { previousResponseId, field, withHistory } = item.continues;
+  const { previousResponseId, bodyPrefix, withHistory } = item.continues;
+  let history: ChatMessage[];
   try {
-    const history = await conversations.conversation(ctx, previousResponseId);
-    return { customId: item.customId, url: item.url, body: withHistory(history) };
+    history = await conversations.conversation(ctx, previousResponseId);
   } catch (err) {
     if (!(err instanceof AppError)) throw err;
-    issues.push({ field, message: err.detail, custom_id: item.customId });
+    issues.push({ field: `${bodyPrefix}.previous_response_id`, message: err.detail, custom_id: item.customId });
     return null;
   }
+  let body: Record<string, unknown> = item.body;
+  const found = issuesOf(() => (body = withHistory(history)), bodyPrefix);
+  issues.push(...found.map((i) => ({ ...i, custom_id: item.customId })));
+  return found.length > 0 ? null : { customId: item.customId, url: item.url, body };
 }
 
 /** One item as the runner hands it over. */

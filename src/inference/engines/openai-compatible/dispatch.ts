@@ -115,12 +115,24 @@ export class UpstreamClient {
 
   /**
    * A tool call an upstream answered that names no allowed tool or whose arguments are not a JSON
-   * object: logged, and left out of the answer (never passed on as a broken call).
+   * object: logged, and left out of the answer (never passed on as a broken call; an answer with
+   * no usable call left is a broken answer, see `generation.ts`).
    */
   unusableCall(endpoint: UpstreamEndpoint, name: string): void {
     this.logger.warn(
       { endpoint: endpoint.name, tool: name },
       "upstream answered a tool call that is not valid: left out",
+    );
+  }
+
+  /**
+   * An answer with `calls` (> 1) usable tool calls although `parallel_tool_calls: false` was sent:
+   * logged; the protocols answer the first (issue 26 review, finding 7).
+   */
+  parallelCalls(endpoint: UpstreamEndpoint, calls: number): void {
+    this.logger.warn(
+      { endpoint: endpoint.name, calls },
+      "upstream answered several tool calls despite parallel_tool_calls: false: the first is answered",
     );
   }
 

@@ -203,11 +203,18 @@ async function readStream(
     if (c.finish_reason !== null && c.finish_reason !== undefined) choice = c;
   };
   req.onStart?.({ promptTokens: t.bound, cachedPromptTokens: 0, queueMs: t.queueMs });
-  // The calls of an answer that ended (one cut short stays what it was: text), each valid.
-  const answeredCalls = (reason: FinishReason): Pick<GenerateResult, "toolCalls"> => {
+  // The calls of an answer that ended (one cut short stays what it was: text), each valid, with
+  // the text the upstream sent beside them (OpenAI allows `content` and `tool_calls` together).
+  // An answer whose calls are all unusable is a broken answer, never an empty one (issue 26
+  // review, finding 7); a second call despite `parallel_tool_calls: false` is logged and the
+  // protocols answer the first.
+  const answeredCalls = (reason: FinishReason): Pick<GenerateResult, "toolCalls" | "callPreamble"> => {
     if (reason !== "stop" || !calls.started) return {};
     const made = calls.finished(req.tools, (call) => client.unusableCall(endpoint, call.name));
-    return made.length > 0 ? { toolCalls: made } : {};
+    if (made.length === 0)
+      throw client.broken(endpoint, "tool calls none of which names an offered tool with JSON-object arguments");
+    if (made.length > 1) client.parallelCalls(endpoint, made.length);
+    return { toolCalls: made, ...(text ? { callPreamble: text } : {}) };
   };
   const result = (reason: FinishReason, stopSequence: string | null, final: EngineUsage): GenerateResult => ({
     text,

@@ -9,6 +9,7 @@ import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { AppError } from "../../../shared/errors.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
 const textBlock = z.object({ type: z.literal("text"), text: z.string() }).loose();
 /** A client tool (`tools[i]`): name, description, JSON Schema of its input. */
@@ -123,6 +124,7 @@ function turnMessages(
   value: z.infer<typeof content>,
   field: string,
   unsupported: string[],
+  toolFields: ToolFields,
 ): ChatMessage[] {
   if (typeof value === "string") return [{ role, content: value }];
   const out: ChatMessage[] = [];
@@ -132,39 +134,48 @@ function turnMessages(
     text = [];
   };
   const calls: NonNullable<ChatMessage["toolCalls"]> = [];
+  const callFields: string[] = [];
   value.forEach((b, j) => {
     const block = b as Record<string, unknown>;
     if (b.type === "text" && typeof b.text === "string") text.push(b.text);
     else if (role === "assistant" && b.type === "tool_use" && typeof block.name === "string") {
       calls.push({ id: String(block.id ?? ""), name: block.name, arguments: JSON.stringify(block.input ?? {}) });
+      callFields.push(`${field}[${j}].id`);
     } else if (role === "user" && b.type === "tool_result") {
       flush(false);
       const result = block.content as z.infer<typeof content> | undefined;
-      out.push({
+      const answer: ChatMessage = {
         role: "tool",
         content: result === undefined ? "" : blocksText(result, `${field}[${j}].content`, unsupported),
         toolCallId: String(block.tool_use_id ?? ""),
-      });
+      };
+      toolFields.set(answer, { calls: [], answer: `${field}[${j}].tool_use_id` });
+      out.push(answer);
     } else unsupported.push(`${field}[${j}]`);
   });
-  if (role === "assistant")
-    return [{ role, content: text.join(""), ...(calls.length > 0 ? { toolCalls: calls } : {}) }];
+  if (role === "assistant") {
+    const turn: ChatMessage = { role, content: text.join(""), ...(calls.length > 0 ? { toolCalls: calls } : {}) };
+    if (calls.length > 0) toolFields.set(turn, { calls: callFields });
+    return [turn];
+  }
   flush(out.length === 0);
   return out;
 }
 
 /**
  * `system` + messages → chat messages (`tool_use` / `tool_result` blocks as structured calls and
- * tool turns); `unsupported` lists other non-text blocks (the caller answers 400).
+ * tool turns, with their fields `messages[i].content[j].id` / `.tool_use_id` for the tool history
+ * check); `unsupported` lists other non-text blocks (the caller answers 400).
  */
-export function anthropicMessages(req: MessagesRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function anthropicMessages(req: MessagesRequest): TranslatedMessages {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
+  const toolFields: ToolFields = new Map();
   if (req.system) messages.push({ role: "system", content: blocksText(req.system, "system", unsupported) });
   req.messages.forEach((m, i) => {
-    messages.push(...turnMessages(m.role, m.content, `messages[${i}].content`, unsupported));
+    messages.push(...turnMessages(m.role, m.content, `messages[${i}].content`, unsupported, toolFields));
   });
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
 }
 
 /** Messages body → sampling parameters (`max_tokens` is required by the API). */
@@ -203,19 +214,28 @@ function usage(result: GenerateResult) {
   };
 }
 
-/** The `message` object. */
+/** The text block of a message. */
+function textContent(text: string) {
+  return { type: "text" as const, text };
+}
+
+/**
+ * The `message` object: with `call`, its `tool_use` block after a text block with the text the
+ * answer gave beside it (`callPreamble`, when there is some), else one text block.
+ */
 export function anthropicMessage(
   requestId: string,
   model: string,
   result: GenerateResult,
   call?: AnthropicToolUse | null,
 ) {
+  const preamble = result.callPreamble ? [textContent(result.callPreamble)] : [];
   return {
     id: messageId(requestId),
     type: "message" as const,
     role: "assistant" as const,
     model,
-    content: call ? [call] : [{ type: "text" as const, text: result.text }],
+    content: call ? [...preamble, call] : [textContent(result.text)],
     stop_reason: call ? ("tool_use" as const) : stopReason(result.finishReason),
     stop_sequence: call ? null : result.stopSequence,
     usage: usage(result),
@@ -224,6 +244,10 @@ export function anthropicMessage(
 
 function textBlockStart(): [string, unknown] {
   return ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }];
+}
+
+function blockStop(index: number): [string, unknown] {
+  return ["content_block_stop", { type: "content_block_stop", index }];
 }
 
 /** SSE events of one streamed message, as `[event, data]` pairs. */
@@ -267,27 +291,34 @@ export const messageEvents = {
   /**
    * The closing events. `held`: the block was not opened at the start; it is sent now, as a text
    * block with the whole text, or as the `tool_use` block of `call` (empty `input`, then its JSON
-   * as one `input_json_delta`), as Anthropic streams them.
+   * as one `input_json_delta`), as Anthropic streams them — after a text block with the text the
+   * answer gave beside the call (`callPreamble`), when there is some.
    */
   finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null): [string, unknown][] {
-    const block: [string, unknown][] = !held
-      ? []
-      : call
-        ? [
-            ["content_block_start", { type: "content_block_start", index: 0, content_block: { ...call, input: {} } }],
-            [
-              "content_block_delta",
-              {
-                type: "content_block_delta",
-                index: 0,
-                delta: { type: "input_json_delta", partial_json: JSON.stringify(call.input) },
-              },
-            ],
-          ]
-        : [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : [])];
+    let blocks: [string, unknown][] = [blockStop(0)];
+    if (held && call) {
+      const preamble = result.callPreamble
+        ? [textBlockStart(), messageEvents.delta(result.callPreamble), blockStop(0)]
+        : [];
+      const index = preamble.length > 0 ? 1 : 0;
+      blocks = [
+        ...preamble,
+        ["content_block_start", { type: "content_block_start", index, content_block: { ...call, input: {} } }],
+        [
+          "content_block_delta",
+          {
+            type: "content_block_delta",
+            index,
+            delta: { type: "input_json_delta", partial_json: JSON.stringify(call.input) },
+          },
+        ],
+        blockStop(index),
+      ];
+    } else if (held) {
+      blocks = [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : []), blockStop(0)];
+    }
     return [
-      ...block,
-      ["content_block_stop", { type: "content_block_stop", index: 0 }],
+      ...blocks,
       [
         "message_delta",
         {

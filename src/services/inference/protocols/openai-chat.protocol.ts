@@ -11,6 +11,7 @@ import { AppError } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
 import { openAiLogprobs } from "./logprobs.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const otherPart = z.object({ type: z.string() }).loose();
@@ -75,7 +76,8 @@ export const chatCompletionRequest = z
     max_completion_tokens: z.number().int().min(1).nullish(),
     temperature: z.number().min(0).max(2).nullish(),
     top_p: z.number().min(0).max(1).nullish(),
-    n: z.number().int().min(1).max(1, "only n = 1 is supported").nullish(),
+    // Above 1: refused naming the model (`chatUnhonoured`), as the other fields it cannot honour.
+    n: z.number().int().min(1).nullish(),
     stream: z.boolean().nullish(),
     stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
     stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
@@ -111,10 +113,12 @@ export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 /**
  * Flattens OpenAI message content (string or parts) to text; non-text parts are refused. An
  * assistant's `tool_calls` and a `tool` message's `tool_call_id` stay structured (each engine
- * writes them its own way).
+ * writes them its own way), with their fields (`messages[i].tool_calls[j].id`,
+ * `messages[i].tool_call_id`) for the tool history check.
  */
-export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function chatMessages(req: ChatCompletionRequest): TranslatedMessages {
   const unsupported: string[] = [];
+  const toolFields: ToolFields = new Map();
   const messages = req.messages.map((m, i): ChatMessage => {
     let content = "";
     if (typeof m.content === "string") content = m.content;
@@ -128,15 +132,21 @@ export function chatMessages(req: ChatCompletionRequest): { messages: ChatMessag
         })
         .join("");
     }
-    if (m.role === "tool") return { role: "tool", content, toolCallId: m.tool_call_id };
+    if (m.role === "tool") {
+      const answer: ChatMessage = { role: "tool", content, toolCallId: m.tool_call_id };
+      toolFields.set(answer, { calls: [], answer: `messages[${i}].tool_call_id` });
+      return answer;
+    }
     // A legacy `function` result names its function, not a call: a tool turn without an id.
     if (m.role === "function") return { role: "tool", content };
     const calls = m.role === "assistant" ? (m.tool_calls ?? []) : [];
     if (calls.length === 0) return { role: m.role, content };
     const toolCalls = calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
-    return { role: m.role, content, toolCalls };
+    const turn: ChatMessage = { role: m.role, content, toolCalls };
+    toolFields.set(turn, { calls: calls.map((_, j) => `messages[${i}].tool_calls[${j}].id`) });
+    return turn;
   });
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
 }
 
 /** Chat body → sampling parameters (`max_completion_tokens` wins over `max_tokens`; `stop` as a list). */
@@ -188,9 +198,10 @@ export function chatTooling(req: ChatCompletionRequest): Tooling {
   return { tools, mode: { kind: "forced", names: [name] } };
 }
 
-/** The fields of a chat body this service does not honour yet (legacy functions). */
+/** The fields of a chat body this service does not honour yet (legacy functions, `n` above 1). */
 export function chatUnhonoured(req: ChatCompletionRequest): UnhonouredField[] {
   const out: UnhonouredField[] = [];
+  if ((req.n ?? 1) > 1) out.push({ field: "n", message: "only n = 1 is supported" });
   if (isSet(req.functions))
     out.push({ field: "functions", message: "legacy function calling is not supported; use tools" });
   if (isSet(req.function_call) && req.function_call !== "none") {
@@ -233,7 +244,10 @@ export function chatUsage(result: GenerateResult) {
   };
 }
 
-/** The `chat.completion` object (a tool call instead of text when `call`). `created` is Unix seconds. */
+/**
+ * The `chat.completion` object: with `call`, its `tool_calls` and as `content` the text the answer
+ * gave beside it (`callPreamble`; null when none), else the text. `created` is Unix seconds.
+ */
 export function chatCompletion(
   requestId: string,
   createdAt: Date,
@@ -250,7 +264,13 @@ export function chatCompletion(
       {
         index: 0,
         message: call
-          ? { role: "assistant" as const, content: null, refusal: null, annotations: [], tool_calls: [call] }
+          ? {
+              role: "assistant" as const,
+              content: result.callPreamble || null,
+              refusal: null,
+              annotations: [],
+              tool_calls: [call],
+            }
           : { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
         logprobs: chatLogprobs(result, call),
         finish_reason: call ? ("tool_calls" as const) : chatFinishReason(result.finishReason),

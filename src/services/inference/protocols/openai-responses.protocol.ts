@@ -14,6 +14,7 @@ import { type UnhonouredField, responseTextFormat, textFormat } from "./structur
 import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
 import type { HistoryToolCall } from "../../../inference/tools.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
+import { RESPONSES_TOOL_RULES, type ToolFields, type TranslatedMessages, checkToolHistory } from "./tool-history.js";
 
 const inputPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const messageItem = z
@@ -120,12 +121,14 @@ export function assistantCalls(calls: HistoryToolCall[]): ChatMessage {
 
 /**
  * `instructions` + `input` (string or message items) → chat messages, `function_call` items as an
- * assistant's calls (those in a row as one turn) and `function_call_output` items as tool turns (by `call_id`); `unsupported`
- * lists non-text parts.
+ * assistant's calls (those in a row as one turn) and `function_call_output` items as tool turns
+ * (by `call_id`), with their fields (`input[i].call_id`) for the tool history check;
+ * `unsupported` lists non-text parts.
  */
-export function responseMessages(req: ResponseRequest): { messages: ChatMessage[]; unsupported: string[] } {
+export function responseMessages(req: ResponseRequest): TranslatedMessages {
   const unsupported: string[] = [];
   const messages: ChatMessage[] = [];
+  const toolFields: ToolFields = new Map();
   if (req.instructions) messages.push({ role: "system", content: req.instructions });
   if (typeof req.input === "string") messages.push({ role: "user", content: req.input });
   else {
@@ -135,13 +138,19 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
         const made = { id: call.call_id, name: call.name, arguments: call.arguments };
         // Calls in a row are one assistant turn (parallel calls), as a chat history writes them.
         const last = messages.at(-1);
-        if (last?.toolCalls) last.toolCalls.push(made);
-        else messages.push(assistantCalls([made]));
+        const turn = last?.toolCalls && toolFields.has(last) ? last : assistantCalls([]);
+        if (turn !== last) messages.push(turn);
+        turn.toolCalls!.push(made);
+        const at = toolFields.get(turn) ?? { calls: [] };
+        at.calls.push(`input[${i}].call_id`);
+        toolFields.set(turn, at);
         return;
       }
       if (item.type === "function_call_output") {
         const output = item as z.infer<typeof functionCallOutputItem>;
-        messages.push({ role: "tool", content: output.output, toolCallId: output.call_id });
+        const answer: ChatMessage = { role: "tool", content: output.output, toolCallId: output.call_id };
+        toolFields.set(answer, { calls: [], answer: `input[${i}].call_id` });
+        messages.push(answer);
         return;
       }
       item = item as z.infer<typeof messageItem>;
@@ -158,7 +167,25 @@ export function responseMessages(req: ResponseRequest): { messages: ChatMessage[
       messages.push({ role: item.role, content: text });
     });
   }
-  return { messages, unsupported };
+  return { messages, unsupported, toolFields };
+}
+
+/**
+ * The messages a Responses create generates from: its `instructions`, then the conversation it
+ * continues (`history`, from `previous_response_id`; issue 26, item 4), then its input — with the
+ * tool turns of all of them checked (`checkToolHistory`: an output may answer a call of the
+ * history, and a call of the history must be answered in the input).
+ * @throws AppError 400 naming `input[i].call_id`, or `previous_response_id` for a call of the history.
+ */
+export function continuedMessages(
+  req: ResponseRequest,
+  own: TranslatedMessages,
+  history: ChatMessage[],
+): ChatMessage[] {
+  const instructions = req.instructions ? 1 : 0;
+  const messages = [...own.messages.slice(0, instructions), ...history, ...own.messages.slice(instructions)];
+  checkToolHistory(messages, own.toolFields, RESPONSES_TOOL_RULES);
+  return messages;
 }
 
 /** Responses body → sampling parameters (`max_output_tokens` → max tokens). */
@@ -286,7 +313,9 @@ function continuing(previous: string | null | undefined): { previous_response_id
 
 /**
  * The Response object of a finished generation (`incomplete` when it hit the token limit,
- * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`).
+ * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`). With
+ * `call`, the output is the `function_call` item, after a message item with the text the answer
+ * gave beside it (`callPreamble`), when there is some.
  */
 export function responseObject(
   requestId: string,
@@ -308,22 +337,14 @@ export function responseObject(
     status,
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
     output: call
-      ? [call]
+      ? [...(result.callPreamble ? [outputMessage(requestId, "completed", result.callPreamble)] : []), call]
       : [
-          {
-            type: "message",
-            id: messageId(requestId),
-            role: "assistant",
-            status: incomplete || status === "cancelled" ? "incomplete" : "completed",
-            content: [
-              {
-                type: "output_text",
-                text: result.text,
-                annotations: [],
-                ...(result.logprobs ? { logprobs: openAiLogprobs(result.logprobs) } : {}),
-              },
-            ],
-          },
+          outputMessage(
+            requestId,
+            incomplete || status === "cancelled" ? "incomplete" : "completed",
+            result.text,
+            result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
+          ),
         ],
     error: null,
     usage: {
@@ -335,6 +356,22 @@ export function responseObject(
     },
     service_tier: tier,
     ...continuing(previous),
+  };
+}
+
+/** A Response's message item with one `output_text` part. */
+function outputMessage(
+  requestId: string,
+  status: ResponseMessageItem["status"],
+  text: string,
+  logprobs?: OpenAiLogprob[],
+): ResponseMessageItem {
+  return {
+    type: "message",
+    id: messageId(requestId),
+    role: "assistant",
+    status,
+    content: [{ type: "output_text", text, annotations: [], ...(logprobs ? { logprobs } : {}) }],
   };
 }
 
@@ -421,48 +458,45 @@ export class ResponseStreamEvents {
 
   /**
    * The closing events. `held`: the item was not opened at the start; a function call is sent now
-   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done), a
-   * message with its whole text.
+   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done),
+   * after the message item with the text the answer gave beside it, when there is one; a message
+   * with its whole text.
    */
   finish(response: ResponseObject, held = false): [string, unknown][] {
-    const first = response.output[0];
-    if (first?.type === "function_call") {
-      return [
-        this.event("response.output_item.added", {
-          output_index: 0,
-          item: { ...first, arguments: "", status: "in_progress" },
-        }),
-        this.event("response.function_call_arguments.delta", {
-          item_id: first.id,
-          output_index: 0,
-          delta: first.arguments,
-        }),
-        this.event("response.function_call_arguments.done", {
-          item_id: first.id,
-          output_index: 0,
-          arguments: first.arguments,
-        }),
-        this.event("response.output_item.done", { output_index: 0, item: first }),
-        this.event("response.completed", { response }),
-      ];
-    }
-    const item = first;
-    const text0 = item?.content[0]?.text ?? "";
-    const opened = held ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
-    return [...opened, ...this.messageClosed(response)];
+    const call = response.output.find((item) => item.type === "function_call");
+    const message = response.output.find((item) => item.type === "message");
+    const text0 = message?.content[0]?.text ?? "";
+    const opened = held && (message || !call) ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
+    const closed = message || !call ? this.messageClosed(message) : [];
+    if (!call) return [...opened, ...closed, this.event(terminalEvent(response), { response })];
+    const at = closed.length > 0 ? 1 : 0;
+    return [
+      ...opened,
+      ...closed,
+      this.event("response.output_item.added", {
+        output_index: at,
+        item: { ...call, arguments: "", status: "in_progress" },
+      }),
+      this.event("response.function_call_arguments.delta", {
+        item_id: call.id,
+        output_index: at,
+        delta: call.arguments,
+      }),
+      this.event("response.function_call_arguments.done", {
+        item_id: call.id,
+        output_index: at,
+        arguments: call.arguments,
+      }),
+      this.event("response.output_item.done", { output_index: at, item: call }),
+      this.event("response.completed", { response }),
+    ];
   }
 
-  private messageClosed(response: ResponseObject): [string, unknown][] {
-    const item = response.output[0] as ResponseMessageItem | undefined;
+  /** The message item's closing events (output index 0). */
+  private messageClosed(item: ResponseMessageItem | undefined): [string, unknown][] {
     const text = item?.content[0]?.text ?? this.text;
     const logprobs = item?.content[0]?.logprobs ?? [];
     const part = { type: "output_text", text, annotations: [], ...(item?.content[0]?.logprobs ? { logprobs } : {}) };
-    const terminal =
-      response.status === "incomplete"
-        ? "response.incomplete"
-        : response.status === "failed"
-          ? "response.failed"
-          : "response.completed";
     return [
       this.event("response.output_text.done", {
         item_id: this.itemId,
@@ -474,7 +508,6 @@ export class ResponseStreamEvents {
       }),
       this.event("response.content_part.done", { item_id: this.itemId, output_index: 0, content_index: 0, part }),
       this.event("response.output_item.done", { output_index: 0, item }),
-      this.event(terminal, { response }),
     ];
   }
 
@@ -487,4 +520,10 @@ export class ResponseStreamEvents {
     const { code, message, param } = openAiError(failure);
     return [this.event("error", { ...errorBody(failure, "openai"), code, message, param })];
   }
+}
+
+/** The stream's last event for a Response that ended as text. */
+function terminalEvent(response: ResponseObject): string {
+  if (response.status === "incomplete") return "response.incomplete";
+  return response.status === "failed" ? "response.failed" : "response.completed";
 }

@@ -61,10 +61,12 @@ export class ResponsesService {
    * The conversation a Responses create continues (`previous_response_id`; issue 26, item 4): the
    * chain of stored responses it names, oldest first, each as its input messages (its
    * `instructions` are not carried over, OpenAI's rule) followed by its output as the assistant's
-   * turn (its text, and its function calls as the turn's calls). At most `MAX_CHAIN` responses back.
+   * turn (its text, and its function calls as the turn's calls). At most `MAX_CHAIN` responses back
+   * (older turns are left out then).
    * @throws AppError 400 naming `previous_response_id` when it is not a uuid, when that response was
-   *   not stored (`store: false`, zero data retention) or is still in progress; 404 when unknown or
-   *   another team's.
+   *   not stored (`store: false`, zero data retention) or is still in progress, or when a response
+   *   its chain continues was deleted since (within `MAX_CHAIN`; never a silently shorter
+   *   history); 404 when unknown or another team's.
    */
   async conversation(ctx: RequestContext, id: string): Promise<ChatMessage[]> {
     const principal = requirePrincipal(ctx);
@@ -103,6 +105,15 @@ export class ResponsesService {
     }
     if (rows.at(-1)!.status === "in_progress") {
       throw AppError.invalid(`Response ${id} is still in progress`, [{ field, message: "is still in progress" }]);
+    }
+    // The oldest response read still continues one, and the chain is not at its cap: that one was
+    // deleted (issue 26 review, finding 15). Continuing without it would drop part of the history.
+    const missing = rows.length < MAX_CHAIN ? previousId(rows[0].request_json) : null;
+    if (missing) {
+      throw AppError.invalid(
+        `The conversation of response ${id} includes response ${missing}, which was deleted; it cannot be continued`,
+        [{ field, message: `its conversation includes a deleted response (${missing})` }],
+      );
     }
     return rows.flatMap((r) => {
       const parsed = responseRequest.safeParse(r.request_json);
@@ -164,4 +175,10 @@ export class ResponsesService {
     if (!rows[0]) throw AppError.notFound("Response not found");
     return rows[0].response_json;
   }
+}
+
+/** The `previous_response_id` a stored request continues, or null. */
+function previousId(requestJson: unknown): string | null {
+  const previous = (requestJson as { previous_response_id?: unknown } | null)?.previous_response_id;
+  return typeof previous === "string" && previous !== "" ? previous : null;
 }

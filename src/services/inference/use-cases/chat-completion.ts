@@ -14,6 +14,7 @@ import {
   chatUnhonoured,
 } from "../protocols/openai-chat.protocol.js";
 import { toolCallId } from "../protocols/tools.js";
+import { CHAT_TOOL_RULES, checkToolHistory } from "../protocols/tool-history.js";
 import {
   type CreateOptions,
   type Created,
@@ -29,13 +30,17 @@ export type ChatCompletion = ReturnType<typeof chatCompletion>;
 
 /**
  * The checks of a chat completion that need no engine, for `teamId` (the batch create runs them
- * for each item): the model resolved, every field honoured, text only, the tools servable.
+ * for each item): the model resolved, every field honoured, text only, the tools servable, the
+ * tool turns of the history paired (`CHAT_TOOL_RULES`).
  * @throws AppError 404 unknown model; 400.
  */
 export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, chatMessages(body), chatUnhonoured(body), () =>
+  const translated = chatMessages(body);
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, chatUnhonoured(body), () =>
     chatTooling(body),
   );
+  checkToolHistory(translated.messages, translated.toolFields, CHAT_TOOL_RULES);
+  return checked;
 }
 
 /**
@@ -44,7 +49,8 @@ export function checkChatCompletion(catalog: ModelCatalogService, teamId: string
  * `chat.completion.chunk` events ending with `[DONE]` when `stream: true` (usage chunk with
  * `stream_options.include_usage`). With `tools`, the engine is offered them (`tool_choice`
  * `required` or a named function forces a call), and an answer that is a call comes back as
- * `tool_calls` with `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments).
+ * `tool_calls` with `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments),
+ * after any text the answer gave beside it (`content`).
  * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream, a tool
  *   the engine cannot serve or a strict tool schema it cannot enforce), 401, 402, 404 unknown
  *   model, 429, 502/503 (see `InferenceService.generate`).
@@ -91,7 +97,9 @@ export async function createChatCompletion(
         finish: (result, completion) => {
           const message = completion.choices[0].message;
           const call = message.tool_calls?.[0] ?? null;
-          const held = holdText && !call && result.text ? [{ data: chunks.delta(result.text) }] : [];
+          // The held text: the answer's, or the text it gave beside its call (sent before the call).
+          const text = call ? (message.content ?? "") : result.text;
+          const held = holdText && text ? [{ data: chunks.delta(text) }] : [];
           const calls = call ? chunks.toolCall(call).map((data) => ({ data })) : [];
           const usage = chunks.usage(result);
           return [

@@ -13,6 +13,7 @@ import {
   messagesTooling,
 } from "../protocols/anthropic-messages.protocol.js";
 import { toolCallId } from "../protocols/tools.js";
+import { MESSAGES_TOOL_RULES, checkToolHistory } from "../protocols/tool-history.js";
 import {
   type CreateOptions,
   type Created,
@@ -30,11 +31,14 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
 /**
  * The checks of a message that need no engine, for `teamId` (the batch create runs them for each
  * item): the model resolved, text and tool blocks only, the tools servable (Messages has no field
- * this service leaves unhonoured).
+ * this service leaves unhonoured), the `tool_use` / `tool_result` blocks paired (`MESSAGES_TOOL_RULES`).
  * @throws AppError 404 unknown model; 400.
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, anthropicMessages(body), [], () => messagesTooling(body));
+  const translated = anthropicMessages(body);
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body));
+  checkToolHistory(translated.messages, translated.toolFields, MESSAGES_TOOL_RULES);
+  return checked;
 }
 
 /**
@@ -43,7 +47,8 @@ export function checkMessage(catalog: ModelCatalogService, teamId: string, body:
  * or the Anthropic stream events when `stream: true`. With `tools`, the engine is offered them
  * (`tool_choice` `any` or `tool` forces a call), and an answer that is a call comes back as a
  * `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed: `content_block_start`
- * with empty input, then `input_json_delta`).
+ * with empty input, then `input_json_delta`), after a text block with any text the answer gave
+ * beside it.
  * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`, tools the engine
  *   cannot serve), 401, 402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
  */
@@ -85,7 +90,7 @@ export async function createMessage(
         start: (prompt) => namedEvents(messageEvents.start(requestId, model.id, prompt, held)),
         delta: (text) => (held ? [] : namedEvents([messageEvents.delta(text)])),
         finish: (result, message) => {
-          const call = message.content[0]?.type === "tool_use" ? message.content[0] : null;
+          const call = message.content.find((block) => block.type === "tool_use") ?? null;
           return namedEvents(messageEvents.finish(result, held, call));
         },
         // Anthropic's stream error: `event: error` with `{type: "error", error}` (the envelope beside it).

@@ -16,6 +16,7 @@ import {
   type ResponseRequest,
   ResponseStreamEvents,
   answeredTier,
+  continuedMessages,
   responseMessages,
   responseObject,
   responseParams,
@@ -76,13 +77,18 @@ export function storedResponse(
 
 /**
  * The checks of a Responses create that need no engine, for `teamId` (the batch create runs them
- * for each item): the model resolved, every field honoured, text only.
+ * for each item): the model resolved, every field honoured, text only, the tools servable, and —
+ * unless it continues a stored conversation, which `continuedMessages` checks with it once read —
+ * the `function_call` / `function_call_output` items paired. `translated` is the input as read.
  * @throws AppError 404 unknown model; 400.
  */
 export function checkResponse(catalog: ModelCatalogService, teamId: string, body: ResponseRequest) {
-  return checkToolGeneration(catalog, teamId, body.model, responseMessages(body), responseUnhonoured(body), () =>
+  const translated = responseMessages(body);
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, responseUnhonoured(body), () =>
     responseTooling(body),
   );
+  if (!body.previous_response_id) continuedMessages(body, translated, []);
+  return { ...checked, translated };
 }
 
 /**
@@ -102,17 +108,14 @@ export async function createResponse(
   body: ResponseRequest,
   options: CreateOptions & { run?: SubmittedRun },
 ): Promise<Created<ResponseObject>> {
-  const { model, messages: own, tools, mode } = checkResponse(ops.catalog, requirePrincipal(ctx).teamId, body);
+  const { model, translated, tools, mode } = checkResponse(ops.catalog, requirePrincipal(ctx).teamId, body);
   const run = options.run;
-  if (body.background && !run) {
-    // Checked now, so a bad id is a 400/404 at submission rather than a failed run later.
-    if (body.previous_response_id) await ops.responses.conversation(ctx, body.previous_response_id);
-    return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
-  }
-  // The earlier turns go after this request's instructions and before its input (issue 26, item 4).
+  // The earlier turns go after this request's instructions and before its input (issue 26, item 4);
+  // read and checked before a background submission too, so a bad id or tool history is a 400/404
+  // at submission rather than a failed run later.
   const history = body.previous_response_id ? await ops.responses.conversation(ctx, body.previous_response_id) : [];
-  const instructions = body.instructions ? 1 : 0;
-  const messages = [...own.slice(0, instructions), ...history, ...own.slice(instructions)];
+  const messages = body.previous_response_id ? continuedMessages(body, translated, history) : translated.messages;
+  if (body.background && !run) return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
   const params = responseParams(body);
   /** The call an answer makes, if any (the engine's first; ids are always ours). */
   const functionCall = (result: GenerateResult): ResponseFunctionCall | null => {
