@@ -121,7 +121,7 @@ export async function startControlPlane(
     background,
     events,
     streams,
-    health: new HealthService(ds, engines, catalog),
+    health: new HealthService(ds, engines, catalog, logger),
     batches,
     decisions,
     batchMaxBytes: config.batchMaxBytes,

@@ -10,6 +10,7 @@ import type { Duplex } from "node:stream";
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
 import { AppError, ErrorCode } from "../shared/errors.js";
+import { loggedPath } from "./log-path.js";
 
 export interface ErrorEnvelope {
   status_code: number;
@@ -55,7 +56,13 @@ export function sendError(res: Response, err: unknown): void {
 /** The error line of a request answered 5xx: the error, its request id, method and path. */
 function logFailure(logger: Logger, err: unknown, req: Request, res: Response): void {
   logger.error(
-    { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
+    {
+      err,
+      requestId: res.locals.requestId as string | undefined,
+      method: req.method,
+      // The full path, query secrets blanked (issue 27, item 4), as the access line says it.
+      path: loggedPath(req.originalUrl),
+    },
     "request failed",
   );
 }
