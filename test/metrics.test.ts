@@ -156,8 +156,9 @@ describe("with SWITCHYARD_METRICS_TOKEN", () => {
 describe("without SWITCHYARD_METRICS_TOKEN", () => {
   let open: TestServer;
   beforeAll(async () => {
-    // Listening on every interface, so a client can reach it from a non-loopback address.
-    open = await startTestServer({ host: "0.0.0.0" }, server);
+    // Listening on every interface, so a client can reach it from a non-loopback address (the
+    // local payment provider allowed there: issue 27, item 2).
+    open = await startTestServer({ host: "0.0.0.0", localPayments: "allow" }, server);
   }, 60_000);
   afterAll(() => open.close());
 

@@ -79,7 +79,7 @@ export async function startControlPlane(
   });
   // Members and invitations (issue 8): per-request DataLoaders for the control plane's relations.
   const members = new MemberService(ds, bus, loaders, mailer, tokens, config.publicUrl);
-  const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members);
+  const accounts = new AccountService(ds, tokens, config.signupCreditMicros, throttle, members, config.signup);
   // Issue 8 (helper O): OpenID Connect sign-in and linking.
   const oauth = new OAuthService(ds, accounts, new OidcProviders(config.oauthProviders, logger), members);
   const modelQuotas = { maxDeployments: config.teamMaxDeployments, maxCustomModels: config.teamMaxCustomModels };
@@ -129,7 +129,7 @@ export async function startControlPlane(
     background,
     events,
     streams,
-    health: new HealthService(ds, engines, catalog),
+    health: new HealthService(ds, engines, catalog, logger),
     batches,
     decisions,
     batchMaxBytes: config.batchMaxBytes,

@@ -18,6 +18,7 @@ import {
 import type { DataPlaneDeps } from "../rest/handlers/deps.js";
 import type { CredentialService } from "../services/accounts/credential.service.js";
 import type { Metrics } from "../shared/metrics.js";
+import { localUrl, startBanner } from "./exposure.js";
 import { usesPrettyLogs } from "./logger.js";
 
 /** The app (routes still open: GraphQL is mounted next) and the server that will serve it. */
@@ -68,7 +69,8 @@ export function createHttp(
 
 /**
  * Closes the app's routes (the error envelope's 404 and error handler) and listens on
- * `config.port` (0 = a free port) and `config.host`.
+ * `config.port` (0 = a free port) and `config.host`; logs the start banner ("Switchyard
+ * listening": the address really bound and what is in force, `startBanner`).
  * @returns the base URL (a wildcard host is named `127.0.0.1`) and the port listened on.
  * @throws the server's `error` (e.g. EADDRINUSE) when it cannot listen.
  */
@@ -84,9 +86,8 @@ export async function listen(
     server.once("error", reject);
     server.listen(config.port, config.host, () => resolve());
   });
-  const port = (server.address() as AddressInfo).port;
-  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
-  const url = `http://${host}:${port}`;
-  logger.info({ url, graphql: `${url}/graphql` }, "Switchyard listening");
-  return { url, port };
+  const bound = server.address() as AddressInfo;
+  const url = localUrl(config, bound.port);
+  logger.info(startBanner(config, bound, url), "Switchyard listening");
+  return { url, port: bound.port };
 }

@@ -22,6 +22,7 @@ import { ControlLoaders } from "../services/teams/control-loaders.js";
 import type { RetentionService } from "../services/usage/retention.service.js";
 import { startControlPlane } from "./control.js";
 import { startDatabase } from "./database.js";
+import { refuseUnsafeExposure } from "./exposure.js";
 import { startGraphql } from "./graphql.js";
 import { createHttp, listen } from "./http.js";
 import { COMPONENTS, Lifecycle, startOrUnwind } from "./lifecycle.js";
@@ -69,11 +70,14 @@ export interface StartOptions {
 /**
  * Starts every component and listens on `config.port` (0 = a free port); a `worker` process
  * (config `role`) stops short of HTTP. A start that fails stops what had started, in reverse.
- * @throws ConfigError for unusable settings (missing model file, bad catalog); the database
+ * @throws ConfigError for unusable settings (missing model file, bad catalog, the local payment
+ *   provider on a bind others can reach: `refuseUnsafeExposure`); the database
  *   driver's error when PostgreSQL is unreachable.
  */
 export async function startSwitchyard(config: Config, opts: StartOptions = {}): Promise<Switchyard> {
   // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
+  // Before anything starts: an exposed bind with free top-ups stops here (issue 27, item 2).
+  refuseUnsafeExposure(config);
   const logger = withSafeErrors(opts.logger ?? createLogger(config.logLevel, config.logFormat));
   const life = new Lifecycle(COMPONENTS, logger);
   return startOrUnwind(life, async () => {

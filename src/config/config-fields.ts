@@ -25,6 +25,19 @@ export function isLoopbackHost(hostname: string): boolean {
   return hostname === "localhost" || /^127(\.\d{1,3}){3}$/.test(hostname) || hostname === "[::1]";
 }
 
+/**
+ * True when binding `host` (config `host`, `HOST`) serves this machine only (issue 27, item 2):
+ * `localhost`, 127.0.0.0/8, `::1` (bracketed or not) and `::ffff:127.x.x.x`. Anything else, the
+ * wildcards `0.0.0.0` and `::` among them, may be reached from the network.
+ */
+export function isLoopbackBind(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, "$1");
+  return h === "localhost" || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h) || h === "::1" || /^(0+:){7}0*1$/.test(h);
+}
+
 /** An `https` URL, or `http` on a loopback host (a provider on this machine, as in tests). */
 export const secureUrl = z
   .string()

@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import {
   LOG_LEVELS,
+  isLoopbackBind,
   type UpstreamConfig,
   autoOrInt,
   intFromEnv,
@@ -30,16 +31,37 @@ export const packageRoot: string = (() => {
   return dir;
 })();
 
+/** This build's version: package.json `version` (issue 27, item 4: `GET /` and the start banner say it). */
+export const packageVersion: string = (
+  JSON.parse(readFileSync(path.join(packageRoot, "package.json"), "utf8")) as { version: string }
+).version;
+
 /** The validated configuration every component receives. Units are in the names (ms, micros). */
 /** Re-exported for the modules that read these parts of the configuration. */
-export { isLoopbackHost } from "./config-fields.js";
+export { isLoopbackBind, isLoopbackHost } from "./config-fields.js";
 export type { OAuthProviderConfig, UpstreamConfig } from "./config-fields.js";
 
 export const configSchema = z.object({
   /** HTTP port; 0 picks a free one (tests). */
   port: intFromEnv(0, 65535).default(8080),
-  /** Interface to bind. */
-  host: z.string().min(1).default("0.0.0.0"),
+  /**
+   * Interface to bind (issue 27, item 2: this machine only unless set; `0.0.0.0` or `::` for every
+   * interface, which also changes the `signup` default and needs `localPayments: allow` for the
+   * local payment provider).
+   */
+  host: z.string().min(1).default("127.0.0.1"),
+  /**
+   * Who may create an account (issue 27, item 2): `open` (anyone, through signup or a first OAuth
+   * sign-in), `invite` (only with an invitation's `invite_token`), `closed` (nobody; accounts come
+   * from `npm run admin -- create-owner`). Unset: `open` on a loopback `host`, `invite` otherwise.
+   */
+  signup: z.enum(["open", "invite", "closed"]).optional(),
+  /**
+   * The local payment provider (credits top-ups without any payment) on a `host` others can reach
+   * (issue 27, item 2): `loopback` (default) refuses to start there; `allow` serves it anyway
+   * (a shared demo or test machine).
+   */
+  localPayments: z.enum(["loopback", "allow"]).default("loopback"),
   /** Public base URL used to build absolute links; defaults to http://localhost:PORT. */
   publicUrl: z.string().url().optional(),
   /** PostgreSQL URL; unset starts an embedded PostgreSQL in `<dataDir>/pg`. */
@@ -335,12 +357,17 @@ export const configSchema = z.object({
   hfToken: z.string().min(1).optional(),
 });
 
-export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string };
+/** Who may create an account (config `signup`). */
+export type SignupPolicy = "open" | "invite" | "closed";
+
+export type Config = z.infer<typeof configSchema> & { jwtSecret: string; publicUrl: string; signup: SignupPolicy };
 export type ConfigInput = z.input<typeof configSchema>;
 
 const ENV_KEYS: Record<keyof ConfigInput, string> = {
   port: "PORT",
   host: "HOST",
+  signup: "SWITCHYARD_SIGNUP",
+  localPayments: "SWITCHYARD_LOCAL_PAYMENTS",
   publicUrl: "SWITCHYARD_PUBLIC_URL",
   databaseUrl: "DATABASE_URL",
   dataDir: "SWITCHYARD_DATA_DIR",
@@ -474,7 +501,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   const modelsDir = cfg.modelsDir ? path.resolve(cfg.modelsDir) : undefined;
   const jwtSecret = cfg.jwtSecret ?? persistedSecret(dataDir);
   const publicUrl = (cfg.publicUrl ?? `http://localhost:${cfg.port}`).replace(/\/$/, "");
-  return { ...cfg, upstreams, dataDir, modelsDir, catalogPath: path.resolve(cfg.catalogPath), jwtSecret, publicUrl };
+  const signup = cfg.signup ?? (isLoopbackBind(cfg.host) ? "open" : "invite");
+  const catalogPath = path.resolve(cfg.catalogPath);
+  return { ...cfg, upstreams, dataDir, modelsDir, catalogPath, jwtSecret, publicUrl, signup };
 }
 
 /**

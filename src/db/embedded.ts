@@ -261,9 +261,28 @@ interface PostmasterLock {
   pid: number;
   /** `starting`, `stopping`, `ready` or `standby` (empty before the server publishes one). */
   status: string;
+  /** The TCP port it listens on (line 4; NaN when torn). */
+  port: number;
 }
 
-/** Lines 1 and 8 of `<dir>/postmaster.pid`, or undefined when there is none (or it is torn). */
+/**
+ * The URL of `database` in the embedded cluster of `dir` when a postmaster of that folder is
+ * running and ready (another Switchyard serves it), else undefined. For tools that work beside a
+ * running server (`npm run admin`, issue 27, item 2) instead of starting the cluster themselves.
+ */
+export function runningEmbeddedUrl(dir: string, database: string): string | undefined {
+  const folder = path.resolve(dir);
+  const lock = readPostmasterPid(folder);
+  const passwordFile = `${folder}.password`;
+  if (!lock || lock.status !== "ready" || !Number.isSafeInteger(lock.port) || !existsSync(passwordFile))
+    return undefined;
+  const info = processInfo(lock.pid);
+  if (!info.alive || (info.args && !isPostmasterOf(info, folder))) return undefined;
+  const password = encodeURIComponent(readFileSync(passwordFile, "utf8").trim());
+  return `postgres://postgres:${password}@127.0.0.1:${lock.port}/${database}`;
+}
+
+/** Lines 1, 4 and 8 of `<dir>/postmaster.pid`, or undefined when there is none (or it is torn). */
 function readPostmasterPid(dir: string): PostmasterLock | undefined {
   let text: string;
   try {
@@ -273,7 +292,8 @@ function readPostmasterPid(dir: string): PostmasterLock | undefined {
   }
   const lines = text.split("\n");
   const pid = Number.parseInt(lines[0] ?? "", 10);
-  return Number.isSafeInteger(pid) && pid > 0 ? { pid, status: (lines[7] ?? "").trim() } : undefined;
+  const port = Number.parseInt(lines[3] ?? "", 10);
+  return Number.isSafeInteger(pid) && pid > 0 ? { pid, status: (lines[7] ?? "").trim(), port } : undefined;
 }
 
 interface ProcessInfo {

@@ -15,7 +15,9 @@ import type { Metrics } from "../shared/metrics.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { homePage } from "./home.js";
 import { jsonBody } from "./json-body.js";
+import { loggedPath } from "./log-path.js";
 import { mountOpenApi } from "./openapi.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
@@ -23,6 +25,8 @@ import { cors, securityHeaders } from "./http-headers.js";
 /**
  * One log line per request (request id, method, path, status, ms) at `level`: `debug` for JSON
  * logs (off at the default `info`), `info` for readable logs in a terminal (issue 13, item 5).
+ * `path` is the full path as sent, mount prefixes kept and query secrets blanked (`loggedPath`,
+ * issue 27, item 4).
  */
 function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
   return (req, res, next) => {
@@ -33,7 +37,7 @@ function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
         {
           requestId: res.locals.requestId as string,
           method: req.method,
-          path: req.path,
+          path: loggedPath(req.originalUrl),
           status: res.statusCode,
           ms: Math.round(performance.now() - started),
         },
@@ -208,8 +212,8 @@ const timing: RequestHandler = (req, res, next) => {
 
 /**
  * Builds the Express app with both REST tables mounted, the OpenAPI document at `/schema/openapi.json`
- * (`.yaml`), its reference page at `/docs`, the dashboard at `/dashboard` (and `/metrics` when
- * `metrics` is given);
+ * (`.yaml`), its reference page at `/docs`, the dashboard at `/dashboard`, the links of `GET /`
+ * (and `/metrics` when `metrics` is given);
  * the server adds `/graphql`, the 404 and the error middleware after it.
  */
 export function createApp(opts: AppOptions): Express {
@@ -229,6 +233,8 @@ export function createApp(opts: AppOptions): Express {
   mountOpenApi(app);
   // The dashboard (issue 13, item 3): the Vite build, served from this process.
   mountDashboard(app);
+  // Where to go from the root (issue 27, item 4).
+  app.get("/", homePage);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

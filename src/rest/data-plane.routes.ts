@@ -34,6 +34,8 @@ import { embeddingRequest } from "../services/inference/protocols/openai-embeddi
 import { responseRequest } from "../services/inference/protocols/openai-responses.protocol.js";
 import { listResponsesQuery } from "../services/inference/responses/responses.service.js";
 import { createStreamInput, updateStreamInput } from "../services/inference/responses/streams.service.js";
+import { AppError } from "../shared/errors.js";
+import { sendError } from "./error-envelope.js";
 import type { RouteDoc } from "./route-doc.js";
 import * as shape from "./openapi-shapes.js";
 
@@ -68,7 +70,15 @@ export const dataPlaneRoutes: DataPlaneRoute[] = [
     method: "get",
     path: "/v1/health/ready",
     auth: "none",
-    handler: async (d, _q, res) => void res.json(await d.health.ready()),
+    handler: async (d, _q, res) => {
+      // Not ready is an answer, not a failure: the 503 goes out without the error middleware's
+      // 5xx line and stack; the health service logs each change of state once (issue 27, item 4).
+      const ready = await d.health.ready().catch((err: unknown) => {
+        if (!(err instanceof AppError)) throw err;
+        sendError(res, err);
+      });
+      if (ready) res.json(ready);
+    },
     doc: { summary: "Readiness: the database and the default model are up", response: shape.healthShape },
   },
   {

@@ -20,6 +20,7 @@ import {
   errorBody,
 } from "../shared/error-dialects.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
+import { loggedPath } from "./log-path.js";
 
 export type { ErrorEnvelope } from "../shared/error-dialects.js";
 
@@ -86,7 +87,13 @@ export function sendError(res: Response, err: unknown): void {
 /** The error line of a request answered 5xx: the error, its request id, method and path. */
 function logFailure(logger: Logger, err: unknown, req: Request, res: Response): void {
   logger.error(
-    { err, requestId: res.locals.requestId as string | undefined, method: req.method, path: req.path },
+    {
+      err,
+      requestId: res.locals.requestId as string | undefined,
+      method: req.method,
+      // The full path, query secrets blanked (issue 27, item 4), as the access line says it.
+      path: loggedPath(req.originalUrl),
+    },
     "request failed",
   );
 }

@@ -41,6 +41,8 @@ export interface ChildServer {
   /** The embedded PostgreSQL's port and postmaster pid from the startup log (0 with `databaseUrl`). */
   pgPort: number;
   pgPid: number;
+  /** The log record that said it was ready ("Switchyard listening": the start banner's fields). */
+  ready: Record<string, unknown>;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -121,7 +123,7 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
         pgPid = entry.postgresPid as number;
       } else if (entry.msg === ready) {
         clearTimeout(timer);
-        resolve({ child, url: typeof entry.url === "string" ? entry.url : "", pgPort, pgPid, exited });
+        resolve({ child, url: typeof entry.url === "string" ? entry.url : "", pgPort, pgPid, ready: entry, exited });
       } else if (entry.msg === "Switchyard listening") {
         reject(new Error("a worker process must not serve HTTP"));
       }

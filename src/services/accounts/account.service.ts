@@ -1,14 +1,24 @@
 /**
  * Accounts: signup (a new team with the signup credit grant), login, the current user
  * (DESIGN §3 Account schemas; spec: Control plane auth, `GET /v1/auth/me`).
+ *
+ * Who may create an account is the signup policy (issue 27, item 2; config `signup`,
+ * `SWITCHYARD_SIGNUP`): `open` — anyone; `invite` — only a signup (or first OAuth sign-in) that
+ * carries an invitation's `invite_token`, which must be valid and name the email signing up
+ * (`MemberService.createInvitedUser`: 404 unknown or used, 403 another email); the token proves
+ * the mailbox, so an invited email without its token is refused like any other; `closed` —
+ * nobody, not even with an invitation (existing accounts still accept invitations). Refusals
+ * answer 403 naming the setting. `createOwner` (`npm run admin -- create-owner`) is not subject
+ * to the policy: it is how the first owner of a closed or invite-only server is made.
  */
 import { v7 as uuidv7 } from "uuid";
 import type { DataSource, EntityManager } from "typeorm";
 import { z } from "zod";
 import { type TeamRole, UserEntity } from "../../entities/user.entity.js";
+import type { SignupPolicy } from "../../config/config.js";
 import { type RequestContext, requirePrincipal } from "../platform/context.js";
 import type { InvitedUserFactory } from "../teams/member.service.js";
-import { AppError, parseInput } from "../../shared/errors.js";
+import { AppError, ErrorCode, parseInput } from "../../shared/errors.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
 import type { AuthThrottle } from "../platform/auth-throttle.js";
 import type { IssuedToken, TokenService } from "../platform/tokens.js";
@@ -48,6 +58,10 @@ export const signupInput = z.object({
 });
 export type SignupInput = z.input<typeof signupInput>;
 
+/** `npm run admin -- create-owner`: signup's fields without an invitation. */
+export const ownerInput = signupInput.omit({ invite_token: true });
+export type OwnerInput = z.input<typeof ownerInput>;
+
 export const loginInput = z
   .object({
     username: pgText().max(320).optional(),
@@ -84,34 +98,95 @@ export class AccountService {
     private readonly throttle?: AuthThrottle,
     /** Signup with `invite_token` (issue 8, item 4): the user joins the inviting team. */
     private readonly invitations?: InvitedUserFactory,
+    /** Who may create an account (see the module header; config `signup`). */
+    private readonly signupPolicy: SignupPolicy = "open",
   ) {}
+
+  /**
+   * Refuses a new account the signup policy does not allow (see the module header): signup, and
+   * a first OAuth sign-in that would create a user.
+   * @param withInvitation whether the attempt carries an `invite_token` (checked later).
+   * @throws AppError 403 naming `SWITCHYARD_SIGNUP` when the policy is `closed`, or `invite` and
+   *   no invitation came.
+   */
+  checkSignupAllowed(withInvitation: boolean): void {
+    if (this.signupPolicy === "closed") {
+      throw new AppError(
+        ErrorCode.Forbidden,
+        "Signup is closed on this server (SWITCHYARD_SIGNUP=closed): ask its operator for an account",
+        { setting: "SWITCHYARD_SIGNUP", signup: "closed" },
+      );
+    }
+    if (this.signupPolicy === "invite" && !withInvitation) {
+      throw new AppError(
+        ErrorCode.Forbidden,
+        "Signup on this server needs an invitation (SWITCHYARD_SIGNUP=invite): ask a team owner or admin to " +
+          "invite your email, then sign up with the invite_token of that invitation",
+        { setting: "SWITCHYARD_SIGNUP", signup: "invite" },
+      );
+    }
+  }
 
   /**
    * Creates a user who owns a new team credited with the signup grant (one `grant` ledger row);
    * with `invite_token`, a user of the inviting team instead (`MemberService.createInvitedUser`).
-   * @throws AppError 400 invalid input; 403 an invitation for another email; 404 unknown or used
+   * @throws AppError 400 invalid input; 403 refused by the signup policy (`checkSignupAllowed`;
+   *   `closed` before the body is read) or an invitation for another email; 404 unknown or used
    *   `invite_token`; 409 when the email is registered (nothing is changed).
    */
   async signup(_ctx: RequestContext, raw: unknown): Promise<SignupResultDto> {
+    if (this.signupPolicy === "closed") this.checkSignupAllowed(false);
     const input = parseInput(signupInput, raw);
-    const passwordHash = await hashPassword(input.password);
+    this.checkSignupAllowed(input.invite_token !== undefined);
+    let user: UserEntity;
     if (input.invite_token !== undefined) {
       if (!this.invitations) throw AppError.notFound("Unknown or used invitation");
-      const user = await this.invitations.createInvitedUser({
+      user = await this.invitations.createInvitedUser({
         token: input.invite_token,
         email: input.email,
         name: input.name ?? "",
-        passwordHash,
+        passwordHash: await hashPassword(input.password),
       });
-      const token = await this.tokens.issue(user.id, user.teamId);
-      return { message: "Account created.", next_step: "login", user, ...token };
+    } else {
+      user = await this.openPasswordAccount(input);
     }
+    const token = await this.tokens.issue(user.id, user.teamId);
+    return { message: "Account created.", next_step: "login", user, ...token };
+  }
+
+  /**
+   * `npm run admin -- create-owner` (issue 27, item 2): the account signup creates (a user who
+   * owns a new team with the signup grant, through the same `openPasswordAccount`), whatever
+   * the signup policy. Idempotent: an email already registered is answered, unchanged.
+   * @returns the user, and whether it was created now (`false`: it existed; its password and role
+   *   are left as they are).
+   * @throws AppError 400 for an invalid email, password (8–128 characters) or name.
+   */
+  async createOwner(raw: unknown): Promise<{ user: UserEntity; created: boolean }> {
+    const input = parseInput(ownerInput, raw);
     try {
-      const user = await this.ds.transaction((em) =>
+      return { user: await this.openPasswordAccount(input), created: true };
+    } catch (err) {
+      if (!(err instanceof AppError) || err.status !== 409) throw err;
+      const rows: UserRow[] = await this.ds.query(`SELECT ${USER_COLUMNS} FROM users WHERE lower(email) = $1`, [
+        input.email,
+      ]);
+      if (!rows[0]) throw err;
+      return { user: toUserEntity(rows[0]), created: false };
+    }
+  }
+
+  /**
+   * Signup's account without an invitation: hashes the password and opens the account in one
+   * transaction (`openAccount`).
+   * @throws AppError 409 when the email is registered (nothing is changed).
+   */
+  private async openPasswordAccount(input: { email: string; password: string; name?: string }): Promise<UserEntity> {
+    const passwordHash = await hashPassword(input.password);
+    try {
+      return await this.ds.transaction((em) =>
         this.openAccount(em, { email: input.email, name: input.name ?? "", passwordHash }),
       );
-      const token = await this.tokens.issue(user.id, user.teamId);
-      return { message: "Account created.", next_step: "login", user, ...token };
     } catch (err) {
       if ((err as { code?: string }).code === "23505") throw AppError.conflict("Email is already registered");
       throw err;

@@ -18,6 +18,7 @@
  * the inviting team instead of creating one (DESIGN §3 Roles: the invitation must name the
  * verified email, else 403; unknown or used token → 404); for an account that already exists the
  * token is ignored (it accepts through `POST /control/v1/teams/invitations/{token}/accept`).
+ * A new user is created only as the signup policy allows (issue 27, item 2; `SWITCHYARD_SIGNUP`).
  */
 import { createHash } from "node:crypto";
 import * as client from "openid-client";
@@ -175,9 +176,10 @@ export class OAuthService {
    * Answers like login.
    * @throws AppError 400 bad input, unknown provider, or a state/code/ID token that does not
    *   verify (a used state stays used); 401 when the account is not active; 403 when a new account
-   *   would need an email the provider did not verify (or shared); 404 for an `invite_token` (not
-   *   yet supported, as in signup); 409 when the email belongs to an account and the provider has
-   *   not verified it; 502 when the provider cannot be reached.
+   *   would need an email the provider did not verify (or shared), or is refused by the signup
+   *   policy (`AccountService.checkSignupAllowed`); 404 for an unknown or used `invite_token`;
+   *   409 when the email belongs to an account and the provider has not verified it; 502 when
+   *   the provider cannot be reached.
    */
   async complete(_ctx: RequestContext, raw: unknown): Promise<LoginResultDto> {
     const input = parseInput(oauthCompleteInput, raw);
@@ -309,6 +311,8 @@ export class OAuthService {
       if (!identity.emailVerified) {
         throw AppError.forbidden("The provider has not verified this email address");
       }
+      // A new user: only as the signup policy allows (issue 27, item 2).
+      this.accounts.checkSignupAllowed(inviteToken !== undefined);
       const user =
         inviteToken === undefined
           ? await this.accounts.openAccount(em, {
