@@ -5,8 +5,9 @@
  * `tool_calls` / `tool` messages, Anthropic `tool_use` / `tool_result`, Responses `function_call`
  * / `function_call_output`) and render `GenerateResult.toolCalls` back, whichever engine made
  * them; each engine does its own part: the embedded one writes them into its prompt and reads a
- * call back from its text (`engines/llama-cpp/tool-calls.ts`), the upstream one sends them as
- * OpenAI's `tools` / `tool_choice` and reads the streamed `delta.tool_calls`
+ * call back from its text, in the chat template's own tool format where the model has one
+ * (`engines/llama-cpp/template-tools.ts`) or a documented one (`tool-calls.ts`); the upstream one
+ * sends them as OpenAI's `tools` / `tool_choice` and reads the streamed `delta.tool_calls`
  * (`engines/openai-compatible/tool-wire.ts`).
  */
 

@@ -206,6 +206,23 @@ export function jsonSchemaGrammar(schema: unknown): SchemaGrammar {
   return new GrammarBuilder(schema).build();
 }
 
+/**
+ * One grammar for a choice of texts each followed by a JSON value valid against its own schema:
+ * `root ::= lead₀ value₀ | lead₁ value₁ | …` (issue 26, item 2: a forced call in a chat template's
+ * syntax, `get_weather", "arguments": {…}`). Each schema's rules get their own name prefix, so
+ * `$ref`s resolve within that schema. Keywords the grammar cannot enforce are decoded without
+ * (the caller checked strict schemas before).
+ */
+export function jsonSchemaChoiceGrammar(choices: { lead: string; schema: unknown }[]): string {
+  const lines = new Set<string>();
+  const alternatives = choices.map((choice, i) => {
+    const prefix = `c${i}-`;
+    for (const line of new GrammarBuilder(choice.schema, prefix).build().gbnf.trim().split("\n")) lines.add(line);
+    return `${literal(choice.lead)} ${prefix}root`;
+  });
+  return [`root ::= ${alternatives.join(" | ")}`, ...lines].join("\n") + "\n";
+}
+
 /** The grammar of any JSON object (`response_format: {type: "json_object"}`). */
 export function jsonObjectGrammar(): string {
   const b = new GrammarBuilder({ type: "object" });
@@ -220,13 +237,18 @@ class GrammarBuilder {
   private readonly refs = new Map<string, string>();
   private counter = 0;
 
-  constructor(private readonly root: unknown) {}
+  /** @param prefix put before every rule name but the fixed ones (`jsonSchemaChoiceGrammar`). */
+  constructor(
+    private readonly root: unknown,
+    private readonly prefix = "",
+  ) {}
 
   build(): SchemaGrammar {
     const body = this.visit(this.root, "#");
-    this.rules.set("root", body);
-    const lines = [`root ::= ${this.rules.get("root")}`];
-    for (const [name, rule] of this.rules) if (name !== "root") lines.push(`${name} ::= ${rule}`);
+    const rootName = `${this.prefix}root`;
+    this.rules.set(rootName, body);
+    const lines = [`${rootName} ::= ${body}`];
+    for (const [name, rule] of this.rules) if (name !== rootName) lines.push(`${name} ::= ${rule}`);
     for (const name of this.fixedClosure()) lines.push(`${name} ::= ${PRIMITIVES[name]}`);
     return { gbnf: lines.join("\n") + "\n", issues: this.issues };
   }
@@ -253,7 +275,7 @@ class GrammarBuilder {
 
   /** A new rule holding `body`; returns its name. */
   private rule(hint: string, body: string): string {
-    const name = `${
+    const name = `${this.prefix}${
       hint
         .replace(/[^a-zA-Z0-9-]/g, "-")
         .replace(/-+/g, "-")
@@ -482,7 +504,7 @@ class GrammarBuilder {
       return this.use("value");
     }
     // Named before it is visited, so a recursive reference finds the rule.
-    const name = `ref-${this.counter++}`;
+    const name = `${this.prefix}ref-${this.counter++}`;
     this.refs.set(ref, name);
     this.rules.set(name, "");
     this.rules.set(name, this.visit(target, ref));

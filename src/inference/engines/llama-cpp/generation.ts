@@ -15,6 +15,24 @@ import { StopSequenceFilter } from "../../stop-sequences.js";
 import type { LlamaCppLoader } from "./loading.js";
 import { completionLogprobs } from "./logprobs.js";
 import { type GrammarCache, formatGrammar } from "./structured-decoding.js";
+import type { TemplatePromptTools } from "./template-tools.js";
+
+/**
+ * A request as the embedded engine decodes it (`llama-cpp.engine.ts` prepares it): with tools in
+ * the chat template's own format (`template-tools.ts`), the prompt formatter writes them, a forced
+ * call decodes under its own grammar, and an `auto` answer comes back with its special tokens too.
+ */
+export interface PromptedRequest extends GenerateRequest {
+  /** Tools and the history's calls written by the chat template (`formatPrompt`'s `tools`). */
+  templateTools?: TemplatePromptTools;
+  /** GBNF the answer decodes under, instead of `responseFormat`'s. */
+  gbnf?: string;
+  /** Return `rawText`: the answer's tokens with special tokens written out (a call's markers). */
+  rawText?: boolean;
+}
+
+/** What `generate` returns: the result, and the answer with special tokens when `rawText` was asked. */
+export type GenerationResult = GenerateResult & { rawText?: string };
 
 /**
  * Generates a completion for `req.messages` on a sequence of `req.model`'s runtime (the free one
@@ -29,21 +47,24 @@ export async function generate(
   loader: LlamaCppLoader,
   grammars: GrammarCache,
   logger: Logger,
-  req: GenerateRequest,
-): Promise<GenerateResult> {
+  req: PromptedRequest,
+): Promise<GenerationResult> {
   const rt = await loader.runtime(req.model);
   if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
   // A structured output decodes under its grammar; a strict schema it cannot enforce is a 400 here,
   // before admission (issue 26, item 1).
-  const grammar = req.responseFormat ? await grammars.get(formatGrammar(req.responseFormat, req.model.id)) : undefined;
+  const gbnf = req.gbnf ?? (req.responseFormat ? formatGrammar(req.responseFormat, req.model.id) : undefined);
+  const grammar = gbnf ? await grammars.get(gbnf) : undefined;
   // Refuse what cannot fit before tokenizing it all (issue 5, item 1): by length first, then
   // by a chunked count that yields to other requests.
-  const chars = req.messages.reduce((n, m) => n + m.content.length + 1, 0);
+  // Tools the template writes are part of the prompt (the documented format has them in a message).
+  const toolsText = req.templateTools ? JSON.stringify(req.templateTools.functions) : "";
+  const chars = req.messages.reduce((n, m) => n + m.content.length + 1, toolsText.length);
   if (
     chars > rt.maxPromptChars ||
     (chars > TOKENIZE_CHUNK_CHARS &&
       !(await mayFitTokens(
-        req.messages.map((m) => m.content).join("\n"),
+        [...(toolsText ? [toolsText] : []), ...req.messages.map((m) => m.content)].join("\n"),
         rt.contextSize,
         (t) => rt.model.tokenize(t).length,
       )))
@@ -53,7 +74,7 @@ export async function generate(
       [{ field: "messages", message: "context_length_exceeded" }],
     );
   }
-  const prompt = rt.formatPrompt(req.messages);
+  const prompt = rt.formatPrompt(req.messages, req.templateTools);
   const promptTokens = prompt.tokens.length + rt.bosCount;
   const budget = rt.contextSize - promptTokens;
   if (budget < 1 || (req.maxTokens !== undefined && req.maxTokens > budget)) {
@@ -115,7 +136,7 @@ export async function generate(
           : undefined,
       onToken: (tokens) => {
         completionTokens += tokens.length;
-        if (req.logprobs) generated.push(...tokens);
+        if (req.logprobs || req.rawText) generated.push(...tokens);
       },
       onTextChunk: (chunk) => {
         emit(stops.push(chunk));
@@ -143,6 +164,7 @@ export async function generate(
       engineMs: performance.now() - started,
       queueMs: started - queued,
       ...(logprobs ? { logprobs } : {}),
+      ...(req.rawText ? { rawText: rt.model.detokenize(generated, true) } : {}),
     };
   } catch (err) {
     if (err instanceof AppError) throw err;

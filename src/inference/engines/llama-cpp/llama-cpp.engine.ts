@@ -39,6 +39,7 @@ import type { LlamaCppEngineOptions } from "./runtime.js";
 import { scoreContinuations } from "./scoring.js";
 import { GrammarCache } from "./structured-decoding.js";
 import { toolPromptRequest, withToolCalls } from "./tool-calls.js";
+import { templateToolRequest, withTemplateToolCalls } from "./template-tools.js";
 
 /** The node-llama-cpp `InferenceEngine` (see the module header for pooling and prefix reuse). */
 export class LlamaCppEngine implements InferenceEngine {
@@ -78,12 +79,21 @@ export class LlamaCppEngine implements InferenceEngine {
    * Generates a completion for `req.messages` (`generation.ts`).
    * A structured output decodes under its grammar (`structured-decoding.ts`). Tools and the
    * history's calls are written into the prompt, a forced call decodes under the grammar of the
-   * allowed calls, and the call the answer makes is read back from its text (`tool-calls.ts`).
+   * allowed calls, and the call the answer makes is read back from its text: in the model's own
+   * chat-template format where its runtime has one (`template-tools.ts`), else in the documented
+   * format (`tool-calls.ts`).
    * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
    *   uses a keyword it cannot enforce; RateLimited when no sequence frees up within
    *   `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
    */
   async generate(req: GenerateRequest): Promise<GenerateResult> {
+    const rt = await this.loader.runtime(req.model);
+    const format = rt.kind === "generation" ? rt.toolFormat : null;
+    const templated = format ? templateToolRequest(req, format) : null;
+    if (format && templated) {
+      const result = await generate(this.loader, this.grammars, this.opts.logger, templated);
+      return withTemplateToolCalls(result, req.tools, format.syntax);
+    }
     const result = await generate(this.loader, this.grammars, this.opts.logger, toolPromptRequest(req));
     return withToolCalls(result, req.tools);
   }

@@ -209,6 +209,7 @@ export class LlamaCppLoader {
       },
       "generation model ready",
     );
+    const prompts = promptFormatter(this.lib!, llamaModel, spec);
     return {
       kind: "generation",
       file: spec.file,
@@ -222,7 +223,8 @@ export class LlamaCppLoader {
       ),
       bosCount,
       endTriggers: spec.eog_token_ids.map((id) => [id as Token]),
-      formatPrompt: promptFormatter(this.lib!, llamaModel, spec),
+      formatPrompt: prompts.format,
+      toolFormat: prompts.tools,
       threads,
     };
   }

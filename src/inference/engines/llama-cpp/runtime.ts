@@ -18,6 +18,7 @@ import type { ModelFileSettings } from "../../artifacts/model-files.js";
 import type { ChatMessage } from "../../engine.js";
 import type { SlotPool } from "../../slot-pool.js";
 import type { TuningSetting } from "../../tuning.js";
+import type { TemplatePromptTools, TemplateToolFormat } from "./template-tools.js";
 
 /** The node-llama-cpp module (an ES module loaded on first use). */
 export type NodeLlamaCpp = typeof NodeLlamaCppModule;
@@ -75,7 +76,10 @@ export interface GenerationRuntime {
   bosCount: number;
   /** Extra end-of-turn tokens from the catalog, as llama.cpp stop triggers. */
   endTriggers: Token[][];
-  formatPrompt: (messages: ChatMessage[]) => Prompt;
+  /** Chat messages (and tools in the template's format) → prompt tokens (`prompt-format.ts`). */
+  formatPrompt: (messages: ChatMessage[], tools?: TemplatePromptTools) => Prompt;
+  /** The chat template's own tool format (`template-tools.ts`); null: the documented format. */
+  toolFormat: TemplateToolFormat | null;
   /** CPU threads of its contexts (the file's tuning). */
   threads: number;
   /** Contexts of one sequence each for scoring (decisions), made on first use; see `scoringPool`. */

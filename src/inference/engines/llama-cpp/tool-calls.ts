@@ -3,8 +3,9 @@
  * calls in its history are written into the prompt, how a forced call is decoded, and how a call
  * is read back from the answer's text.
  *
- * Prompt format (documented in the README; the tiny test models have no tool template of their
- * own): a system message lists the tools as JSON and says how to call one —
+ * The documented prompt format (docs/structured-outputs-and-tools.md), for models whose chat
+ * template has no tool format of its own (the tiny test models; `template-tools.ts` serves the
+ * others): a system message lists the tools as JSON and says how to call one —
  * `<tool_call>{"name": …, "arguments": {…}}</tool_call>`; earlier calls and results in the history
  * are written the same way (`<tool_call>…</tool_call>` in the assistant's turn after its text,
  * `<tool_response>…</tool_response>` as the tool's turn). The tool definitions are part of the
