@@ -14,6 +14,8 @@ const client = createClient({
   // An API key or an access token, checked when the socket opens (refused: closed with 4403).
   connectionParams: { authorization: `Bearer ${process.env.SWITCHYARD_API_KEY}` },
   on: { connected: () => console.log("subscribed: waiting for completion events") },
+  // A refused credential closes the socket with 4403: say so at once instead of retrying.
+  retryAttempts: 0,
 });
 
 const events = client.iterate({
@@ -22,10 +24,17 @@ const events = client.iterate({
   }`,
 });
 let seen = 0;
-for await (const { data, errors } of events) {
-  if (errors) throw new Error(errors[0].message);
-  const e = data.completionEvents;
-  console.log("event:", e.status, e.model, e.totalTokens, "tokens,", e.costMicros, "micro-USD");
-  if (++seen >= count) break;
+try {
+  for await (const { data, errors } of events) {
+    if (errors) throw new Error(errors[0].message);
+    const e = data.completionEvents;
+    console.log("event:", e.status, e.model, e.totalTokens, "tokens,", e.costMicros, "micro-USD");
+    if (++seen >= count) break;
+  }
+} catch (err) {
+  // graphql-ws rejects with the socket's CloseEvent: print its code and reason, not the object.
+  const reason = err && typeof err === "object" && "code" in err ? `closed ${err.code} ${err.reason}` : String(err);
+  console.error(`subscription failed: ${reason}`);
+  process.exitCode = 1;
 }
 await client.dispose();

@@ -32,6 +32,8 @@ beforeAll(async () => {
     {
       signupCreditMicros: 0,
       publicUrl: "https://switchyard.example.test",
+      // A public URL makes signup invite-only by default; these tests sign teams up.
+      signup: "open",
       paymentProvider: "stripe",
       stripeSecretKey: "sk_test_switchyard",
       stripeWebhookSecret: WEBHOOK_SECRET,

@@ -38,9 +38,14 @@ beforeAll(async () => {
   // No signup credit: a new team has nothing until it tops up (and its ledger starts empty).
   // Prices of 1 micro-USD per token, so a request leaves a `usage` entry.
   const catalogPath = writeTestCatalog(CHAT_MODEL, { input: "1", cachedInput: "1", output: "1" });
-  server = await startTestServer({ signupCreditMicros: 0, publicUrl: PUBLIC_URL, catalogPath }, undefined, {
-    logger: logs.logger,
-  });
+  // Exposed (a public URL): the local provider needs the opt-in, which keeps its start warning.
+  server = await startTestServer(
+    { signupCreditMicros: 0, publicUrl: PUBLIC_URL, localPayments: "allow", signup: "open", catalogPath },
+    undefined,
+    {
+      logger: logs.logger,
+    },
+  );
 }, 30_000);
 afterAll(() => server.close());
 

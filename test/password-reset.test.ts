@@ -619,7 +619,10 @@ describe("across processes", () => {
   let second: TestServer;
   beforeAll(async () => {
     // A second API process on the same database, behind a proxy it trusts (loopback).
-    second = await startTestServer({ authCacheTtlMs: 3_600_000, trustProxy: "loopback" }, server);
+    second = await startTestServer(
+      { authCacheTtlMs: 3_600_000, trustProxy: "loopback", localPayments: "allow", signup: "open" },
+      server,
+    );
   }, 60_000);
   afterAll(() => second?.close());
 

@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, packageRoot, packageVersion } from "../src/config/config.js";
 import { ChildStartError, killChildren, launchChild } from "./support/child-server.js";
+import { refuseUnsafeExposure } from "../src/app/exposure.js";
 import {
   type TestServer,
   createTestDatabase,
@@ -122,12 +123,36 @@ describe("the bind", () => {
     expect(failed).toBeInstanceOf(ChildStartError);
     const { code, stderr } = failed as ChildStartError;
     expect(code).toBe(1);
-    expect(stderr).toMatch(/^switchyard: HOST=0\.0\.0\.0 can be reached from the network/);
+    expect(stderr).toMatch(/^switchyard: HOST=0\.0\.0\.0 means this service can be reached from the network/);
     expect(stderr).toContain("SWITCHYARD_PAYMENT_PROVIDER=stripe");
     expect(stderr).toContain("SWITCHYARD_LOCAL_PAYMENTS=allow");
     // One line, no stack trace.
     expect(stderr.trim().split("\n")).toHaveLength(1);
   }, 60_000);
+});
+
+describe("a loopback bind behind a reverse proxy", () => {
+  test("when SWITCHYARD_PUBLIC_URL is public or a proxy is trusted, then the service counts as exposed: signup defaults to invite and the local provider needs the opt-in", () => {
+    const base = { SWITCHYARD_JWT_SECRET: "x".repeat(32), SWITCHYARD_DATA_DIR: os.tmpdir() };
+    const behindProxy = loadConfig({ ...base, SWITCHYARD_PUBLIC_URL: "https://api.example.com" });
+    expect(behindProxy.host).toBe("127.0.0.1");
+    expect(behindProxy.signup).toBe("invite");
+    expect(() => refuseUnsafeExposure(behindProxy)).toThrow(
+      /^SWITCHYARD_PUBLIC_URL=https:\/\/api\.example\.com means this service can be reached from the network/,
+    );
+    const trusted = loadConfig({ ...base, SWITCHYARD_TRUST_PROXY: "loopback" });
+    expect(trusted.signup).toBe("invite");
+    expect(() => refuseUnsafeExposure(trusted)).toThrow(/^SWITCHYARD_TRUST_PROXY=loopback/);
+    expect(() =>
+      refuseUnsafeExposure(
+        loadConfig({ ...base, SWITCHYARD_TRUST_PROXY: "loopback", SWITCHYARD_LOCAL_PAYMENTS: "allow" }),
+      ),
+    ).not.toThrow();
+    // On this machine only: open signup, free top-ups served.
+    const local = loadConfig(base);
+    expect(local.signup).toBe("open");
+    expect(() => refuseUnsafeExposure(local)).not.toThrow();
+  });
 });
 
 describe("an exposed bind with the local provider allowed", () => {

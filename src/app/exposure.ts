@@ -4,7 +4,7 @@
  * sign up, which payment provider, whether webhooks may reach private addresses).
  */
 import type { AddressInfo } from "node:net";
-import { type Config, ConfigError, isLoopbackBind, packageVersion } from "../config/config.js";
+import { type Config, ConfigError, exposure, isLoopbackBind, packageVersion } from "../config/config.js";
 
 /**
  * Refuses to start an API process whose `host` others can reach while the `local` payment
@@ -15,17 +15,18 @@ import { type Config, ConfigError, isLoopbackBind, packageVersion } from "../con
  * top-ups looks healthy until a customer meets the refusal, while a start that stops with one line
  * naming the settings is seen at once by whoever deploys it, before anyone can reach it. The
  * default bind (`127.0.0.1`) is loopback, so `npm start` with no configuration is unaffected.
- * A `worker` process serves no HTTP and is never refused. (A loopback bind behind a reverse proxy
- * with a public `SWITCHYARD_PUBLIC_URL` keeps the start warning of `warnOfLocalPayments`.)
+ * A `worker` process serves no HTTP and is never refused. Exposed also means a loopback bind
+ * behind a reverse proxy: a public `SWITCHYARD_PUBLIC_URL` or `SWITCHYARD_TRUST_PROXY` (`exposure`).
  * @throws ConfigError naming `HOST`, `SWITCHYARD_PAYMENT_PROVIDER` and `SWITCHYARD_LOCAL_PAYMENTS`.
  */
 export function refuseUnsafeExposure(config: Config): void {
-  if (config.role === "worker" || isLoopbackBind(config.host)) return;
+  const exposed = exposure(config);
+  if (config.role === "worker" || !exposed) return;
   if (config.paymentProvider === "local" && config.localPayments !== "allow") {
     throw new ConfigError(
-      `HOST=${config.host} can be reached from the network, and the local payment provider credits ` +
+      `${exposed} means this service can be reached from the network, and the local payment provider credits ` +
         "top-ups without any payment. Set SWITCHYARD_PAYMENT_PROVIDER=stripe (with SWITCHYARD_STRIPE_SECRET_KEY), " +
-        "or SWITCHYARD_LOCAL_PAYMENTS=allow to serve free top-ups anyway, or bind HOST=127.0.0.1",
+        "or SWITCHYARD_LOCAL_PAYMENTS=allow to serve free top-ups anyway",
     );
   }
 }
@@ -49,7 +50,7 @@ export interface StartBanner {
   /** The address and port really bound, e.g. `127.0.0.1:8080` or `0.0.0.0:8080`. */
   address: string;
   /** `this machine only` (loopback bind) or `the network`. */
-  reachableFrom: "this machine only" | "the network";
+  reachableFrom: "this machine only" | "the network" | "the network, through a proxy";
   url: string;
   graphql: string;
   version: string;
@@ -65,7 +66,11 @@ export interface StartBanner {
 export function startBanner(config: Config, bound: AddressInfo, url: string): StartBanner {
   return {
     address: hostPort(bound.address, bound.port),
-    reachableFrom: isLoopbackBind(bound.address) ? "this machine only" : "the network",
+    reachableFrom: !isLoopbackBind(bound.address)
+      ? "the network"
+      : exposure(config)
+        ? "the network, through a proxy"
+        : "this machine only",
     url,
     graphql: `${url}/graphql`,
     version: packageVersion,
@@ -73,7 +78,7 @@ export function startBanner(config: Config, bound: AddressInfo, url: string): St
     payments:
       config.paymentProvider === "stripe"
         ? "stripe"
-        : `local: top-ups credited without payment${isLoopbackBind(config.host) ? "" : " (SWITCHYARD_LOCAL_PAYMENTS=allow)"}`,
+        : `local: top-ups credited without payment${exposure(config) ? " (SWITCHYARD_LOCAL_PAYMENTS=allow)" : ""}`,
     webhookGuard: config.webhookAllowPrivate
       ? "off: webhooks may reach private and loopback addresses (SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true)"
       : "on: webhooks to private and loopback addresses refused",

@@ -38,6 +38,33 @@ export function isLoopbackBind(host: string): boolean {
   return h === "localhost" || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h) || h === "::1" || /^(0+:){7}0*1$/.test(h);
 }
 
+/**
+ * Why others can reach this service, or null when only this machine can (issue 27, item 2): a
+ * `host` that is not loopback, a public URL whose host is not loopback, or a trusted proxy in front
+ * (a reverse proxy on this machine binds loopback but serves the network). Used for the signup
+ * default, the local payment provider's refusal and the start banner.
+ */
+export function exposure(cfg: {
+  host: string;
+  publicUrl?: string;
+  trustProxy?: boolean | number | string;
+}): string | null {
+  if (!isLoopbackBind(cfg.host)) return `HOST=${cfg.host}`;
+  if (cfg.publicUrl) {
+    let host = "";
+    try {
+      host = new URL(cfg.publicUrl).hostname;
+    } catch {
+      host = "";
+    }
+    if (host && !isLoopbackBind(host)) return `SWITCHYARD_PUBLIC_URL=${cfg.publicUrl}`;
+  }
+  if (cfg.trustProxy !== undefined && cfg.trustProxy !== false && cfg.trustProxy !== 0) {
+    return `SWITCHYARD_TRUST_PROXY=${String(cfg.trustProxy)}`;
+  }
+  return null;
+}
+
 /** An `https` URL, or `http` on a loopback host (a provider on this machine, as in tests). */
 export const secureUrl = z
   .string()

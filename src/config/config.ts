@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import {
   LOG_LEVELS,
+  exposure,
   isLoopbackBind,
   type UpstreamConfig,
   autoOrInt,
@@ -38,7 +39,7 @@ export const packageVersion: string = (
 
 /** The validated configuration every component receives. Units are in the names (ms, micros). */
 /** Re-exported for the modules that read these parts of the configuration. */
-export { isLoopbackBind, isLoopbackHost } from "./config-fields.js";
+export { exposure, isLoopbackBind, isLoopbackHost } from "./config-fields.js";
 export type { OAuthProviderConfig, UpstreamConfig } from "./config-fields.js";
 
 export const configSchema = z.object({
@@ -501,7 +502,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   const modelsDir = cfg.modelsDir ? path.resolve(cfg.modelsDir) : undefined;
   const jwtSecret = cfg.jwtSecret ?? persistedSecret(dataDir);
   const publicUrl = (cfg.publicUrl ?? `http://localhost:${cfg.port}`).replace(/\/$/, "");
-  const signup = cfg.signup ?? (isLoopbackBind(cfg.host) ? "open" : "invite");
+  const signup = cfg.signup ?? (exposure({ ...cfg, publicUrl }) ? "invite" : "open");
   const catalogPath = path.resolve(cfg.catalogPath);
   return { ...cfg, upstreams, dataDir, modelsDir, catalogPath, jwtSecret, publicUrl, signup };
 }

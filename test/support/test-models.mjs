@@ -4,7 +4,6 @@
  *
  * The folder, in order:
  * 1. `SWITCHYARD_MODELS_DIR` when set (resolved against the repository root);
- * 2. otherwise `../shared/models` beside the checkout, when it holds the file (CI's offline copy);
  * 3. otherwise `<repository>/.data/models`, the folder `npm start` downloads into.
  *
  * When the chosen folder lacks the file (of the catalog's size), it is fetched the way `npm start`
@@ -50,7 +49,7 @@ function holds(dir, engine) {
  * @param {{root?: string, env?: Record<string, string | undefined>}} [opts] `root`: the repository
  *   root the relative folders are taken from (tests point it elsewhere); `env`: the environment
  *   read (default `process.env`; also handed to the fetching child).
- * @returns {Promise<{dir: string, how: "env" | "shared" | "data" | "fetched"}>} the absolute folder.
+ * @returns {Promise<{dir: string, how: "env" | "data" | "fetched"}>} the absolute folder.
  * @throws Error when the file is missing and downloads are off, or the fetch failed (its one-line
  *   reason: checksum, size, network…; nothing is installed then).
  */
@@ -64,8 +63,7 @@ export async function findTestModels(opts = {}) {
     dir = path.resolve(root, env.SWITCHYARD_MODELS_DIR);
     how = "env";
   } else {
-    const shared = path.resolve(root, "../shared/models");
-    if (holds(shared, engine)) return { dir: shared, how: "shared" };
+    // Nothing outside the repository unless SWITCHYARD_MODELS_DIR names it (CI does: .ci/run).
     dir = path.join(root, ".data/models");
     how = "data";
   }
