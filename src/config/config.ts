@@ -11,7 +11,6 @@ import { z } from "zod";
 import {
   LOG_LEVELS,
   exposure,
-  isLoopbackBind,
   type UpstreamConfig,
   autoOrInt,
   intFromEnv,
