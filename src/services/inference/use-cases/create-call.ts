@@ -14,7 +14,7 @@ import type { RequestContext } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { UnhonouredField } from "../protocols/structured.js";
 import type { GenerationTools } from "../../../inference/tools.js";
-import { type ToolMode, type ToolSpec, type Tooling, strictToolIssues } from "../protocols/tools.js";
+import { type ToolMode, type ToolSpec, type Tooling, toolSchemaIssues } from "../protocols/tools.js";
 import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
@@ -140,7 +140,8 @@ export function checkToolGeneration(
 /**
  * Where tools are served (issue 26, items 2 and 5): on the embedded engine, which decodes a
  * forced call under its own grammar, so a strict tool whose parameters use a keyword that grammar
- * cannot enforce is refused naming its place; and on an upstream model whose catalog entry says
+ * cannot enforce, or a forced one whose parameters no grammar can decode (a `$ref` cycle that
+ * reads no input), is refused naming its place; and on an upstream model whose catalog entry says
  * `capabilities.tools` (the upstream decodes and enforces `strict` itself, and its refusals come
  * back as 400s). Another upstream model offered tools is refused naming `tools` and the model.
  * @throws AppError 400.
@@ -153,10 +154,12 @@ export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: 
       { field: "tools", message: `tool calling is not supported for model '${model.id}'` },
     ]);
   }
-  const issues = strictToolIssues(tools);
+  const { issues, fatal } = toolSchemaIssues(tools, mode);
   if (issues.length > 0) {
     throw AppError.invalid(
-      `Model '${model.id}' cannot enforce ${issues[0].field} while decoding; strict: true needs every keyword enforced`,
+      fatal
+        ? `Model '${model.id}' cannot decode the schema at ${issues[0].field}: ${issues[0].message}`
+        : `Model '${model.id}' cannot enforce ${issues[0].field} while decoding; strict: true needs every keyword enforced`,
       issues,
     );
   }
