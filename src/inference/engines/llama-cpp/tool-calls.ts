@@ -142,9 +142,18 @@ export function toolPromptRequest(req: GenerateRequest): GenerateRequest {
   };
 }
 
-/** The result with the call its text makes, if any: an answer cut short or cancelled stays text. */
+/**
+ * The result with the call its text makes, if any. An answer cut short or cancelled makes none.
+ * Under `auto` an answer that is no call stays text; under a forced mode it is the grammar's
+ * `{"name": …, "arguments": …}` wrapper cut short, never the caller's text: it comes back with
+ * empty text (and no log-probabilities of the wrapper's tokens), the protocols answer no text
+ * at all (review finding F6).
+ */
 export function withToolCalls(result: GenerateResult, tools: GenerationTools | undefined): GenerateResult {
-  if (!tools || result.finishReason === "length" || result.finishReason === "cancelled") return result;
-  const call = parseToolCall(result.text, tools.specs, tools.mode);
-  return call ? { ...result, toolCalls: [call] } : result;
+  if (!tools) return result;
+  const cut = result.finishReason === "length" || result.finishReason === "cancelled";
+  const call = cut ? null : parseToolCall(result.text, tools.specs, tools.mode);
+  if (call) return { ...result, toolCalls: [call] };
+  if (tools.mode.kind !== "forced") return result;
+  return { ...result, text: "", ...(result.logprobs ? { logprobs: [] } : {}) };
 }
