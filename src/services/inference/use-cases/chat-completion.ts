@@ -36,8 +36,14 @@ export type ChatCompletion = ReturnType<typeof chatCompletion>;
  */
 export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
   const translated = chatMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, chatUnhonoured(body), () =>
-    chatTooling(body),
+  const checked = checkToolGeneration(
+    catalog,
+    teamId,
+    body.model,
+    translated,
+    chatUnhonoured(body),
+    () => chatTooling(body),
+    { params: chatParams(body) },
   );
   checkToolHistory(translated.messages, translated.toolFields, CHAT_TOOL_RULES);
   return checked;

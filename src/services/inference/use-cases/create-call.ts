@@ -5,7 +5,7 @@
  * options; only HTTP (status, body, SSE framing) stays in the transport.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import type { ChatMessage, GenerateResult, GenerationStart, SamplingParams } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
 import type { Failure } from "../../../shared/error-dialects.js";
 import { AppError } from "../../../shared/errors.js";
@@ -117,8 +117,11 @@ export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[
 
 /**
  * The checks of a text generation that may offer tools, for `teamId`: the model resolved, every
- * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`).
- * `tools` is what the engine gets (`GenerationCall.tools`): absent when the model may call none.
+ * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`), stop
+ * strings only where they cannot cut a grammar (`assertStopDecodable`; `decoding.stopField` is the
+ * body's name for them, `stop` by default). REST, batch items (at create and when run) and
+ * background runs all come through here. `tools` is what the engine gets
+ * (`GenerationCall.tools`): absent when the model may call none.
  * @throws AppError 404 unknown model; 400.
  */
 export function checkToolGeneration(
@@ -128,11 +131,13 @@ export function checkToolGeneration(
   translated: { messages: ChatMessage[]; unsupported: string[] },
   unhonoured: UnhonouredField[],
   tooling: () => Tooling,
+  decoding: { params: SamplingParams; stopField?: string },
 ) {
   const model = catalog.resolve(teamId, modelId, "text_generation");
   checkGeneration(model, translated, unhonoured);
   const { tools, mode } = tooling();
   assertToolsServed(model, tools, mode);
+  assertStopDecodable(model, decoding.params, mode, decoding.stopField ?? "stop");
   const engineTools: GenerationTools | undefined = mode.kind === "none" ? undefined : { specs: tools, mode };
   return { model, messages: translated.messages, mode, tools: engineTools };
 }
@@ -163,6 +168,28 @@ export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: 
       issues,
     );
   }
+}
+
+/**
+ * Stop strings where the embedded engine decodes under a grammar (a structured output or a forced
+ * tool call) are refused naming the stop field (review finding F8): a stop string matched inside
+ * the grammar's JSON would cut it and still end with `stop`, breaking "every answer that ends with
+ * `stop` parses". An upstream model is left to its own server.
+ * @throws AppError 400 naming `stopField`.
+ */
+export function assertStopDecodable(
+  model: CatalogModel,
+  params: SamplingParams,
+  mode: ToolMode,
+  stopField: string,
+): void {
+  if (model.engine.type !== "llama_cpp" || (params.stop?.length ?? 0) === 0) return;
+  const grammar = mode.kind === "forced" ? "a forced tool call" : params.responseFormat ? "a structured output" : null;
+  if (!grammar) return;
+  throw AppError.invalid(
+    `Model '${model.id}' cannot combine ${stopField} with ${grammar}: a stop string would cut the JSON it decodes`,
+    [{ field: stopField, message: `cannot be combined with ${grammar} on model '${model.id}'` }],
+  );
 }
 
 /**

@@ -36,7 +36,10 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
   const translated = anthropicMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body));
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body), {
+    params: anthropicParams(body),
+    stopField: "stop_sequences",
+  });
   checkToolHistory(translated.messages, translated.toolFields, MESSAGES_TOOL_RULES);
   return checked;
 }

@@ -84,8 +84,14 @@ export function storedResponse(
  */
 export function checkResponse(catalog: ModelCatalogService, teamId: string, body: ResponseRequest) {
   const translated = responseMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, responseUnhonoured(body), () =>
-    responseTooling(body),
+  const checked = checkToolGeneration(
+    catalog,
+    teamId,
+    body.model,
+    translated,
+    responseUnhonoured(body),
+    () => responseTooling(body),
+    { params: responseParams(body) },
   );
   if (!body.previous_response_id) continuedMessages(body, translated, []);
   return { ...checked, translated };
