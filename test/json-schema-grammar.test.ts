@@ -2,10 +2,13 @@
  * Structured outputs on the embedded engine (issue 26, item 1): the JSON Schema → GBNF generator
  * (`src/inference/structured/json-schema-gbnf.ts`).
  * - Integer ranges are exact: every number of a range, and none outside it, matches.
- * - A property test: generated schemas within the documented subset × the tiny model (real
- *   llama.cpp decoding under the grammar); every answer that ends with the model's own stop parses
- *   and validates (ajv with ajv-formats), and every schema with a keyword outside the subset is
- *   reported (the engine refuses it under `strict: true`).
+ * - A `$ref` cycle that reads no input is a fatal issue; recursion that reads input first is none.
+ * - A property test: generated schemas within the documented subset (`$ref` / `$defs` /
+ *   `definitions` with recursion that makes progress, `oneOf`, `prefixItems` with item bounds,
+ *   string length bounds…) × the tiny model (real llama.cpp decoding under the grammar); every
+ *   answer that ends with the model's own stop parses and validates (ajv with ajv-formats), and
+ *   every schema with a keyword outside the subset is reported (the engine refuses it under
+ *   `strict: true`).
  */
 import path from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
@@ -79,6 +82,27 @@ describe("the enforced subset", () => {
     expect(issues.map((i) => i.keyword)).toContain(keyword);
   });
 
+  test.each([
+    [{ $defs: { a: { $ref: "#/$defs/b" }, b: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }, "#/$ref"],
+    [{ anyOf: [{ $ref: "#" }, { type: "null" }] }, "#/anyOf/0/$ref"],
+    [{ $defs: { a: { oneOf: [{ type: "null" }, { $ref: "#/%24defs/a" }] } }, $ref: "#/$defs/a" }, "#/$ref"],
+  ])("when %j comes back to itself before any value, then a fatal $ref issue names %s", (schema, path) => {
+    const { issues } = jsonSchemaGrammar(schema);
+    expect(issues).toEqual([expect.objectContaining({ keyword: "$ref", path, fatal: true })]);
+  });
+
+  test("when a recursion reads input first (through an object or an array), then nothing is reported", () => {
+    const schema = {
+      type: "object",
+      properties: {
+        next: { anyOf: [{ $ref: "#" }, { type: "null" }] },
+        kids: { type: "array", items: { $ref: "#/$defs/k" } },
+      },
+      $defs: { k: { anyOf: [{ $ref: "#" }, { type: "string" }] } },
+    };
+    expect(jsonSchemaGrammar(schema).issues).toEqual([]);
+  });
+
   test("when zodResponseFormat's schema comes as it is (nullable, safe-integer bounds, $defs), then nothing is left unenforced", () => {
     const schema = {
       type: "object",
@@ -110,6 +134,11 @@ const leaf = fc.oneof(
   fc.constant({ type: "boolean" }),
   fc.constant({ type: "null" }),
   fc.record({ type: fc.constant("string"), maxLength: fc.integer({ min: 1, max: 12 }) }),
+  fc
+    .tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 8 }))
+    .map(([min, extra]) => ({ type: "string", minLength: min, maxLength: min + extra })),
+  fc.record({ type: fc.constant("string"), minLength: fc.integer({ min: 1, max: 4 }) }),
+  fc.integer({ min: 3, max: 10 }).map((n) => ({ type: "string", minLength: n, maxLength: n })),
   fc.record({
     type: fc.constant("string"),
     format: fc.constantFrom("date", "time", "date-time", "uuid", "email", "ipv4"),
@@ -128,25 +157,99 @@ const leaf = fc.oneof(
   fc.constant({ type: "number", exclusiveMinimum: 0 }),
   fc.record({ const: fc.oneof(fc.string({ maxLength: 5 }), fc.integer(), fc.boolean()) }),
 );
-const schemaArb: fc.Arbitrary<Record<string, unknown>> = fc.letrec((tie) => ({
-  node: fc.oneof({ depthSize: "small", withCrossShrink: true }, leaf, tie("object"), tie("array"), tie("anyOf")),
-  object: fc
-    .uniqueArray(fc.tuple(fc.stringMatching(/^[a-z][a-z_]{0,7}$/), tie("node"), fc.boolean()), {
-      minLength: 1,
-      maxLength: 4,
-      selector: ([k]) => k,
-    })
-    .map((props) => ({
+
+/**
+ * Schemas within the subset whose `$ref`s name only `refs` (pointers into the root the sample is
+ * put under), plus `{anyOf: [null, {$ref: "#"}]}`: recursion through the root, which makes
+ * progress (the root is an object). `oneOf` alternatives are of disjoint types, so the pick is
+ * exactly one of them.
+ */
+function schemaArbitrary(refs: string[]): fc.Arbitrary<Record<string, unknown>> {
+  const ref = fc.oneof(
+    ...refs.map((r) => fc.constant({ $ref: r })),
+    fc.constant({ anyOf: [{ type: "null" }, { $ref: "#" }] }),
+  );
+  return fc.letrec((tie) => ({
+    node: fc.oneof(
+      { depthSize: "small", withCrossShrink: true },
+      leaf,
+      tie("object"),
+      tie("array"),
+      tie("anyOf"),
+      tie("oneOf"),
+      tie("tuple"),
+      ref,
+    ),
+    object: fc
+      .uniqueArray(fc.tuple(fc.stringMatching(/^[a-z][a-z_]{0,7}$/), tie("node"), fc.boolean()), {
+        minLength: 1,
+        maxLength: 4,
+        selector: ([k]) => k,
+      })
+      .map((props) => ({
+        type: "object",
+        properties: Object.fromEntries(props.map(([k, s]) => [k, s])),
+        required: props.filter(([, , req]) => req).map(([k]) => k),
+        additionalProperties: false,
+      })),
+    array: fc
+      .tuple(tie("node"), fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 3 }))
+      .map(([items, min, extra]) => ({ type: "array", items, minItems: min, maxItems: min + extra })),
+    tuple: fc
+      .tuple(
+        fc.array(tie("node"), { minLength: 1, maxLength: 2 }),
+        fc.oneof(fc.constant(undefined), fc.constant(false), tie("node")),
+        fc.integer({ min: 0, max: 3 }),
+        fc.integer({ min: 0, max: 2 }),
+      )
+      .map(([prefixItems, items, min, extra]) => ({
+        type: "array",
+        prefixItems,
+        ...(items === undefined ? {} : { items }),
+        // With `items: false` at most the prefix can be written.
+        minItems: items === false ? Math.min(min, prefixItems.length) : min,
+        maxItems: (items === false ? Math.min(min, prefixItems.length) : min) + extra,
+      })),
+    anyOf: fc.tuple(tie("node"), fc.constant({ type: "null" })).map(([a, b]) => ({ anyOf: [a, b] })),
+    oneOf: fc
+      .tuple(tie("object"), fc.constantFrom({ type: "null" }, { type: "string", maxLength: 4 }, { type: "boolean" }))
+      .map(([a, b]) => ({ oneOf: [a, b] })),
+  })).node as fc.Arbitrary<Record<string, unknown>>;
+}
+const schemaArb = schemaArbitrary([]);
+/** A recursive definition with progress: a list that ends with null. */
+const listDef = {
+  anyOf: [
+    { type: "null" },
+    {
       type: "object",
-      properties: Object.fromEntries(props.map(([k, s]) => [k, s])),
-      required: props.filter(([, , req]) => req).map(([k]) => k),
+      properties: { v: { type: "integer", minimum: 0, maximum: 99 }, next: { $ref: "#/$defs/list" } },
+      required: ["v", "next"],
       additionalProperties: false,
-    })),
-  array: fc
-    .tuple(tie("node"), fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 3 }))
-    .map(([items, min, extra]) => ({ type: "array", items, minItems: min, maxItems: min + extra })),
-  anyOf: fc.tuple(tie("node"), fc.constant({ type: "null" })).map(([a, b]) => ({ anyOf: [a, b] })),
-})).node as fc.Arbitrary<Record<string, unknown>>;
+    },
+  ],
+};
+/** Root schemas: `{answer}` with `$defs` (d1 may name d0, answer both and the list) and `definitions`. */
+const rootArb = fc
+  .tuple(
+    schemaArbitrary([]),
+    schemaArbitrary(["#/$defs/d0"]),
+    schemaArbitrary(["#/$defs/d0", "#/$defs/d1", "#/$defs/list", "#/definitions/tree"]),
+  )
+  .map(([d0, d1, answer]) => ({
+    type: "object",
+    properties: { answer },
+    required: ["answer"],
+    additionalProperties: false,
+    $defs: { d0, d1, list: listDef },
+    definitions: {
+      tree: {
+        type: "object",
+        properties: { kids: { type: "array", items: { $ref: "#/definitions/tree" }, maxItems: 2 } },
+        additionalProperties: false,
+      },
+    },
+  }));
 
 describe("answers decoded under the grammar (tiny model)", () => {
   let llama: Llama;
@@ -166,16 +269,10 @@ describe("answers decoded under the grammar (tiny model)", () => {
 
   test("when 200 generated schemas within the subset are answered, then every answer that ends with stop parses and validates", async () => {
     const sequence = context.getSequence();
-    const samples = fc.sample(
-      schemaArb.map((node) => ({
-        type: "object",
-        properties: { answer: node },
-        required: ["answer"],
-        additionalProperties: false,
-      })),
-      { numRuns: 200, seed: 26 },
-    );
+    const samples = fc.sample(rootArb, { numRuns: 200, seed: 26 });
     let stopped = 0;
+    /** Stopped answers whose schema (`answer`'s own) uses each keyword. */
+    const covered: Record<string, number> = { $ref: 0, '"#"': 0, prefixItems: 0, oneOf: 0, minLength: 0, maxLength: 0 };
     for (const [i, schema] of samples.entries()) {
       const { gbnf, issues } = jsonSchemaGrammar(schema);
       expect({ schema, issues }).toEqual({ schema, issues: [] });
@@ -190,6 +287,8 @@ describe("answers decoded under the grammar (tiny model)", () => {
       await sequence.clearHistory();
       if (out.metadata.stopReason !== "eogToken") continue;
       stopped++;
+      const used = JSON.stringify(schema.properties.answer);
+      for (const k of Object.keys(covered)) if (used.includes(k)) covered[k]++;
       let value: unknown;
       expect(() => (value = JSON.parse(out.response))).not.toThrow();
       const validate = ajv.compile(schema);
@@ -197,6 +296,8 @@ describe("answers decoded under the grammar (tiny model)", () => {
     }
     // Most answers are short enough to finish; a grammar that never lets the model stop fails here.
     expect(stopped).toBeGreaterThan(100);
+    // The generated schemas exercise refs (recursion through `#` too), tuples, oneOf and length bounds.
+    for (const [k, n] of Object.entries(covered)) expect([k, n >= 10]).toEqual([k, true]);
   }, 300_000);
 
   test("when generated schemas carry a keyword outside the subset, then each is reported", () => {

@@ -303,6 +303,28 @@ describe("reading a call with the template's syntax", () => {
     expect("rawText" in read).toBe(false);
     expect(withTemplateToolCalls({ ...result, finishReason: "length" }, auto, jinjaSyntax).toolCalls).toBeUndefined();
   });
+
+  test("when a forced answer is cut short, then it is no call and no text, nor log-probs of it (review finding F6)", () => {
+    const forced = { specs: auto.specs, mode: { kind: "forced" as const, names: ["get_time"] } };
+    const cut = withTemplateToolCalls(
+      {
+        text: '{"zone": "U',
+        finishReason: "length",
+        stopSequence: null,
+        usage: { promptTokens: 1, completionTokens: 4, cachedPromptTokens: 0 },
+        engineMs: 0,
+        queueMs: 0,
+        logprobs: [{ token: '{"', logprob: -1, bytes: [123, 34], top: [] }],
+      },
+      forced,
+      jinjaSyntax,
+    );
+    expect({ text: cut.text, calls: cut.toolCalls, logprobs: cut.logprobs }).toEqual({
+      text: "",
+      calls: undefined,
+      logprobs: [],
+    });
+  });
 });
 
 describe("through the official openai client", () => {

@@ -146,8 +146,10 @@ export interface GenerateResult {
   logprobs?: TokenLogprob[];
   /**
    * The calls the answer makes (`GenerateRequest.tools`), each valid (`validToolCall`); absent
-   * when it makes none, or when it was cut short (`length`, `cancelled`: then it stays text). The
-   * protocols answer one call per answer, the first (`parallel_tool_calls: false` is sent upstream).
+   * when it makes none, or when it was cut short (`length`, `cancelled`: under `auto` it stays
+   * text; a forced call cut short is no text either, review finding F6: the protocols answer
+   * neither text nor a call). The protocols answer one call per answer, the first
+   * (`parallel_tool_calls: false` is sent upstream).
    */
   toolCalls?: ToolCall[];
   /**

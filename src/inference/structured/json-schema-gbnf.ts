@@ -11,7 +11,7 @@
  *   model's pick is one of them), `$ref` to `#`, `#/$defs/…` or `#/definitions/…` (recursion too);
  * - objects: `properties` in their order, `required` (the others may be left out),
  *   `additionalProperties` `false`, or a schema / `true` for an object without `properties`;
- * - arrays: `items`, `prefixItems`, `minItems`, `maxItems`;
+ * - arrays: `items`, `prefixItems` (then `items`, or nothing for `items: false`), `minItems`, `maxItems`;
  * - strings: `minLength`, `maxLength`, `format` `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`;
  * - integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (exact, as digit
  *   ranges); numbers: a lower bound of 0 (inclusive or exclusive). Unbounded integers and the
@@ -22,13 +22,22 @@
  * Anything else (`pattern`, other formats, `multipleOf`, `uniqueItems`, other number bounds,
  * `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…) is listed as an issue; the
  * caller refuses the request under `strict: true` and otherwise decodes without that keyword.
+ * A `$ref` that comes back to itself before any value is read (`a → b → a`, `{anyOf: [{$ref:
+ * "#"}, …]}`) is a fatal issue: refused whatever `strict` says (review finding F3).
  */
 
-/** A keyword the grammar cannot enforce, with where it stands (a JSON pointer into the schema). */
+import { escapePointer, refLoopsWithoutInput, resolvePointer } from "./schema-refs.js";
+
+/**
+ * A keyword the grammar cannot enforce, with where it stands (a JSON pointer into the schema).
+ * `fatal`: no grammar of this schema can be decoded at all (a `$ref` cycle that reads no input,
+ * review finding F3), so it is refused whatever `strict` says.
+ */
 export interface SchemaIssue {
   path: string;
   keyword: string;
   message: string;
+  fatal?: boolean;
 }
 
 /**
@@ -476,22 +485,32 @@ class GrammarBuilder {
   private array(s: Record<string, unknown>, path: string): string {
     this.use("ws");
     const min = nonNegativeInt(s.minItems) ?? 0;
-    const max = nonNegativeInt(s.maxItems);
+    let max = nonNegativeInt(s.maxItems);
     if (max !== undefined && max < min) this.issue(path, "maxItems", "maxItems is below minItems");
-    if (Array.isArray(s.prefixItems)) {
-      const tuple = s.prefixItems.map((sub, i) => this.visit(sub, `${path}/prefixItems/${i}`));
-      if (s.items !== undefined && s.items !== false) {
-        this.issue(`${path}/items`, "items", "items after prefixItems are not generated");
-      }
-      if (tuple.length === 0) return `"[" ws "]"`;
-      return `"[" ws ${tuple.join(' ws "," ws ')} ws "]"`;
+    const tuple = Array.isArray(s.prefixItems)
+      ? s.prefixItems.map((sub, i) => this.visit(sub, `${path}/prefixItems/${i}`))
+      : [];
+    // Past the prefix: `items` (any value when absent), or nothing at all for `items: false`.
+    if (s.items === false) {
+      max = Math.min(max ?? tuple.length, tuple.length);
+      if (min > max) this.issue(`${path}/items`, "items", "minItems asks for more items than prefixItems allows");
     }
-    const item = s.items === undefined ? this.use("value") : this.visit(s.items, `${path}/items`);
-    const itemRule = this.rule(`item-${pathHint(path)}`, item);
     if (max === 0) return `"[" ws "]"`;
-    const restMin = Math.max(0, min - 1);
-    const restMax = max === undefined ? "" : String(max - 1);
-    const list = `${itemRule} ( ws "," ws ${itemRule} ){${restMin},${restMax}}`;
+    const item =
+      s.items === undefined || s.items === true || s.items === false
+        ? this.use("value")
+        : this.visit(s.items, `${path}/items`);
+    const itemRule = this.rule(`item-${pathHint(path)}`, item);
+    // rest(i): what may follow once i items are written: the prefix's next item (required below
+    // minItems), then the repeated `items` within the bounds (review finding F5).
+    const rest = (i: number): string => {
+      if (max !== undefined && i >= max) return "";
+      if (i >= tuple.length)
+        return `( ws "," ws ${itemRule} ){${Math.max(0, min - i)},${max === undefined ? "" : max - i}}`;
+      const next = seq(`ws "," ws ${tuple[i]}`, rest(i + 1));
+      return i < min ? next : `( ${next} )?`;
+    };
+    const list = seq(tuple[0] ?? itemRule, rest(1));
     return `"[" ws ${min === 0 ? `( ${list} )?` : list} ws "]"`;
   }
 
@@ -501,6 +520,16 @@ class GrammarBuilder {
     const target = resolvePointer(this.root, ref);
     if (target === undefined) {
       this.issue(`${path}/$ref`, "$ref", `'${ref}' does not name a schema in this document`);
+      return this.use("value");
+    }
+    if (refLoopsWithoutInput(this.root, ref)) {
+      // `a → b → a`, or `{anyOf: [{$ref: "#"}, …]}`: left recursion, which no grammar decodes.
+      this.issues.push({
+        path: `${path}/$ref`,
+        keyword: "$ref",
+        message: `'${ref}' comes back to itself before any value is read (a cycle without progress)`,
+        fatal: true,
+      });
       return this.use("value");
     }
     // Named before it is visited, so a recursive reference finds the rule.
@@ -525,26 +554,6 @@ function nonNegativeInt(v: unknown): number | undefined {
   return typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined;
 }
 
-function escapePointer(key: string): string {
-  return key.replace(/~/g, "~0").replace(/\//g, "~1");
-}
-
 function pathHint(path: string): string {
   return path.split("/").slice(-1)[0] || "root";
-}
-
-/** The schema a local `$ref` names (`#`, `#/$defs/X`, `#/definitions/X`, any JSON pointer in the document). */
-function resolvePointer(root: unknown, ref: string): unknown {
-  if (!ref.startsWith("#")) return undefined;
-  const parts = ref
-    .slice(1)
-    .split("/")
-    .filter((p, i) => i > 0 || p !== "")
-    .map((p) => decodeURIComponent(p).replace(/~1/g, "/").replace(/~0/g, "~"));
-  let node: unknown = root;
-  for (const part of parts) {
-    if (!isObject(node) && !Array.isArray(node)) return undefined;
-    node = (node as Record<string, unknown>)[part];
-  }
-  return node;
 }

@@ -14,7 +14,7 @@ import { TOKENIZE_CHUNK_CHARS, mayFitTokens } from "../../input-bounds.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
 import type { LlamaCppLoader } from "./loading.js";
 import { completionLogprobs } from "./logprobs.js";
-import { type GrammarCache, formatGrammar } from "./structured-decoding.js";
+import type { GrammarCache } from "./structured-decoding.js";
 import type { TemplatePromptTools } from "./template-tools.js";
 
 /**
@@ -39,8 +39,8 @@ export type GenerationResult = GenerateResult & { rawText?: string };
  * sharing the longest prefix with the prompt), streaming text to `req.onText`.
  * @param logger where a llama.cpp failure is logged.
  * @param grammars compiled grammars of structured outputs (`req.responseFormat`).
- * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
- *   uses a keyword the grammar cannot enforce; RateLimited when
+ * @throws AppError InvalidRequest when prompt + max tokens exceed the context, a strict schema
+ *   uses a keyword the grammar cannot enforce, or a schema's grammar cannot be decoded; RateLimited when
  *   no sequence frees up within `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
  */
 export async function generate(
@@ -53,8 +53,13 @@ export async function generate(
   if (rt.kind !== "generation") throw AppError.invalid(`Model ${req.model.id} does not generate text`);
   // A structured output decodes under its grammar; a strict schema it cannot enforce is a 400 here,
   // before admission (issue 26, item 1).
-  const gbnf = req.gbnf ?? (req.responseFormat ? formatGrammar(req.responseFormat, req.model.id) : undefined);
-  const grammar = gbnf ? await grammars.get(gbnf) : undefined;
+  // A forced call in a chat template's syntax brings its own GBNF (`template-tools.ts`, the tools'
+  // schemas); a grammar llama.cpp refuses is a 400 naming the schema's field (review finding F3).
+  const grammar = req.gbnf
+    ? await grammars.compile(req.gbnf, "tools", req.model.id)
+    : req.responseFormat
+      ? await grammars.forFormat(req.responseFormat, req.model.id)
+      : undefined;
   // Refuse what cannot fit before tokenizing it all (issue 5, item 1): by length first, then
   // by a chunked count that yields to other requests.
   // Tools the template writes are part of the prompt (the documented format has them in a message).

@@ -13,21 +13,31 @@ import { jsonObjectGrammar, jsonSchemaGrammar, schemaIssueField } from "../../st
 /** Compiled grammars kept per process (schemas repeat: one per application and call site). */
 const CACHE_SIZE = 64;
 
+/** The request field a response format's schema came from (`response_format` for `json_object`). */
+function formatField(format: ResponseFormat): string {
+  return format.type === "json_schema" ? format.field : "response_format";
+}
+
 /**
  * The GBNF of a response format.
- * @throws AppError 400 under `strict` naming each keyword the grammar cannot enforce
- *   (`<field>.properties.x.pattern`) and the model.
+ * @throws AppError 400 naming each keyword the grammar cannot enforce (`<field>.properties.x.pattern`)
+ *   and the model: under `strict`, every one; whatever `strict` says, a fatal one (a `$ref` cycle
+ *   that reads no input, review finding F3), which no grammar can decode.
  */
 export function formatGrammar(format: ResponseFormat, modelId: string): string {
   if (format.type === "json_object") return jsonObjectGrammar();
   const { gbnf, issues } = jsonSchemaGrammar(format.schema);
-  if (format.strict && issues.length > 0) {
-    const first = issues[0];
+  const refused = format.strict ? issues : issues.filter((i) => i.fatal);
+  if (refused.length > 0) {
+    const first = refused[0];
+    const where = schemaIssueField(format.field, first.path);
     throw AppError.invalid(
-      `Model '${modelId}' cannot enforce \`${first.keyword}\` (at ${schemaIssueField(format.field, first.path)}) while ` +
-        `decoding; strict: true needs every keyword enforced (see the README's structured-output subset), ` +
-        `or send strict: false to decode without it`,
-      issues.map((i) => ({ field: schemaIssueField(format.field, i.path), message: i.message })),
+      first.fatal
+        ? `Model '${modelId}' cannot decode the schema at ${where}: ${first.message}`
+        : `Model '${modelId}' cannot enforce \`${first.keyword}\` (at ${where}) while ` +
+            `decoding; strict: true needs every keyword enforced (see the README's structured-output subset), ` +
+            `or send strict: false to decode without it`,
+      refused.map((i) => ({ field: schemaIssueField(format.field, i.path), message: i.message })),
     );
   }
   return gbnf;
@@ -38,6 +48,31 @@ export class GrammarCache {
   private readonly grammars = new Map<string, Promise<LlamaGrammar>>();
 
   constructor(private readonly llama: () => Promise<Llama>) {}
+
+  /**
+   * The compiled grammar of `format` (`formatGrammar`).
+   * @throws AppError 400 as `formatGrammar` and `compile` do.
+   */
+  forFormat(format: ResponseFormat, modelId: string): Promise<LlamaGrammar> {
+    return this.compile(formatGrammar(format, modelId), formatField(format), modelId);
+  }
+
+  /**
+   * The compiled grammar of `gbnf`, made from the schema at `field`.
+   * @throws AppError 400 naming `field` when llama.cpp cannot compile it (review finding F3: a
+   *   grammar it refuses is the schema's fault, never a 500).
+   */
+  async compile(gbnf: string, field: string, modelId: string): Promise<LlamaGrammar> {
+    await this.llama(); // llama.cpp itself failing to start is not the schema's fault
+    try {
+      return await this.get(gbnf);
+    } catch (err) {
+      throw AppError.invalid(
+        `Model '${modelId}' cannot decode under the schema at ${field}: its grammar does not compile`,
+        [{ field, message: `llama.cpp refused its grammar (${err instanceof Error ? err.message : String(err)})` }],
+      );
+    }
+  }
 
   /** The compiled grammar of `gbnf`. @throws what llama.cpp throws for a grammar it cannot parse. */
   get(gbnf: string): Promise<LlamaGrammar> {

@@ -311,7 +311,9 @@ export function templateToolRequest(
 /**
  * The result with the call its answer makes in the template's syntax, if any (`rawText`: the
  * answer with special tokens written out; a forced answer follows `syntax.lead`). An answer cut
- * short or cancelled stays text; one ended by a caller's stop string is read from its text.
+ * short or cancelled makes none; under `auto` it stays text, one ended by a caller's stop string
+ * read from its text. A forced answer that makes no call is the call cut short, never the
+ * caller's text: empty text and no log-probabilities of it (review finding F6, as `withToolCalls`).
  */
 export function withTemplateToolCalls(
   result: GenerateResult & { rawText?: string },
@@ -319,7 +321,10 @@ export function withTemplateToolCalls(
   syntax: CallSyntax,
 ): GenerateResult {
   const { rawText, ...plain } = result;
-  if (!tools || result.finishReason === "length" || result.finishReason === "cancelled") return plain;
+  if (!tools) return plain;
+  const noCall =
+    tools.mode.kind === "forced" ? { ...plain, text: "", ...(plain.logprobs ? { logprobs: [] } : {}) } : plain;
+  if (result.finishReason === "length" || result.finishReason === "cancelled") return noCall;
   const answer =
     tools.mode.kind === "forced"
       ? syntax.lead + result.text
@@ -327,5 +332,5 @@ export function withTemplateToolCalls(
         ? result.text
         : (rawText ?? result.text);
   const call = parseTemplateCall(answer, syntax, tools);
-  return call ? { ...plain, toolCalls: [call] } : plain;
+  return call ? { ...plain, toolCalls: [call] } : noCall;
 }

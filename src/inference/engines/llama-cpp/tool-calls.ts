@@ -17,6 +17,7 @@
  *   arguments becomes a call, anything else stays text (never a broken call).
  */
 import type { ChatMessage, GenerateRequest, GenerateResult, ResponseFormat } from "../../engine.js";
+import { rebaseRefs } from "../../structured/schema-refs.js";
 import { type GenerationTools, type ToolCall, type ToolDefinition, type ToolMode, validToolCall } from "../../tools.js";
 
 const OPEN = "<tool_call>";
@@ -62,16 +63,30 @@ function turnText(m: ChatMessage): ChatMessage {
   return { role: m.role, content: [m.content, ...calls].filter(Boolean).join("\n") };
 }
 
-/** The grammar of a forced call: `{"name": n, "arguments": <n's parameters>}` for each allowed `n`. */
+/**
+ * The grammar of a forced call: `{"name": n, "arguments": <n's parameters>}` for each allowed `n`.
+ * Each tool's parameters are hoisted whole to the wrapper's `$defs` under the tool's name, and
+ * their local `$ref`s rebased onto it (`#` → `#/$defs/<name>`, `#/$defs/P` →
+ * `#/$defs/<name>/$defs/P`), so every ref names the schema it named in the tool's own document
+ * (review finding F2; tool names are `[a-zA-Z0-9_-]`, plain pointer tokens). Parameters with no
+ * `type` of their own (nor a `$ref`, alternatives or a literal) are decoded as an object.
+ */
 export function forcedCallFormat(tools: ToolDefinition[], names: string[]): ResponseFormat {
   const allowed = tools.filter((t) => names.includes(t.name));
+  const $defs = Object.fromEntries(
+    allowed.map((t) => {
+      const own = ["type", "$ref", "anyOf", "oneOf", "const", "enum"].some((k) => k in t.parameters);
+      const params = rebaseRefs(t.parameters, `#/$defs/${t.name}`) as Record<string, unknown>;
+      return [t.name, own ? params : { type: "object", ...params }];
+    }),
+  );
   const call = (t: ToolDefinition) => ({
     type: "object",
-    properties: { name: { const: t.name }, arguments: { type: "object", ...t.parameters } },
+    properties: { name: { const: t.name }, arguments: { $ref: `#/$defs/${t.name}` } },
     required: ["name", "arguments"],
     additionalProperties: false,
   });
-  const schema = allowed.length === 1 ? call(allowed[0]) : { anyOf: allowed.map(call) };
+  const schema = allowed.length === 1 ? { ...call(allowed[0]), $defs } : { anyOf: allowed.map(call), $defs };
   // Strict tools were checked already (the use cases' strict check); what is left is decoded as far as enforceable.
   return { type: "json_schema", schema, strict: false, field: "tools" };
 }
@@ -127,9 +142,18 @@ export function toolPromptRequest(req: GenerateRequest): GenerateRequest {
   };
 }
 
-/** The result with the call its text makes, if any: an answer cut short or cancelled stays text. */
+/**
+ * The result with the call its text makes, if any. An answer cut short or cancelled makes none.
+ * Under `auto` an answer that is no call stays text; under a forced mode it is the grammar's
+ * `{"name": …, "arguments": …}` wrapper cut short, never the caller's text: it comes back with
+ * empty text (and no log-probabilities of the wrapper's tokens), the protocols answer no text
+ * at all (review finding F6).
+ */
 export function withToolCalls(result: GenerateResult, tools: GenerationTools | undefined): GenerateResult {
-  if (!tools || result.finishReason === "length" || result.finishReason === "cancelled") return result;
-  const call = parseToolCall(result.text, tools.specs, tools.mode);
-  return call ? { ...result, toolCalls: [call] } : result;
+  if (!tools) return result;
+  const cut = result.finishReason === "length" || result.finishReason === "cancelled";
+  const call = cut ? null : parseToolCall(result.text, tools.specs, tools.mode);
+  if (call) return { ...result, toolCalls: [call] };
+  if (tools.mode.kind !== "forced") return result;
+  return { ...result, text: "", ...(result.logprobs ? { logprobs: [] } : {}) };
 }

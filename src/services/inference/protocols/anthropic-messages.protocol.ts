@@ -221,13 +221,17 @@ function textContent(text: string) {
 
 /**
  * The `message` object: with `call`, its `tool_use` block after a text block with the text the
- * answer gave beside it (`callPreamble`, when there is some), else one text block.
+ * answer gave beside it (`callPreamble`, when there is some), else one text block. `noText`: a
+ * forced call (`tool_choice` `any` / `tool`) that did not complete: no block at all
+ * (`content: []`) and `stop_reason: "max_tokens"`, never the call's JSON as a text block (review
+ * finding F6).
  */
 export function anthropicMessage(
   requestId: string,
   model: string,
   result: GenerateResult,
   call?: AnthropicToolUse | null,
+  noText = false,
 ) {
   const preamble = result.callPreamble ? [textContent(result.callPreamble)] : [];
   return {
@@ -235,7 +239,7 @@ export function anthropicMessage(
     type: "message" as const,
     role: "assistant" as const,
     model,
-    content: call ? [...preamble, call] : [textContent(result.text)],
+    content: call ? [...preamble, call] : noText ? [] : [textContent(result.text)],
     stop_reason: call ? ("tool_use" as const) : stopReason(result.finishReason),
     stop_sequence: call ? null : result.stopSequence,
     usage: usage(result),
@@ -292,9 +296,10 @@ export const messageEvents = {
    * The closing events. `held`: the block was not opened at the start; it is sent now, as a text
    * block with the whole text, or as the `tool_use` block of `call` (empty `input`, then its JSON
    * as one `input_json_delta`), as Anthropic streams them — after a text block with the text the
-   * answer gave beside the call (`callPreamble`), when there is some.
+   * answer gave beside the call (`callPreamble`), when there is some; or no block at all with
+   * `noText` (a held forced call that did not complete, as `anthropicMessage` says).
    */
-  finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null): [string, unknown][] {
+  finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null, noText = false): [string, unknown][] {
     let blocks: [string, unknown][] = [blockStop(0)];
     if (held && call) {
       const preamble = result.callPreamble
@@ -314,6 +319,8 @@ export const messageEvents = {
         ],
         blockStop(index),
       ];
+    } else if (held && noText) {
+      blocks = [];
     } else if (held) {
       blocks = [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : []), blockStop(0)];
     }

@@ -247,6 +247,9 @@ export function chatUsage(result: GenerateResult) {
 /**
  * The `chat.completion` object: with `call`, its `tool_calls` and as `content` the text the answer
  * gave beside it (`callPreamble`; null when none), else the text. `created` is Unix seconds.
+ * `noText`: a forced call that did not complete (cut by `max_tokens`, cancelled): no call and
+ * `content: null`, as OpenAI's message has when it is no text, with the engine's `finish_reason`
+ * (`length`), never the call's JSON as text (review finding F6).
  */
 export function chatCompletion(
   requestId: string,
@@ -254,6 +257,7 @@ export function chatCompletion(
   model: string,
   result: GenerateResult,
   call?: ChatToolCall | null,
+  noText = false,
 ) {
   return {
     id: chatCompletionId(requestId),
@@ -271,7 +275,7 @@ export function chatCompletion(
               annotations: [],
               tool_calls: [call],
             }
-          : { role: "assistant" as const, content: result.text, refusal: null, annotations: [] },
+          : { role: "assistant" as const, content: noText ? null : result.text, refusal: null, annotations: [] },
         logprobs: chatLogprobs(result, call),
         finish_reason: call ? ("tool_calls" as const) : chatFinishReason(result.finishReason),
       },

@@ -315,7 +315,10 @@ function continuing(previous: string | null | undefined): { previous_response_id
  * The Response object of a finished generation (`incomplete` when it hit the token limit,
  * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`). With
  * `call`, the output is the `function_call` item, after a message item with the text the answer
- * gave beside it (`callPreamble`), when there is some.
+ * gave beside it (`callPreamble`), when there is some. `noText`: a forced call that did not
+ * complete: no output item at all (`output: []`, `incomplete` with `max_output_tokens`), never the
+ * call's JSON as `output_text`, which a later `previous_response_id` would read as the assistant's
+ * turn (review finding F6).
  */
 export function responseObject(
   requestId: string,
@@ -325,6 +328,7 @@ export function responseObject(
   result: GenerateResult,
   previous?: string | null,
   call?: ResponseFunctionCall | null,
+  noText = false,
 ): ResponseObject {
   const incomplete = result.finishReason === "length";
   const status = result.finishReason === "cancelled" ? "cancelled" : incomplete ? "incomplete" : "completed";
@@ -338,14 +342,16 @@ export function responseObject(
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
     output: call
       ? [...(result.callPreamble ? [outputMessage(requestId, "completed", result.callPreamble)] : []), call]
-      : [
-          outputMessage(
-            requestId,
-            incomplete || status === "cancelled" ? "incomplete" : "completed",
-            result.text,
-            result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
-          ),
-        ],
+      : noText
+        ? []
+        : [
+            outputMessage(
+              requestId,
+              incomplete || status === "cancelled" ? "incomplete" : "completed",
+              result.text,
+              result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
+            ),
+          ],
     error: null,
     usage: {
       input_tokens: u.promptTokens,
@@ -460,9 +466,11 @@ export class ResponseStreamEvents {
    * The closing events. `held`: the item was not opened at the start; a function call is sent now
    * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done),
    * after the message item with the text the answer gave beside it, when there is one; a message
-   * with its whole text.
+   * with its whole text; nothing but the terminal event when there is no output item (a held
+   * forced call that did not complete, `responseObject`'s `noText`).
    */
   finish(response: ResponseObject, held = false): [string, unknown][] {
+    if (held && response.output.length === 0) return [this.event(terminalEvent(response), { response })];
     const call = response.output.find((item) => item.type === "function_call");
     const message = response.output.find((item) => item.type === "message");
     const text0 = message?.content[0]?.text ?? "";

@@ -16,8 +16,9 @@ const jsonSchema = z.record(z.string(), z.unknown()).meta({
     "additionalProperties: false, items, prefixItems, minItems, maxItems, minLength, maxLength, format " +
     "date/time/date-time/uuid/email/ipv4, integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, a number " +
     "lower bound of 0. Any other keyword (pattern, multipleOf, uniqueItems, other number bounds, allOf, not, …) " +
-    "is a 400 naming its place under strict: true, and left unenforced otherwise. Upstream engines pass the " +
-    "schema through.",
+    "is a 400 naming its place under strict: true, and left unenforced otherwise. A $ref that comes back to " +
+    "itself before any value is read is a 400 naming it whatever strict says. With stop, a 400 naming stop " +
+    "(a stop string would cut the JSON). Upstream engines pass the schema through.",
 });
 
 /** Chat Completions `response_format`. */

@@ -1,7 +1,7 @@
 /**
  * Tool calling in the protocols (issue 26, item 2): the tools a request offers as the engine
  * interface takes them (`inference/tools.ts`), with the request field each came from, the ids the
- * protocols mint for the calls they answer, and the strict check of the embedded engine's grammar.
+ * protocols mint for the calls they answer, and the schema check of the embedded engine's grammar.
  * How a model is prompted and how a call is read back is each engine's own (the embedded engine's
  * `<tool_call>` prompt format, the upstream's OpenAI `tools`).
  */
@@ -39,16 +39,17 @@ export function toolCallId(prefix: "call_" | "toolu_" | "fc_"): string {
 }
 
 /**
- * The strict tools' parameter keywords the embedded engine's grammar cannot enforce, as 400
- * issues (`tools[0].function.parameters.properties.x.pattern`).
+ * The tools' parameter keywords the embedded engine's grammar cannot enforce, as 400 issues
+ * (`tools[0].function.parameters.properties.x.pattern`): a strict tool's every one; and for a tool
+ * a forced call decodes under the grammar (`mode.names`), a fatal one whatever `strict` says (a
+ * `$ref` cycle that reads no input, review finding F3). `fatal` says which the first one is.
  */
-export function strictToolIssues(tools: ToolSpec[]): FieldIssue[] {
-  return tools
-    .filter((t) => t.strict)
-    .flatMap((t) =>
-      jsonSchemaGrammar(t.parameters).issues.map((i) => ({
-        field: schemaIssueField(t.field, i.path),
-        message: i.message,
-      })),
-    );
+export function toolSchemaIssues(tools: ToolSpec[], mode: ToolMode): { issues: FieldIssue[]; fatal: boolean } {
+  const forced = mode.kind === "forced" ? mode.names : [];
+  const found = tools.flatMap((t) => {
+    const { issues } = jsonSchemaGrammar(t.parameters);
+    const refused = t.strict ? issues : forced.includes(t.name) ? issues.filter((i) => i.fatal) : [];
+    return refused.map((i) => ({ field: schemaIssueField(t.field, i.path), message: i.message, fatal: !!i.fatal }));
+  });
+  return { issues: found.map(({ field, message }) => ({ field, message })), fatal: found[0]?.fatal ?? false };
 }

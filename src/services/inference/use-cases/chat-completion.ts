@@ -36,8 +36,14 @@ export type ChatCompletion = ReturnType<typeof chatCompletion>;
  */
 export function checkChatCompletion(catalog: ModelCatalogService, teamId: string, body: ChatCompletionRequest) {
   const translated = chatMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, chatUnhonoured(body), () =>
-    chatTooling(body),
+  const checked = checkToolGeneration(
+    catalog,
+    teamId,
+    body.model,
+    translated,
+    chatUnhonoured(body),
+    () => chatTooling(body),
+    { params: chatParams(body) },
   );
   checkToolHistory(translated.messages, translated.toolFields, CHAT_TOOL_RULES);
   return checked;
@@ -50,7 +56,8 @@ export function checkChatCompletion(catalog: ModelCatalogService, teamId: string
  * `stream_options.include_usage`). With `tools`, the engine is offered them (`tool_choice`
  * `required` or a named function forces a call), and an answer that is a call comes back as
  * `tool_calls` with `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments),
- * after any text the answer gave beside it (`content`).
+ * after any text the answer gave beside it (`content`); a forced call cut short answers no text
+ * and no call (`content: null`, streamed: no content delta) with `finish_reason: "length"`.
  * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream, a tool
  *   the engine cannot serve or a strict tool schema it cannot enforce), 401, 402, 404 unknown
  *   model, 429, 502/503 (see `InferenceService.generate`).
@@ -75,6 +82,8 @@ export async function createChatCompletion(
   };
   // With tools the text is held until the end: it may turn out to be a call.
   const holdText = mode.kind !== "none";
+  // A forced call that did not complete is no text (review finding F6: `content: null`, `length`).
+  const noText = (result: GenerateResult) => mode.kind === "forced" && !result.toolCalls?.length;
   return runGeneration(
     ops.inference,
     ctx,
@@ -87,7 +96,9 @@ export async function createChatCompletion(
       params,
       tools,
       ...callFields(body, options),
-      render: (result) => ({ body: chatCompletion(requestId, createdAt, model.id, result, toolCall(result)) }),
+      render: (result) => ({
+        body: chatCompletion(requestId, createdAt, model.id, result, toolCall(result), noText(result)),
+      }),
     },
     transport && {
       transport,
@@ -97,8 +108,9 @@ export async function createChatCompletion(
         finish: (result, completion) => {
           const message = completion.choices[0].message;
           const call = message.tool_calls?.[0] ?? null;
-          // The held text: the answer's, or the text it gave beside its call (sent before the call).
-          const text = call ? (message.content ?? "") : result.text;
+          // The held text: the answer's, or the text it gave beside its call (sent before the call);
+          // none for a forced call cut short (`content: null`).
+          const text = message.content ?? "";
           const held = holdText && text ? [{ data: chunks.delta(text) }] : [];
           const calls = call ? chunks.toolCall(call).map((data) => ({ data })) : [];
           const usage = chunks.usage(result);

@@ -5,7 +5,7 @@
  * options; only HTTP (status, body, SSE framing) stays in the transport.
  */
 import { v7 as uuidv7 } from "uuid";
-import type { ChatMessage, GenerateResult, GenerationStart } from "../../../inference/engine.js";
+import type { ChatMessage, GenerateResult, GenerationStart, SamplingParams } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
 import type { Failure } from "../../../shared/error-dialects.js";
 import { AppError } from "../../../shared/errors.js";
@@ -14,7 +14,7 @@ import type { RequestContext } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
 import type { UnhonouredField } from "../protocols/structured.js";
 import type { GenerationTools } from "../../../inference/tools.js";
-import { type ToolMode, type ToolSpec, type Tooling, strictToolIssues } from "../protocols/tools.js";
+import { type ToolMode, type ToolSpec, type Tooling, toolSchemaIssues } from "../protocols/tools.js";
 import type { InferenceService } from "../inference.service.js";
 
 /** The services every create operation runs on. */
@@ -117,8 +117,11 @@ export function assertHonoured(model: CatalogModel, unhonoured: UnhonouredField[
 
 /**
  * The checks of a text generation that may offer tools, for `teamId`: the model resolved, every
- * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`).
- * `tools` is what the engine gets (`GenerationCall.tools`): absent when the model may call none.
+ * field honoured, text only (`checkGeneration`), the tools servable (`assertToolsServed`), stop
+ * strings only where they cannot cut a grammar (`assertStopDecodable`; `decoding.stopField` is the
+ * body's name for them, `stop` by default). REST, batch items (at create and when run) and
+ * background runs all come through here. `tools` is what the engine gets
+ * (`GenerationCall.tools`): absent when the model may call none.
  * @throws AppError 404 unknown model; 400.
  */
 export function checkToolGeneration(
@@ -128,11 +131,13 @@ export function checkToolGeneration(
   translated: { messages: ChatMessage[]; unsupported: string[] },
   unhonoured: UnhonouredField[],
   tooling: () => Tooling,
+  decoding: { params: SamplingParams; stopField?: string },
 ) {
   const model = catalog.resolve(teamId, modelId, "text_generation");
   checkGeneration(model, translated, unhonoured);
   const { tools, mode } = tooling();
   assertToolsServed(model, tools, mode);
+  assertStopDecodable(model, decoding.params, mode, decoding.stopField ?? "stop");
   const engineTools: GenerationTools | undefined = mode.kind === "none" ? undefined : { specs: tools, mode };
   return { model, messages: translated.messages, mode, tools: engineTools };
 }
@@ -140,7 +145,8 @@ export function checkToolGeneration(
 /**
  * Where tools are served (issue 26, items 2 and 5): on the embedded engine, which decodes a
  * forced call under its own grammar, so a strict tool whose parameters use a keyword that grammar
- * cannot enforce is refused naming its place; and on an upstream model whose catalog entry says
+ * cannot enforce, or a forced one whose parameters no grammar can decode (a `$ref` cycle that
+ * reads no input), is refused naming its place; and on an upstream model whose catalog entry says
  * `capabilities.tools` (the upstream decodes and enforces `strict` itself, and its refusals come
  * back as 400s). Another upstream model offered tools is refused naming `tools` and the model.
  * @throws AppError 400.
@@ -153,13 +159,37 @@ export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: 
       { field: "tools", message: `tool calling is not supported for model '${model.id}'` },
     ]);
   }
-  const issues = strictToolIssues(tools);
+  const { issues, fatal } = toolSchemaIssues(tools, mode);
   if (issues.length > 0) {
     throw AppError.invalid(
-      `Model '${model.id}' cannot enforce ${issues[0].field} while decoding; strict: true needs every keyword enforced`,
+      fatal
+        ? `Model '${model.id}' cannot decode the schema at ${issues[0].field}: ${issues[0].message}`
+        : `Model '${model.id}' cannot enforce ${issues[0].field} while decoding; strict: true needs every keyword enforced`,
       issues,
     );
   }
+}
+
+/**
+ * Stop strings where the embedded engine decodes under a grammar (a structured output or a forced
+ * tool call) are refused naming the stop field (review finding F8): a stop string matched inside
+ * the grammar's JSON would cut it and still end with `stop`, breaking "every answer that ends with
+ * `stop` parses". An upstream model is left to its own server.
+ * @throws AppError 400 naming `stopField`.
+ */
+export function assertStopDecodable(
+  model: CatalogModel,
+  params: SamplingParams,
+  mode: ToolMode,
+  stopField: string,
+): void {
+  if (model.engine.type !== "llama_cpp" || (params.stop?.length ?? 0) === 0) return;
+  const grammar = mode.kind === "forced" ? "a forced tool call" : params.responseFormat ? "a structured output" : null;
+  if (!grammar) return;
+  throw AppError.invalid(
+    `Model '${model.id}' cannot combine ${stopField} with ${grammar}: a stop string would cut the JSON it decodes`,
+    [{ field: stopField, message: `cannot be combined with ${grammar} on model '${model.id}'` }],
+  );
 }
 
 /**

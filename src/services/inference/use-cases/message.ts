@@ -36,7 +36,10 @@ export type AnthropicMessage = ReturnType<typeof anthropicMessage>;
  */
 export function checkMessage(catalog: ModelCatalogService, teamId: string, body: MessagesRequest) {
   const translated = anthropicMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body));
+  const checked = checkToolGeneration(catalog, teamId, body.model, translated, [], () => messagesTooling(body), {
+    params: anthropicParams(body),
+    stopField: "stop_sequences",
+  });
   checkToolHistory(translated.messages, translated.toolFields, MESSAGES_TOOL_RULES);
   return checked;
 }
@@ -48,7 +51,8 @@ export function checkMessage(catalog: ModelCatalogService, teamId: string, body:
  * (`tool_choice` `any` or `tool` forces a call), and an answer that is a call comes back as a
  * `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed: `content_block_start`
  * with empty input, then `input_json_delta`), after a text block with any text the answer gave
- * beside it.
+ * beside it; a forced call cut short answers no block at all (`content: []`, streamed: no content
+ * block) with `stop_reason: "max_tokens"`.
  * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`, tools the engine
  *   cannot serve), 401, 402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
  */
@@ -69,6 +73,8 @@ export async function createMessage(
   };
   // With tools the text is held until the end: it may turn out to be a call.
   const held = mode.kind !== "none";
+  // A forced call that did not complete is no text (review finding F6: no block, `max_tokens`).
+  const noText = (result: GenerateResult) => mode.kind === "forced" && !result.toolCalls?.length;
   return runGeneration(
     ops.inference,
     ctx,
@@ -82,7 +88,7 @@ export async function createMessage(
       tools,
       stopField: "stop_sequences",
       ...callFields(body, options),
-      render: (result) => ({ body: anthropicMessage(requestId, model.id, result, toolUse(result)) }),
+      render: (result) => ({ body: anthropicMessage(requestId, model.id, result, toolUse(result), noText(result)) }),
     },
     transport && {
       transport,
@@ -91,7 +97,7 @@ export async function createMessage(
         delta: (text) => (held ? [] : namedEvents([messageEvents.delta(text)])),
         finish: (result, message) => {
           const call = message.content.find((block) => block.type === "tool_use") ?? null;
-          return namedEvents(messageEvents.finish(result, held, call));
+          return namedEvents(messageEvents.finish(result, held, call, noText(result)));
         },
         // Anthropic's stream error: `event: error` with `{type: "error", error}` (the envelope beside it).
         error: (failure) => [{ event: "error", data: errorBody(failure, "anthropic") }],

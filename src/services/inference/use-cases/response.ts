@@ -84,8 +84,14 @@ export function storedResponse(
  */
 export function checkResponse(catalog: ModelCatalogService, teamId: string, body: ResponseRequest) {
   const translated = responseMessages(body);
-  const checked = checkToolGeneration(catalog, teamId, body.model, translated, responseUnhonoured(body), () =>
-    responseTooling(body),
+  const checked = checkToolGeneration(
+    catalog,
+    teamId,
+    body.model,
+    translated,
+    responseUnhonoured(body),
+    () => responseTooling(body),
+    { params: responseParams(body) },
   );
   if (!body.previous_response_id) continuedMessages(body, translated, []);
   return { ...checked, translated };
@@ -97,7 +103,8 @@ export function checkResponse(catalog: ModelCatalogService, teamId: string, body
  * metered once → the Response (stored unless `store: false`), or its stream events. Given `run`,
  * it is the background worker's generation of a submitted response (accepted earlier: a stream
  * closed since does not refuse it). With `previous_response_id`, the stored conversation it names
- * comes before the input (`ResponsesService.conversation`).
+ * comes before the input (`ResponsesService.conversation`). A forced function call cut short
+ * answers no output item (`output: []`, `incomplete`), so nothing of it is stored as text.
  * @throws AppError 400 (body, non-text parts, prompt or limits), 401, 402, 404 unknown model or
  *   another team's stream, 429, 502/503 (see `InferenceService.generate`,
  *   `BackgroundResponsesService.submit`).
@@ -158,7 +165,10 @@ export async function createResponse(
       maxQueueWaitS: run?.maxQueueWaitS ?? body.max_queue_wait_s,
       signal: options.signal,
       render: (result) => {
-        const object = responseObject(requestId, createdAt, model.id, tier, result, previous, functionCall(result));
+        // A forced call that did not complete is no text (review finding F6: no output item, `incomplete`).
+        const noText = mode.kind === "forced" && !result.toolCalls?.length;
+        const call = functionCall(result);
+        const object = responseObject(requestId, createdAt, model.id, tier, result, previous, call, noText);
         const ended = run?.end(object) ?? { object };
         return {
           body: ended.object,
