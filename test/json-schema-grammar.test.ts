@@ -20,9 +20,11 @@ import {
   getLlama,
   type Llama,
   type LlamaContext,
+  type LlamaContextSequence,
   type LlamaModel,
 } from "node-llama-cpp";
 import { digitRange, jsonSchemaGrammar } from "../src/inference/structured/json-schema-gbnf.js";
+import { z } from "zod";
 import { MODELS_DIR } from "./support/harness.js";
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
@@ -66,12 +68,75 @@ describe("integer bounds of a schema", () => {
   });
 });
 
+/** The GBNF of a bounded number (literals, classes, repetitions, `frac`) as a RegExp. */
+function numberRegex(gbnf: string): RegExp {
+  const re = gbnf
+    .replace(/"([^"]*)"/g, (_m, text: string) => text.replace(/[.]/g, "\\."))
+    .replace(/\bfrac\b/g, "(?:\\.[0-9]{1,15})")
+    .replace(/\s+/g, "");
+  return new RegExp(`^(?:${re})$`);
+}
+
+describe("number bounds of a schema", () => {
+  const inside = (b: Partial<Record<string, number>>, v: number) =>
+    (b.minimum === undefined || v >= b.minimum) &&
+    (b.exclusiveMinimum === undefined || v > b.exclusiveMinimum) &&
+    (b.maximum === undefined || v <= b.maximum) &&
+    (b.exclusiveMaximum === undefined || v < b.exclusiveMaximum);
+  test.each([
+    { minimum: 0, maximum: 1 },
+    { exclusiveMinimum: 0, exclusiveMaximum: 1 },
+    { minimum: -5, exclusiveMaximum: 3 },
+    { exclusiveMinimum: -2, maximum: -1 },
+    { minimum: 10 },
+    { maximum: -3 },
+    { exclusiveMaximum: 0 },
+    { exclusiveMinimum: 0 },
+    { minimum: 7, maximum: 7 },
+    { minimum: -1, exclusiveMinimum: -1, maximum: 2, exclusiveMaximum: 3 },
+  ])("when a number has %j, then the numbers within match and no number outside does", (bounds) => {
+    const { gbnf, issues } = jsonSchemaGrammar({ type: "number", ...bounds });
+    expect(issues).toEqual([]);
+    const rule = gbnf.split("\n").find((l) => l.startsWith("num-"))!;
+    const re = numberRegex(rule.slice(rule.indexOf("::=") + 3));
+    for (let i = -160; i <= 160; i++) {
+      const v = i / 8;
+      // The shortest text of every value: matched exactly when within the bounds.
+      expect([String(v), re.test(String(v))]).toEqual([String(v), inside(bounds, v)]);
+      // Other texts of it (trailing zeros, "-0"): never matched outside the bounds.
+      for (const text of [v.toFixed(3), `${v}.0`, `-${v}`]) {
+        if (re.test(text)) expect([text, inside(bounds, Number(text))]).toEqual([text, true]);
+      }
+    }
+  });
+
+  test("when a number's bounds are beyond what any written number reaches, then they cost nothing", () => {
+    const { gbnf, issues } = jsonSchemaGrammar({
+      type: "number",
+      minimum: -9007199254740991,
+      maximum: 9007199254740991,
+    });
+    expect(issues).toEqual([]);
+    expect(gbnf).not.toMatch(/\[eE\]/); // no exponent: 1e50 would break them
+  });
+});
+
 describe("the enforced subset", () => {
   test.each([
-    [{ type: "string", pattern: "^a+$" }, "pattern"],
+    [{ type: "string", pattern: "^(?=a)a+$" }, "pattern"],
+    [{ type: "string", pattern: "^(a)\\1$" }, "pattern"],
+    [{ type: "string", pattern: "^\\p{L}+$" }, "pattern"],
+    [{ type: "string", pattern: "\\bword" }, "pattern"],
+    [{ type: "string", pattern: "a^b" }, "pattern"],
+    [{ type: "string", pattern: "^(a*)*$" }, "pattern"],
+    [{ type: "string", pattern: "[" }, "pattern"],
+    [{ type: "string", pattern: "^[a-z]+$", maxLength: 3 }, "minLength"],
+    [{ type: "string", format: "email", pattern: "^[a-z]+@x\\.com$" }, "format"],
     [{ type: "string", format: "hostname" }, "format"],
     [{ type: "number", multipleOf: 2 }, "multipleOf"],
     [{ type: "number", maximum: 3.5 }, "maximum"],
+    [{ type: "number", minimum: 0.5 }, "minimum"],
+    [{ type: "number", exclusiveMinimum: 2, maximum: 2 }, "exclusiveMinimum"],
     [{ type: "array", items: { type: "string" }, uniqueItems: true }, "uniqueItems"],
     [{ allOf: [{ type: "string" }] }, "allOf"],
     [{ not: { type: "string" } }, "not"],
@@ -155,6 +220,18 @@ const leaf = fc.oneof(
   fc.constant({ type: "number" }),
   fc.constant({ type: "number", minimum: 0 }),
   fc.constant({ type: "number", exclusiveMinimum: 0 }),
+  fc
+    .tuple(fc.integer({ min: -50, max: 50 }), fc.integer({ min: 0, max: 10 }), fc.boolean(), fc.boolean())
+    .map(([lo, span, exLo, exHi]) => ({
+      type: "number",
+      [exLo && span > 0 ? "exclusiveMinimum" : "minimum"]: lo,
+      [exHi && span > 0 ? "exclusiveMaximum" : "maximum"]: lo + span,
+    })),
+  fc.constantFrom(
+    { type: "string", pattern: "^[a-z]{2,5}$" },
+    { type: "string", pattern: '^\\d{3}-[A-Z]+ [^\\s"]{1,3}$' },
+    { type: "string", pattern: "x|y+" },
+  ),
   fc.record({ const: fc.oneof(fc.string({ maxLength: 5 }), fc.integer(), fc.boolean()) }),
 );
 
@@ -255,6 +332,8 @@ describe("answers decoded under the grammar (tiny model)", () => {
   let llama: Llama;
   let model: LlamaModel;
   let context: LlamaContext;
+  /** The context's one sequence, shared by the tests. */
+  let shared: LlamaContextSequence | undefined;
   const ajv = addFormats(new Ajv2020({ strict: false, allErrors: true }));
 
   beforeAll(async () => {
@@ -268,11 +347,20 @@ describe("answers decoded under the grammar (tiny model)", () => {
   });
 
   test("when 200 generated schemas within the subset are answered, then every answer that ends with stop parses and validates", async () => {
-    const sequence = context.getSequence();
+    const sequence = (shared ??= context.getSequence());
     const samples = fc.sample(rootArb, { numRuns: 200, seed: 26 });
     let stopped = 0;
     /** Stopped answers whose schema (`answer`'s own) uses each keyword. */
-    const covered: Record<string, number> = { $ref: 0, '"#"': 0, prefixItems: 0, oneOf: 0, minLength: 0, maxLength: 0 };
+    const covered: Record<string, number> = {
+      $ref: 0,
+      '"#"': 0,
+      prefixItems: 0,
+      oneOf: 0,
+      minLength: 0,
+      maxLength: 0,
+      pattern: 0,
+      '"number"': 0,
+    };
     for (const [i, schema] of samples.entries()) {
       const { gbnf, issues } = jsonSchemaGrammar(schema);
       expect({ schema, issues }).toEqual({ schema, issues: [] });
@@ -292,7 +380,12 @@ describe("answers decoded under the grammar (tiny model)", () => {
       let value: unknown;
       expect(() => (value = JSON.parse(out.response))).not.toThrow();
       const validate = ajv.compile(schema);
-      expect({ schema, answer: value, valid: validate(value), errors: validate.errors }).toMatchObject({ valid: true });
+      const valid = validate(value);
+      expect({ schema, answer: value, errors: valid ? null : validate.errors }).toEqual({
+        schema,
+        answer: value,
+        errors: null,
+      });
     }
     // Most answers are short enough to finish; a grammar that never lets the model stop fails here.
     expect(stopped).toBeGreaterThan(100);
@@ -300,9 +393,81 @@ describe("answers decoded under the grammar (tiny model)", () => {
     for (const [k, n] of Object.entries(covered)) expect([k, n >= 10]).toEqual([k, true]);
   }, 300_000);
 
+  /** Answers `schema` `runs` times (seeds 0…); each answer that stops must parse and validate. */
+  async function answerEach(schema: Record<string, unknown>, runs: number): Promise<unknown[]> {
+    const sequence = (shared ??= context.getSequence());
+    const { gbnf, issues } = jsonSchemaGrammar(schema);
+    expect({ schema, issues }).toEqual({ schema, issues: [] });
+    const grammar = await llama.createGrammar({ grammar: gbnf });
+    const validate = ajv.compile(schema);
+    const values: unknown[] = [];
+    for (let seed = 0; seed < runs; seed++) {
+      const completion = new LlamaCompletion({ contextSequence: sequence });
+      const out = await completion.generateCompletionWithMeta("Once upon a time", {
+        grammar,
+        maxTokens: 160,
+        temperature: 1,
+        seed,
+      });
+      await sequence.clearHistory();
+      if (out.metadata.stopReason !== "eogToken") continue;
+      const value: unknown = JSON.parse(out.response);
+      expect({ value, valid: validate(value), errors: validate.errors }).toMatchObject({ valid: true });
+      values.push(value);
+    }
+    return values;
+  }
+
+  test.each([
+    "^[A-Z]{3}-\\d{2}$",
+    "ab+c",
+    "(?<pet>cat|dog)s?",
+    "^(?:foo|bar)+\\.(json|ya?ml)$",
+    '^["\\\\]{1,3}[^a-z"]{2}$',
+    "^\\w+\\s\\W\\D\\S.$",
+    "^\\x41\\u0042\\u{1F600}?[\\t\\n]$",
+    "^[^\\n]{0,5}$",
+    "^$",
+    // zod's .time(), and .email() / .datetime() (format and pattern, one rule for both).
+    ...Object.values(z.toJSONSchema(z.object({ t: z.iso.time(), e: z.email(), d: z.iso.datetime() })).properties!).map(
+      (p) => JSON.stringify(p),
+    ),
+  ])(
+    "when a string has the pattern %s, then every answer that stops matches it",
+    async (pattern) => {
+      const property = pattern.startsWith("{") ? JSON.parse(pattern) : { type: "string", pattern };
+      const schema = { type: "object", properties: { v: property }, required: ["v"], additionalProperties: false };
+      const values = await answerEach(schema, 12);
+      expect(values.length).toBeGreaterThan(3);
+    },
+    120_000,
+  );
+
+  test.each([
+    { minimum: 0, maximum: 1 },
+    { exclusiveMinimum: 0, exclusiveMaximum: 1 },
+    { minimum: -5, exclusiveMaximum: 3 },
+    { exclusiveMinimum: -2, maximum: -1 },
+    { maximum: -3 },
+    { minimum: 7, maximum: 7 },
+  ])(
+    "when a number has %j, then every answer that stops is within",
+    async (bounds) => {
+      const schema = {
+        type: "object",
+        properties: { v: { type: "number", ...bounds } },
+        required: ["v"],
+        additionalProperties: false,
+      };
+      const values = await answerEach(schema, 12);
+      expect(values.length).toBeGreaterThan(3);
+    },
+    120_000,
+  );
+
   test("when generated schemas carry a keyword outside the subset, then each is reported", () => {
     const outside = fc.constantFrom(
-      { pattern: "^x" },
+      { pattern: "^(?!x)" },
       { multipleOf: 3 },
       { uniqueItems: true },
       { not: {} },

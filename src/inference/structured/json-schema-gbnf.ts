@@ -12,21 +12,30 @@
  * - objects: `properties` in their order, `required` (the others may be left out),
  *   `additionalProperties` `false`, or a schema / `true` for an object without `properties`;
  * - arrays: `items`, `prefixItems` (then `items`, or nothing for `items: false`), `minItems`, `maxItems`;
- * - strings: `minLength`, `maxLength`, `format` `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`;
+ * - strings: `minLength`, `maxLength`, `format` `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`,
+ *   `pattern` (a regular-expression subset, `pattern-gbnf.ts`; with one of those formats only
+ *   zod's own pattern of it, else the pattern alone is enforced and `format` is an issue; not
+ *   together with length bounds);
  * - integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (exact, as digit
- *   ranges); numbers: a lower bound of 0 (inclusive or exclusive). Unbounded integers and the
- *   integer part of numbers have at most 15 digits, so no answer breaks the ±2^53 bounds
- *   `zodResponseFormat` puts on every `.int()` (and JavaScript reads every answer exactly);
+ *   ranges); numbers: the same bounds when they are integers (`number-gbnf.ts`). Unbounded
+ *   integers and the integer part of numbers have at most 15 digits, so no answer breaks the
+ *   ±2^53 bounds `zodResponseFormat` puts on every `.int()` (and JavaScript reads every answer
+ *   exactly);
  * - annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`,
  *   `deprecated`, `readOnly`, `writeOnly`) are ignored.
- * Anything else (`pattern`, other formats, `multipleOf`, `uniqueItems`, other number bounds,
- * `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…) is listed as an issue; the
- * caller refuses the request under `strict: true` and otherwise decodes without that keyword.
+ * Anything else (patterns outside the subset, other formats, `multipleOf`, `uniqueItems`,
+ * non-integer number bounds, `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…)
+ * is listed as an issue; the caller refuses the request under `strict: true` and otherwise decodes
+ * without that keyword.
  * A `$ref` that comes back to itself before any value is read (`a → b → a`, `{anyOf: [{$ref:
  * "#"}, …]}`) is a fatal issue: refused whatever `strict` says (review finding F3).
  */
 
+import { MAX_DIGITS, MAX_SAFE, type NumberBound, boundedNumber, digitRange } from "./number-gbnf.js";
+import { FORMAT_PATTERNS, patternGrammar } from "./pattern-gbnf.js";
 import { escapePointer, refLoopsWithoutInput, resolvePointer } from "./schema-refs.js";
+
+export { digitRange } from "./number-gbnf.js";
 
 /**
  * A keyword the grammar cannot enforce, with where it stands (a JSON pointer into the schema).
@@ -62,10 +71,6 @@ export interface SchemaGrammar {
   issues: SchemaIssue[];
 }
 
-/** Longest integer (and integer part of a number) the grammar writes, digits: under 2^53. */
-const MAX_DIGITS = 15;
-const MAX_SAFE = 10 ** MAX_DIGITS - 1;
-
 const ANNOTATIONS = new Set([
   "title",
   "description",
@@ -87,9 +92,9 @@ const HANDLED: Record<string, Set<string>> = {
   common: new Set(["type", "enum", "const", "anyOf", "oneOf", "$ref"]),
   object: new Set(["properties", "required", "additionalProperties"]),
   array: new Set(["items", "prefixItems", "minItems", "maxItems"]),
-  string: new Set(["minLength", "maxLength", "format"]),
+  string: new Set(["minLength", "maxLength", "format", "pattern"]),
   integer: new Set(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
-  number: new Set(["minimum", "exclusiveMinimum"]),
+  number: new Set(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
 };
 
 const FORMATS: Record<string, string> = {
@@ -115,8 +120,6 @@ const PRIMITIVES: Record<string, string> = {
   value: `object | array | string | number | boolean | null`,
   object: `"{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"`,
   array: `"[" ws ( value ( ws "," ws value )* )? ws "]"`,
-  "nonneg-number": `("0" | [1-9] [0-9]{0,${MAX_DIGITS - 1}}) frac?`,
-  "pos-number": `"0" "." [0-9]{0,${MAX_DIGITS - 1}} [1-9] [0-9]{0,${MAX_DIGITS - 1}} | [1-9] [0-9]{0,${MAX_DIGITS - 1}} frac?`,
   d2: `[0-9] [0-9]`,
   month: `"0" [1-9] | "1" [0-2]`,
   // Days 01–28 are valid in every month: no calendar in the grammar, and no invalid date out of it.
@@ -131,7 +134,9 @@ const PRIMITIVES: Record<string, string> = {
   hex: `[0-9a-f]`,
   uuid: `"\\"" hex{8} "-" hex{4} "-" [1-8] hex{3} "-" [89ab] hex{3} "-" hex{12} "\\""`,
   "email-part": `[a-z0-9] ([a-z0-9_+-]{0,30} [a-z0-9])?`,
-  email: `"\\"" email-part ("." email-part){0,3} "@" email-part ("." email-part){0,3} "." [a-z]{2,6} "\\""`,
+  // Domain labels of letters, digits and inner dashes: within zod's own email pattern too.
+  "domain-part": `[a-z0-9] ([a-z0-9-]{0,30} [a-z0-9])?`,
+  email: `"\\"" email-part ("." email-part){0,3} "@" domain-part ("." domain-part){0,3} "." [a-z]{2,6} "\\""`,
   octet: `[0-9] | [1-9] [0-9] | "1" [0-9] [0-9] | "2" [0-4] [0-9] | "25" [0-5]`,
   ipv4: `"\\"" octet "." octet "." octet "." octet "\\""`,
 };
@@ -143,15 +148,13 @@ const USES: Record<string, string[]> = {
   value: ["object", "array", "string", "number", "boolean", "null"],
   object: ["ws", "string", "value"],
   array: ["ws", "value"],
-  "nonneg-number": ["frac"],
-  "pos-number": ["frac"],
   "date-body": ["month", "day"],
   "time-body": ["hour", "minsec"],
   date: ["date-body"],
   time: ["time-body"],
   "date-time": ["date-body", "time-body"],
   uuid: ["hex"],
-  email: ["email-part"],
+  email: ["email-part", "domain-part"],
   ipv4: ["octet"],
 };
 
@@ -163,45 +166,6 @@ function literal(text: string): string {
 /** A JSON value as the GBNF literal of its compact JSON text. */
 function jsonLiteral(value: unknown): string {
   return literal(JSON.stringify(value));
-}
-
-/** GBNF for the decimal numbers of [lo, hi] (non-negative, lo ≤ hi), without leading zeros. */
-export function digitRange(lo: number, hi: number): string {
-  const alts: string[] = [];
-  // Split by digit count so each part has a fixed length.
-  for (let len = String(lo).length; len <= String(hi).length; len++) {
-    const from = Math.max(lo, len === 1 ? 0 : 10 ** (len - 1));
-    const to = Math.min(hi, 10 ** len - 1);
-    if (from <= to) alts.push(...sameLength(String(from), String(to)));
-  }
-  return alts.join(" | ");
-}
-
-/** Alternatives for the numbers between two digit strings of one length. */
-function sameLength(a: string, b: string): string[] {
-  if (a.length === 0) return [""];
-  if (a === b) return [literal(a)];
-  if (a[0] === b[0]) return sameLength(a.slice(1), b.slice(1)).map((r) => seq(literal(a[0]), r));
-  const rest = a.length - 1;
-  const zeros = "0".repeat(rest);
-  const nines = "9".repeat(rest);
-  const out: string[] = [];
-  // a[0] followed by a.slice(1)..99…; the digits strictly between with any tail; b[0] followed by 00…..b.slice(1).
-  let first = Number(a[0]);
-  let last = Number(b[0]);
-  if (a.slice(1) !== zeros) {
-    out.push(...sameLength(a.slice(1), nines).map((r) => seq(literal(a[0]), r)));
-    first += 1;
-  }
-  if (b.slice(1) !== nines) {
-    out.push(...sameLength(zeros, b.slice(1)).map((r) => seq(literal(b[0]), r)));
-    last -= 1;
-  }
-  if (first <= last) {
-    const head = first === last ? literal(String(first)) : `[${first}-${last}]`;
-    out.push(seq(head, rest > 0 ? `[0-9]{${rest}}` : ""));
-  }
-  return out;
 }
 
 function seq(a: string, b: string): string {
@@ -366,15 +330,33 @@ class GrammarBuilder {
   }
 
   private string(s: Record<string, unknown>, path: string): string {
+    const lengths = s.minLength !== undefined || s.maxLength !== undefined;
+    const pattern = typeof s.pattern === "string" ? s.pattern : undefined;
+    if (s.pattern !== undefined && pattern === undefined) this.issue(`${path}/pattern`, "pattern", "must be a string");
     if (typeof s.format === "string") {
       const f = FORMATS[s.format];
       if (!f) {
         this.issue(`${path}/format`, "format", `format '${s.format}' is not enforced while decoding`);
-      } else {
-        if (s.minLength !== undefined || s.maxLength !== undefined) {
-          this.issue(path, "minLength", "length bounds together with a format are not enforced");
-        }
+      } else if (pattern === undefined || FORMAT_PATTERNS[f]?.includes(pattern)) {
+        // zod's own pattern of a format: every string the format's rule writes matches it too.
+        if (lengths) this.issue(path, "minLength", "length bounds together with a format are not enforced");
         return this.use(f);
+      } else {
+        this.issue(
+          `${path}/format`,
+          "format",
+          "a format together with another pattern is not enforced (the pattern is)",
+        );
+      }
+    }
+    if (pattern !== undefined) {
+      const compiled = patternGrammar(pattern, (body) => this.rule(`part-${pathHint(path)}`, body));
+      if ("error" in compiled) {
+        this.issue(`${path}/pattern`, "pattern", `pattern is not enforced while decoding: ${compiled.error}`);
+      } else {
+        if (lengths) this.issue(path, "minLength", "length bounds together with a pattern are not enforced");
+        this.use("char");
+        return this.rule(`pattern-${pathHint(path)}`, `"\\"" ${compiled.gbnf} "\\""`);
       }
     }
     const min = nonNegativeInt(s.minLength) ?? 0;
@@ -419,16 +401,29 @@ class GrammarBuilder {
     return this.rule(`int-${pathHint(path)}`, alts.join(" | "));
   }
 
+  /** Numbers: integer bounds are enforced exactly (no exponent then); other bounds are issues. */
   private number(s: Record<string, unknown>, path: string): string {
-    const min = s.minimum;
-    const exclusive = s.exclusiveMinimum;
-    if (exclusive === 0 && min === undefined) return this.use("pos-number");
-    if (min === 0 && exclusive === undefined) return this.use("nonneg-number");
-    if (min !== undefined || exclusive !== undefined) {
-      const key = min !== undefined ? "minimum" : "exclusiveMinimum";
-      this.issue(`${path}/${key}`, key, "number bounds other than a lower bound of 0 are not enforced");
+    const keys = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"].filter((k) => s[k] !== undefined);
+    if (keys.length === 0) return this.use("number");
+    const bad = keys.filter((k) => typeof s[k] !== "number" || !Number.isInteger(s[k]));
+    for (const k of bad) this.issue(`${path}/${k}`, k, "number bounds other than integers are not enforced");
+    if (bad.length > 0) return this.use("number");
+    const pick = (a: NumberBound | undefined, b: NumberBound | undefined, lower: boolean) => {
+      if (!a || !b) return a ?? b;
+      if (a.value === b.value) return a.exclusive ? a : b;
+      return a.value > b.value === lower ? a : b;
+    };
+    const bound = (k: string, exclusive: boolean) =>
+      s[k] === undefined ? undefined : { value: s[k] as number, exclusive };
+    const lower = pick(bound("minimum", false), bound("exclusiveMinimum", true), true);
+    const upper = pick(bound("maximum", false), bound("exclusiveMaximum", true), false);
+    const body = boundedNumber(lower, upper);
+    if (body === null) {
+      this.issue(path, keys[0], "no number is within the bounds");
+      return this.use("number");
     }
-    return this.use("number");
+    this.use("frac");
+    return this.rule(`num-${pathHint(path)}`, body);
   }
 
   private object(s: Record<string, unknown>, path: string): string {
