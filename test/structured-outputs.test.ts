@@ -64,6 +64,34 @@ describe("chat response_format", () => {
     }
   });
 
+  test("when zod's .regex(), .email(), .datetime() and number .min().max() come strict, then every answer that stops validates", async () => {
+    const client = openaiClient(server.url, caller.key);
+    const Ticket = z.object({
+      code: z.string().regex(/^[A-Z]{3}-\d{2}$/),
+      email: z.string().email(),
+      at: z.string().datetime(),
+      score: z.number().min(0).max(1),
+    });
+    const format = zodResponseFormat(Ticket, "ticket");
+    expect(format.json_schema.strict).toBe(true);
+    let stopped = 0;
+    for (let seed = 0; seed < 6; seed++) {
+      const completion = await client.chat.completions
+        .parse({ ...ask, response_format: format, max_tokens: 400, temperature: 1, seed })
+        .catch((e: unknown) => {
+          if (e instanceof LengthFinishReasonError) return null; // cut by max_tokens: no claim
+          throw e;
+        });
+      if (!completion) continue;
+      stopped++;
+      const content = completion.choices[0].message.content!;
+      const valid = ajv.validate(format.json_schema.schema!, JSON.parse(content));
+      expect({ content, valid, errors: valid ? null : ajv.errors }).toEqual({ content, valid: true, errors: null });
+      expect(Ticket.parse(completion.choices[0].message.parsed)).toEqual(completion.choices[0].message.parsed);
+    }
+    expect(stopped).toBeGreaterThan(2);
+  });
+
   test("when the answer is streamed, then the chunks join into JSON valid against the schema", async () => {
     const client = openaiClient(server.url, caller.key);
     const format = zodResponseFormat(Pet, "pet");
@@ -121,7 +149,7 @@ describe("chat response_format", () => {
             strict: true,
             schema: {
               type: "object",
-              properties: { code: { type: "string", pattern: "^[A-Z]{3}$" } },
+              properties: { code: { type: "string", pattern: "^(?=A)[A-Z]{3}$" } },
               required: ["code"],
               additionalProperties: false,
             },
@@ -143,7 +171,7 @@ describe("chat response_format", () => {
           type: "json_schema",
           json_schema: {
             name: "code",
-            schema: { type: "object", properties: { code: { type: "string", pattern: "^[A-Z]{3}$" } } },
+            schema: { type: "object", properties: { code: { type: "string", pattern: "^(?=A)[A-Z]{3}$" } } },
           },
         },
       },
@@ -279,7 +307,11 @@ describe("through the upstream engine (a gateway in front of another Switchyard)
           json_schema: {
             name: "code",
             strict: true,
-            schema: { type: "object", properties: { code: { type: "string", pattern: "^x" } }, required: ["code"] },
+            schema: {
+              type: "object",
+              properties: { code: { type: "string", pattern: "^(?!x)" } },
+              required: ["code"],
+            },
           },
         },
       },

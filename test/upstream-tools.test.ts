@@ -228,7 +228,7 @@ describe("Chat Completions tools through the upstream", () => {
       function: {
         name: "code",
         strict: true,
-        parameters: { type: "object", properties: { c: { type: "string", pattern: "^x" } }, required: ["c"] },
+        parameters: { type: "object", properties: { c: { type: "string", pattern: "^(?!x)" } }, required: ["c"] },
       },
     };
     const res = await http(gateway.url, "POST", "/v1/chat/completions", {

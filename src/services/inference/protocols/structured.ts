@@ -14,9 +14,14 @@ const jsonSchema = z.record(z.string(), z.unknown()).meta({
     "JSON Schema of the answer. The embedded engine decodes under a grammar of it and enforces: type, enum, const, " +
     "anyOf/oneOf, $ref to #, #/$defs or #/definitions (recursion too), properties, required, " +
     "additionalProperties: false, items, prefixItems, minItems, maxItems, minLength, maxLength, format " +
-    "date/time/date-time/uuid/email/ipv4, integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, a number " +
-    "lower bound of 0. Any other keyword (pattern, multipleOf, uniqueItems, other number bounds, allOf, not, …) " +
-    "is a 400 naming its place under strict: true, and left unenforced otherwise. A $ref that comes back to " +
+    "date/time/date-time/uuid/email/ipv4, pattern in a regular-expression subset (literals and escapes, ., classes " +
+    "and negated classes, \\d \\w \\s and their negations, groups, (?: ), |, * + ? {n} {n,} {n,m}, ^ and $ at " +
+    "the ends; without them up to 32 characters of any text on that side; zod's own email/datetime/date/uuid/ipv4 " +
+    "patterns with their format), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, and the same " +
+    "bounds on numbers when they are integers. Any other keyword (a pattern with lookarounds, backreferences, " +
+    "\\b or \\p{…}, a pattern with minLength/maxLength or with another format, multipleOf, uniqueItems, " +
+    "non-integer number bounds, allOf, not, …) is a 400 naming its place under strict: true, and left " +
+    "unenforced otherwise. A $ref that comes back to " +
     "itself before any value is read is a 400 naming it whatever strict says. With stop, a 400 naming stop " +
     "(a stop string would cut the JSON). Upstream engines pass the schema through.",
 });
