@@ -125,6 +125,13 @@ export async function generate(
       topK: req.topK,
       seed: req.seed,
       grammar,
+      // Under a grammar, never BOS: llama.cpp checks a special token's text ("<s>") against the
+      // grammar like any other, so a string could take it as three characters the answer's text
+      // then lacks (a pattern or length broken; seen with the tiny model, issue 26 item 1).
+      tokenBias:
+        grammar && seq.model.tokens.bos !== null
+          ? loader.library.TokenBias.for(seq.model).set(seq.model.tokens.bos, "never")
+          : undefined,
       signal,
       stopOnAbortSignal: true,
       disableContextShift: true,
