@@ -15,9 +15,8 @@
  * `pattern` issue.
  *
  * Characters are written as JSON wants them: `"` and `\` as `\"` and `\\`; control characters as
- * JSON escapes, and only where a set holds nothing printable; other characters than printable
- * ASCII only where a set holds none of those (the grammar may allow less than the regex, never
- * more).
+ * JSON escapes, and only where a set holds nothing printable (the grammar may allow less than the
+ * regex, never more).
  */
 
 type Ranges = [number, number][];
@@ -38,7 +37,6 @@ const RAW: Ranges = [
   [0x80, 0xd7ff],
   [0xe000, MAX_CP],
 ];
-const RAW_ASCII: Ranges = RAW.slice(0, 3);
 const DIGIT: Ranges = [[0x30, 0x39]];
 const WORD: Ranges = [
   [0x30, 0x39],
@@ -128,10 +126,7 @@ function jsonEscape(cp: number): string {
 
 /** GBNF for one character of a set, as it stands in a JSON string; null if the set allows none. */
 function renderSet(ranges: Ranges): string | null {
-  // Printable ASCII where the set has some: llama.cpp let the tiny model close a string right
-  // after a partial UTF-8 lead byte (the answer lost the byte and broke the pattern).
-  const ascii = intersect(ranges, RAW_ASCII);
-  const raw = ascii.length > 0 ? ascii : intersect(ranges, RAW);
+  const raw = intersect(ranges, RAW);
   const alts: string[] = [];
   if (raw.length === 1 && raw[0][0] === raw[0][1]) alts.push(lit(String.fromCodePoint(raw[0][0])));
   else if (raw.length > 0)
@@ -351,8 +346,7 @@ type RuleMaker = (body: string) => string;
 
 /**
  * GBNF of a node. A counted repetition (`{n,m}`) is written out on a named rule (`part part (
- * part )?`): the tiny model's answers under `( "." [#-~]{1,3} )?` closed the string right after
- * the point (node-llama-cpp 3 / llama.cpp), under `( "." [#-~] [#-~]? )?` never.
+ * part )?`), so the grammar holds each repeated part once.
  */
 function render(node: Node, rule: RuleMaker): string {
   switch (node.kind) {
