@@ -92,6 +92,34 @@ describe("chat response_format", () => {
     expect(stopped).toBeGreaterThan(2);
   });
 
+  test("when a strict pattern's class could spell BOS's text (<s>), then every stopped answer still matches (BOS is never sampled)", async () => {
+    const schema = {
+      type: "object",
+      properties: { code: { type: "string", pattern: "^\\d{3}-[A-Z]+(?:\\.[#-~]{1,3})?$" } },
+      required: ["code"],
+      additionalProperties: false,
+    };
+    let stopped = 0;
+    for (let seed = 0; seed < 40; seed++) {
+      const res = await http(server.url, "POST", "/v1/chat/completions", {
+        token: caller.key,
+        body: {
+          ...ask,
+          max_tokens: 60,
+          temperature: 1,
+          seed,
+          response_format: { type: "json_schema", json_schema: { name: "code", strict: true, schema } },
+        },
+      });
+      expect(res.status).toBe(200);
+      if (res.body.choices[0].finish_reason !== "stop") continue;
+      stopped++;
+      const content = res.body.choices[0].message.content as string;
+      expect([seed, content, ajv.validate(schema, JSON.parse(content))]).toEqual([seed, content, true]);
+    }
+    expect(stopped).toBeGreaterThan(20);
+  });
+
   test("when the answer is streamed, then the chunks join into JSON valid against the schema", async () => {
     const client = openaiClient(server.url, caller.key);
     const format = zodResponseFormat(Pet, "pet");
