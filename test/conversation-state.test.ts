@@ -17,6 +17,7 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
+import { batchResults } from "./support/inference.js";
 
 let server: TestServer;
 let caller: Awaited<ReturnType<typeof createTestCaller>>;
@@ -141,12 +142,7 @@ describe("previous_response_id", () => {
       },
     });
     expect(created.status).toBe(201);
-    let results: any[] | null = null;
-    for (let i = 0; i < 300 && !results; i++) {
-      results = (await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key })).body
-        .results;
-      if (!results) await new Promise((r) => setTimeout(r, 100));
-    }
+    const results = await batchResults(server.url, caller.key, created.body.id);
     const [next, alone] = results!;
     expect(next.status).toBe("completed");
     // The earlier input and answer (not its instructions: OpenAI's rule) come before "Then".

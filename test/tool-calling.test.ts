@@ -18,6 +18,7 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
+import { batchResults, readToolCallStream } from "./support/inference.js";
 import { addUpstreamChat, writeEditedCatalog } from "./support/test-catalog.js";
 
 const ajv = new Ajv({ strict: false });
@@ -121,16 +122,7 @@ describe("forced tool calls", () => {
       seed: 5,
       stream: true,
     });
-    const deltas: any[] = [];
-    let finish: string | null = null;
-    let content = "";
-    for await (const chunk of stream) {
-      const choice = chunk.choices[0];
-      if (!choice) continue;
-      if (choice.delta.tool_calls) deltas.push(...choice.delta.tool_calls);
-      content += choice.delta.content ?? "";
-      finish = choice.finish_reason ?? finish;
-    }
+    const { deltas, content, finish } = await readToolCallStream(stream);
     expect(finish).toBe("tool_calls");
     expect(content).toBe("");
     expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
@@ -549,12 +541,7 @@ describe("Responses function tools", () => {
       },
     });
     expect(created.status).toBe(201);
-    let results: any[] | null = null;
-    for (let i = 0; i < 300 && !results; i++) {
-      const read = await http(server.url, "GET", `/v1/batches/${created.body.id}/results`, { token: caller.key });
-      results = read.body.results;
-      if (!results) await new Promise((r) => setTimeout(r, 100));
-    }
+    const results = await batchResults(server.url, caller.key, created.body.id);
     expect(results).toHaveLength(1);
     const [row] = results!;
     expect(row.status).toBe("completed");

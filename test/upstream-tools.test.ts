@@ -19,6 +19,7 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
+import { readToolCallStream } from "./support/inference.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";
 
 const ajv = new Ajv({ strict: false });
@@ -152,16 +153,7 @@ describe("Chat Completions tools through the upstream", () => {
       seed: 3,
       stream: true,
     });
-    const deltas: any[] = [];
-    let finish: string | null = null;
-    let content = "";
-    for await (const chunk of stream) {
-      const choice = chunk.choices[0];
-      if (!choice) continue;
-      if (choice.delta.tool_calls) deltas.push(...choice.delta.tool_calls);
-      content += choice.delta.content ?? "";
-      finish = choice.finish_reason ?? finish;
-    }
+    const { deltas, content, finish } = await readToolCallStream(stream);
     expect(finish).toBe("tool_calls");
     expect(content).toBe("");
     expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
