@@ -134,7 +134,11 @@ export async function pullModel(model: CatalogModel, dirs: ModelDirs, opts: Pull
   if (!spec.source) throw new Error(`${model.id} has no source in the catalog to pull it from`);
   const destination = path.join(installDir(dirs), spec.file);
   const started = Date.now();
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
+    // After a wait: the other pull may have installed the file between the last look and the
+    // lock check (it renames, then releases), so look again before pulling it a second time.
+    const installed = attempt > 0 ? usable() : undefined;
+    if (installed) return { kind: "present", path: installed.path, pulledByOther: true };
     try {
       const result = await downloadModelFile({
         source: spec.source,
