@@ -95,6 +95,15 @@ describe("number bounds of a schema", () => {
     { exclusiveMinimum: 0 },
     { minimum: 7, maximum: 7 },
     { minimum: -1, exclusiveMinimum: -1, maximum: 2, exclusiveMaximum: 3 },
+    { maximum: 3.5 },
+    { minimum: 0.5 },
+    { minimum: 0.5, exclusiveMaximum: 2.75 },
+    { exclusiveMinimum: -2.25, maximum: -0.125 },
+    { minimum: 1.125, maximum: 1.375 },
+    { exclusiveMinimum: 1.125, exclusiveMaximum: 1.375 },
+    { minimum: -0.5, maximum: 0.25 },
+    { exclusiveMinimum: -19.875, exclusiveMaximum: 19.875 },
+    { exclusiveMinimum: 0, exclusiveMaximum: 0.125 },
   ])("when a number has %j, then the numbers within match and no number outside does", (bounds) => {
     const { gbnf, issues } = jsonSchemaGrammar({ type: "number", ...bounds });
     expect(issues).toEqual([]);
@@ -110,6 +119,23 @@ describe("number bounds of a schema", () => {
       }
     }
   });
+
+  test.each([
+    [{ exclusiveMaximum: 5 }, ["4.99999999999999", "-3"], ["4.999999999999999", "5", "5.0"]],
+    [{ exclusiveMaximum: 0.3 }, ["0.29999999999999", "0.2"], ["0.299999999999999999", "0.3", "0.30"]],
+    [{ exclusiveMinimum: 2.5 }, ["2.50000000000001", "3"], ["2.5", "2.500000000000000001"]],
+    [{ minimum: 1e-7, maximum: 0.001 }, ["0.0000001", "0.00099", "0.001"], ["0.00000009", "0.0010001", "0"]],
+  ])(
+    "when a number has %j, then texts within 15 significant digits of the bound read back inside it",
+    (bounds, yes, no) => {
+      const { gbnf, issues } = jsonSchemaGrammar({ type: "number", ...bounds });
+      expect(issues).toEqual([]);
+      const rule = gbnf.split("\n").find((l) => l.startsWith("num-"))!;
+      const re = numberRegex(rule.slice(rule.indexOf("::=") + 3));
+      for (const text of yes) expect([text, re.test(text)]).toEqual([text, true]);
+      for (const text of no) expect([text, re.test(text)]).toEqual([text, false]);
+    },
+  );
 
   test("when a number's bounds are beyond what any written number reaches, then they cost nothing", () => {
     const { gbnf, issues } = jsonSchemaGrammar({
@@ -131,12 +157,22 @@ describe("the enforced subset", () => {
     [{ type: "string", pattern: "a^b" }, "pattern"],
     [{ type: "string", pattern: "^(a*)*$" }, "pattern"],
     [{ type: "string", pattern: "[" }, "pattern"],
-    [{ type: "string", pattern: "^[a-z]+$", maxLength: 3 }, "minLength"],
+    [{ type: "string", pattern: "^[a-z]+[0-9]+$", maxLength: 5 }, "maxLength"],
+    [{ type: "string", pattern: "[a-z]+", minLength: 2 }, "minLength"],
+    [{ type: "string", pattern: "^(?:a|bc)+$", maxLength: 5 }, "maxLength"],
+    [{ type: "string", pattern: "^[a-z]{2}$", minLength: 3 }, "minLength"],
+    [{ type: "string", format: "email", maxLength: 100 }, "maxLength"],
+    [{ type: "string", format: "date", minLength: 11 }, "minLength"],
     [{ type: "string", format: "email", pattern: "^[a-z]+@x\\.com$" }, "format"],
     [{ type: "string", format: "hostname" }, "format"],
+    [{ oneOf: [{ type: "string" }, { type: "string", maxLength: 3 }] }, "oneOf"],
+    [{ oneOf: [{ type: "number" }, { type: "integer" }] }, "oneOf"],
+    [{ oneOf: [{ enum: ["a", "b"] }, { type: "string" }] }, "oneOf"],
+    [{ oneOf: [{ type: "object", properties: { k: { const: "a" } } }, { type: "object" }] }, "oneOf"],
+    [{ oneOf: [{ type: "null" }, {}] }, "oneOf"],
     [{ type: "number", multipleOf: 2 }, "multipleOf"],
-    [{ type: "number", maximum: 3.5 }, "maximum"],
-    [{ type: "number", minimum: 0.5 }, "minimum"],
+    [{ type: "number", maximum: 0.30000000000000004 }, "maximum"],
+    [{ type: "number", minimum: 3.141592653589793 }, "minimum"],
     [{ type: "number", exclusiveMinimum: 2, maximum: 2 }, "exclusiveMinimum"],
     [{ type: "array", items: { type: "string" }, uniqueItems: true }, "uniqueItems"],
     [{ allOf: [{ type: "string" }] }, "allOf"],
@@ -166,6 +202,38 @@ describe("the enforced subset", () => {
       },
       $defs: { k: { anyOf: [{ $ref: "#" }, { type: "string" }] } },
     };
+    expect(jsonSchemaGrammar(schema).issues).toEqual([]);
+  });
+
+  test.each([
+    [{ oneOf: [{ type: "string" }, { type: "null" }] }],
+    [{ oneOf: [{ type: "integer" }, { type: "string" }, { type: "array", items: { type: "boolean" } }] }],
+    [{ oneOf: [{ enum: ["a", "b"] }, { const: "c" }, { type: "number" }] }],
+    [{ oneOf: [{ anyOf: [{ type: "string" }, { type: "null" }] }, { type: "boolean" }] }],
+    [
+      {
+        $defs: { cat: { type: "object", properties: { kind: { const: "cat" } }, required: ["kind"] } },
+        oneOf: [
+          { $ref: "#/$defs/cat" },
+          {
+            type: "object",
+            properties: { kind: { enum: ["dog", "fox"] }, n: { type: "integer" } },
+            required: ["kind"],
+          },
+        ],
+      },
+    ],
+  ])("when the alternatives of %j cannot both match, then its oneOf is enforced", (schema) => {
+    expect(jsonSchemaGrammar(schema).issues).toEqual([]);
+  });
+
+  test("when zod writes a discriminated union, then its oneOf is enforced as it comes", () => {
+    const pet = z.discriminatedUnion("kind", [
+      z.object({ kind: z.literal("cat"), lives: z.number().int().min(0).max(9) }),
+      z.object({ kind: z.literal("dog"), good: z.boolean() }),
+    ]);
+    const schema = z.toJSONSchema(z.object({ pet }));
+    expect(JSON.stringify(schema)).toMatch(/"oneOf"/);
     expect(jsonSchemaGrammar(schema).issues).toEqual([]);
   });
 
@@ -221,6 +289,13 @@ const leaf = fc.oneof(
   fc.constant({ type: "number" }),
   fc.constant({ type: "number", minimum: 0 }),
   fc.constant({ type: "number", exclusiveMinimum: 0 }),
+  fc
+    .tuple(fc.integer({ min: -400, max: 400 }), fc.integer({ min: 1, max: 80 }), fc.boolean(), fc.boolean())
+    .map(([lo, span, exLo, exHi]) => ({
+      type: "number",
+      [exLo ? "exclusiveMinimum" : "minimum"]: lo / 8,
+      [exHi ? "exclusiveMaximum" : "maximum"]: (lo + span) / 8,
+    })),
   fc
     .tuple(fc.integer({ min: -50, max: 50 }), fc.integer({ min: 0, max: 10 }), fc.boolean(), fc.boolean())
     .map(([lo, span, exLo, exHi]) => ({
@@ -437,6 +512,15 @@ describe("answers decoded under the grammar (tiny model)", () => {
     ...Object.values(z.toJSONSchema(z.object({ t: z.iso.time(), e: z.email(), d: z.iso.datetime() })).properties!).map(
       (p) => JSON.stringify(p),
     ),
+    // Length bounds beside a pattern: narrowed onto its one repeated part, or implied by it.
+    JSON.stringify({ type: "string", pattern: "^[a-z]+$", minLength: 3, maxLength: 5 }),
+    JSON.stringify({ type: "string", pattern: "^\\d{3}-[A-Z]*$", minLength: 6, maxLength: 7 }),
+    JSON.stringify({ type: "string", pattern: "^(?:ab)+$|^x+$", maxLength: 4 }),
+    JSON.stringify({ type: "string", pattern: "^[A-Z]{2}\\d{2}$", minLength: 4, maxLength: 4 }),
+    // zod's .email().max(254) and .uuid().min(36): the format's rule keeps within them.
+    ...Object.values(z.toJSONSchema(z.object({ e: z.email().max(254), u: z.uuid().min(36) })).properties!).map((p) =>
+      JSON.stringify(p),
+    ),
   ])(
     "when a string has the pattern %s, then every answer that stops matches it",
     async (pattern) => {
@@ -478,6 +562,9 @@ describe("answers decoded under the grammar (tiny model)", () => {
     { exclusiveMinimum: -2, maximum: -1 },
     { maximum: -3 },
     { minimum: 7, maximum: 7 },
+    { minimum: 0.25, maximum: 0.75 },
+    { exclusiveMinimum: -1.5, exclusiveMaximum: -1.25 },
+    { maximum: 3.5 },
   ])(
     "when a number has %j, then every answer that stops is within",
     async (bounds) => {

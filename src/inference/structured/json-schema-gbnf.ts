@@ -7,32 +7,35 @@
  * `null`, ±9007199254740991 bounds on every `.int()`, `$defs`/`$ref`) need all three.
  *
  * The enforced subset (README "Structured outputs" says the same):
- * - `type` (one or a list), `enum`, `const`, `anyOf` / `oneOf` (each alternative allowed; the
- *   model's pick is one of them), `$ref` to `#`, `#/$defs/…` or `#/definitions/…` (recursion too);
+ * - `type` (one or a list), `enum`, `const`, `anyOf`, `oneOf` whose alternatives cannot both
+ *   match (`one-of.ts`; each alternative allowed, the model's pick is one of them), `$ref` to `#`, `#/$defs/…` or `#/definitions/…` (recursion too);
  * - objects: `properties` in their order, `required` (the others may be left out),
  *   `additionalProperties` `false`, or a schema / `true` for an object without `properties`;
  * - arrays: `items`, `prefixItems` (then `items`, or nothing for `items: false`), `minItems`, `maxItems`;
  * - strings: `minLength`, `maxLength`, `format` `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`,
  *   `pattern` (a regular-expression subset, `pattern-gbnf.ts`; with one of those formats only
- *   zod's own pattern of it, else the pattern alone is enforced and `format` is an issue; not
- *   together with length bounds);
+ *   zod's own pattern of it, else the pattern alone is enforced and `format` is an issue; length
+ *   bounds beside a pattern when implied or narrowing its one repeated part, beside a format when
+ *   its rule keeps within them, `FORMAT_LENGTHS`);
  * - integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (exact, as digit
- *   ranges); numbers: the same bounds when they are integers (`number-gbnf.ts`). Unbounded
+ *   ranges); numbers: the same bounds, integers or decimals of ≤ 15 significant digits
+ *   (`number-gbnf.ts`). Unbounded
  *   integers and the integer part of numbers have at most 15 digits, so no answer breaks the
  *   ±2^53 bounds `zodResponseFormat` puts on every `.int()` (and JavaScript reads every answer
  *   exactly);
  * - annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`,
  *   `deprecated`, `readOnly`, `writeOnly`) are ignored.
  * Anything else (patterns outside the subset, other formats, `multipleOf`, `uniqueItems`,
- * non-integer number bounds, `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…)
+ * number bounds of more than 15 significant digits, overlapping `oneOf`, `allOf`, `not`, conditionals, `patternProperties`, `minProperties`…)
  * is listed as an issue; the caller refuses the request under `strict: true` and otherwise decodes
  * without that keyword.
  * A `$ref` that comes back to itself before any value is read (`a → b → a`, `{anyOf: [{$ref:
  * "#"}, …]}`) is a fatal issue: refused whatever `strict` says (review finding F3).
  */
 
-import { MAX_DIGITS, MAX_SAFE, type NumberBound, boundedNumber, digitRange } from "./number-gbnf.js";
+import { MAX_DIGITS, MAX_SAFE, type NumberBound, boundedNumber, decimalBound, digitRange } from "./number-gbnf.js";
 import { FORMAT_PATTERNS, patternGrammar } from "./pattern-gbnf.js";
+import { oneOfOverlap } from "./one-of.js";
 import { escapePointer, refLoopsWithoutInput, resolvePointer } from "./schema-refs.js";
 
 export { digitRange } from "./number-gbnf.js";
@@ -106,6 +109,20 @@ const FORMATS: Record<string, string> = {
   ipv4: "ipv4",
 };
 
+/**
+ * The fewest and most characters each format's rule writes (for `minLength` / `maxLength` next to
+ * a format: bounds around these are enforced by the rule itself). The email rule keeps to 204,
+ * under RFC 5321's 254, so zod's `.email().max(254)` (or 255, 320) is enforced as it comes.
+ */
+const FORMAT_LENGTHS: Record<string, [number, number]> = {
+  date: [10, 10],
+  time: [9, 16],
+  "date-time": [20, 27],
+  uuid: [36, 36],
+  email: [6, 204],
+  ipv4: [7, 15],
+};
+
 /** The fixed rules every grammar may use. */
 const PRIMITIVES: Record<string, string> = {
   ws: `| " " | "\\n" [ \\t]{0,20}`,
@@ -136,7 +153,7 @@ const PRIMITIVES: Record<string, string> = {
   "email-part": `[a-z0-9] ([a-z0-9_+-]{0,30} [a-z0-9])?`,
   // Domain labels of letters, digits and inner dashes: within zod's own email pattern too.
   "domain-part": `[a-z0-9] ([a-z0-9-]{0,30} [a-z0-9])?`,
-  email: `"\\"" email-part ("." email-part){0,3} "@" domain-part ("." domain-part){0,3} "." [a-z]{2,6} "\\""`,
+  email: `"\\"" email-part ("." email-part){0,2} "@" domain-part ("." domain-part){0,2} "." [a-z]{2,6} "\\""`,
   octet: `[0-9] | [1-9] [0-9] | "1" [0-9] [0-9] | "2" [0-4] [0-9] | "25" [0-5]`,
   ipv4: `"\\"" octet "." octet "." octet "." octet "\\""`,
 };
@@ -288,6 +305,8 @@ class GrammarBuilder {
     if (alternatives) {
       this.checkKeywords(schema, path, new Set([alternatives]));
       const list = schema[alternatives] as unknown[];
+      const overlap = alternatives === "oneOf" ? oneOfOverlap(this.root, list) : undefined;
+      if (overlap) this.issue(`${path}/oneOf`, "oneOf", overlap);
       return group(list.map((s, i) => this.visit(s, `${path}/${alternatives}/${i}`)));
     }
     const types = typeof schema.type === "string" ? [schema.type] : Array.isArray(schema.type) ? schema.type : null;
@@ -339,7 +358,17 @@ class GrammarBuilder {
         this.issue(`${path}/format`, "format", `format '${s.format}' is not enforced while decoding`);
       } else if (pattern === undefined || FORMAT_PATTERNS[f]?.includes(pattern)) {
         // zod's own pattern of a format: every string the format's rule writes matches it too.
-        if (lengths) this.issue(path, "minLength", "length bounds together with a format are not enforced");
+        const [lo, hi] = FORMAT_LENGTHS[f];
+        const min = nonNegativeInt(s.minLength) ?? 0;
+        const max = nonNegativeInt(s.maxLength) ?? Infinity;
+        if (lengths && (lo < min || hi > max)) {
+          const keyword = lo < min ? "minLength" : "maxLength";
+          this.issue(
+            path,
+            keyword,
+            `the ${s.format} rule writes ${lo}–${hi} characters; only bounds around that are enforced`,
+          );
+        }
         return this.use(f);
       } else {
         this.issue(
@@ -350,11 +379,19 @@ class GrammarBuilder {
       }
     }
     if (pattern !== undefined) {
-      const compiled = patternGrammar(pattern, (body) => this.rule(`part-${pathHint(path)}`, body));
+      const makeRule = (body: string) => this.rule(`part-${pathHint(path)}`, body);
+      let compiled = patternGrammar(pattern, makeRule);
       if ("error" in compiled) {
         this.issue(`${path}/pattern`, "pattern", `pattern is not enforced while decoding: ${compiled.error}`);
       } else {
-        if (lengths) this.issue(path, "minLength", "length bounds together with a pattern are not enforced");
+        if (lengths) {
+          const bounds = { min: nonNegativeInt(s.minLength) ?? 0, max: nonNegativeInt(s.maxLength) };
+          const kept = patternGrammar(pattern, makeRule, bounds);
+          if ("error" in kept) {
+            const keyword = s.maxLength !== undefined ? "maxLength" : "minLength";
+            this.issue(`${path}/${keyword}`, keyword, `not enforced together with the pattern: ${kept.error}`);
+          } else compiled = kept;
+        }
         this.use("char");
         return this.rule(`pattern-${pathHint(path)}`, `"\\"" ${compiled.gbnf} "\\""`);
       }
@@ -401,12 +438,13 @@ class GrammarBuilder {
     return this.rule(`int-${pathHint(path)}`, alts.join(" | "));
   }
 
-  /** Numbers: integer bounds are enforced exactly (no exponent then); other bounds are issues. */
+  /** Numbers: bounds of ≤ 15 significant digits are enforced exactly (no exponent then); others are issues. */
   private number(s: Record<string, unknown>, path: string): string {
     const keys = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"].filter((k) => s[k] !== undefined);
     if (keys.length === 0) return this.use("number");
-    const bad = keys.filter((k) => typeof s[k] !== "number" || !Number.isInteger(s[k]));
-    for (const k of bad) this.issue(`${path}/${k}`, k, "number bounds other than integers are not enforced");
+    const why = (k: string) => (typeof s[k] !== "number" ? "it is not a number" : decimalBound(s[k]));
+    const bad = keys.filter((k) => why(k) !== undefined);
+    for (const k of bad) this.issue(`${path}/${k}`, k, `the bound is not enforced: ${why(k)}`);
     if (bad.length > 0) return this.use("number");
     const pick = (a: NumberBound | undefined, b: NumberBound | undefined, lower: boolean) => {
       if (!a || !b) return a ?? b;

@@ -386,7 +386,8 @@ function repeat(name: string, n: number): string {
  * Any text where a pattern has no anchor: up to 32 characters (fewer than the regex allows, so
  * the string still ends; any text there matches).
  */
-const FREE = "char{0,32}";
+const FREE_MAX = 32;
+const FREE = `char{0,${FREE_MAX}}`;
 
 /** One top-level alternative: its anchors taken off, `FREE` where an anchor is missing. */
 function renderBranch(branch: Node, rule: RuleMaker): string {
@@ -402,12 +403,88 @@ function renderBranch(branch: Node, rule: RuleMaker): string {
     .join(" ");
 }
 
+/** Length bounds of a string, in code points (JSON Schema's `minLength` / `maxLength`). */
+export interface LengthBounds {
+  min: number;
+  max?: number;
+}
+
+/** The fewest and most code points a node matches (`Infinity` when unbounded). */
+function lengthRange(node: Node): [number, number] {
+  switch (node.kind) {
+    case "set":
+      return [1, 1];
+    case "anchor":
+      return [0, 0];
+    case "seq":
+      return node.items.map(lengthRange).reduce(([a, b], [c, d]) => [a + c, b + d], [0, 0]);
+    case "alt": {
+      const ranges = node.branches.map(lengthRange);
+      return [Math.min(...ranges.map((r) => r[0])), Math.max(...ranges.map((r) => r[1]))];
+    }
+    case "repeat": {
+      const [lo, hi] = lengthRange(node.body);
+      return [node.min * lo, node.max === undefined ? (hi > 0 ? Infinity : 0) : node.max * hi];
+    }
+  }
+}
+
+/**
+ * One top-level alternative kept to `bounds`, or null when none of its strings is within them.
+ * Kept as it is when every string it matches is within them; an anchored alternative with one
+ * part of variable length, a repetition of a fixed-length part (`^\d{3}-[a-z]+$`), gets that
+ * repetition's counts narrowed. Anything else is refused (the grammar cannot count characters
+ * across parts).
+ * @throws PatternError naming the length bounds.
+ */
+function keepLength(branch: Node, bounds: LengthBounds): Node | null {
+  const max = bounds.max ?? Infinity;
+  const items = branch.kind === "seq" ? branch.items : [branch];
+  const first = items[0];
+  const last = items[items.length - 1];
+  const atStart = first?.kind === "anchor" && first.which === "^";
+  const atEnd = items.length > (atStart ? 1 : 0) && last?.kind === "anchor" && last.which === "$";
+  const anchored = atStart && atEnd;
+  const [lo, hi] = lengthRange(branch);
+  // An unanchored side adds up to FREE_MAX characters of any text.
+  const freeHi = (atStart ? 0 : FREE_MAX) + (atEnd ? 0 : FREE_MAX);
+  if (lo >= bounds.min && hi + freeHi <= max) return branch;
+  if (lo > max || hi + freeHi < bounds.min) return null;
+  const refuse = () => {
+    throw new PatternError(
+      "minLength / maxLength are enforced with a pattern only when every string it matches is within them, " +
+        "or when it is anchored (^…$) and one repeated part of fixed length makes its length vary",
+    );
+  };
+  if (!anchored) return refuse();
+  const variable = items.filter((n) => {
+    const [a, b] = lengthRange(n);
+    return a !== b;
+  });
+  if (variable.length !== 1 || variable[0].kind !== "repeat") return refuse();
+  const part = variable[0];
+  const [bodyLo, bodyHi] = lengthRange(part.body);
+  if (bodyLo !== bodyHi || bodyLo === 0) return refuse();
+  const fixed = lo - part.min * bodyLo; // the other parts' length
+  const from = Math.max(part.min, Math.ceil((bounds.min - fixed) / bodyLo));
+  const to = Math.min(part.max ?? Infinity, Math.floor((max - fixed) / bodyLo));
+  if (from > to) return null;
+  if (to !== Infinity && to > MAX_COUNT) return refuse();
+  const narrowed: Node = { kind: "repeat", body: part.body, min: from, max: to === Infinity ? undefined : to };
+  return { kind: "seq", items: items.map((n) => (n === part ? narrowed : n)) };
+}
+
 /**
  * GBNF (an expression, using the fixed rule `char`: one JSON string character) for the body of a
- * JSON string whose value `pattern` matches, quotes not included; or the reason it is not enforced.
- * `rule` makes a named rule (the caller's naming) for the parts a counted repetition repeats.
+ * JSON string whose value `pattern` matches (and, with `lengths`, whose length is within them,
+ * see `keepLength`), quotes not included; or the reason it is not enforced. `rule` makes a named
+ * rule (the caller's naming) for the parts a counted repetition repeats.
  */
-export function patternGrammar(pattern: string, rule: RuleMaker): { gbnf: string } | { error: string } {
+export function patternGrammar(
+  pattern: string,
+  rule: RuleMaker,
+  lengths?: LengthBounds,
+): { gbnf: string } | { error: string } {
   try {
     new RegExp(pattern, "u");
   } catch {
@@ -415,7 +492,11 @@ export function patternGrammar(pattern: string, rule: RuleMaker): { gbnf: string
   }
   try {
     const tree = new Parser(pattern).parse();
-    const branches = tree.kind === "alt" ? tree.branches : [tree];
+    let branches = tree.kind === "alt" ? tree.branches : [tree];
+    if (lengths) {
+      branches = branches.map((b) => keepLength(b, lengths)).filter((b): b is Node => b !== null);
+      if (branches.length === 0) return { error: "no string it matches is within minLength / maxLength" };
+    }
     const alts = branches.map((b) => renderBranch(b, rule));
     return { gbnf: alts.length === 1 ? alts[0] : `( ${alts.join(" | ")} )` };
   } catch (err) {

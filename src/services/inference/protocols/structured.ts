@@ -12,15 +12,17 @@ const schemaName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "must be 1–64 let
 const jsonSchema = z.record(z.string(), z.unknown()).meta({
   description:
     "JSON Schema of the answer. The embedded engine decodes under a grammar of it and enforces: type, enum, const, " +
-    "anyOf/oneOf, $ref to #, #/$defs or #/definitions (recursion too), properties, required, " +
+    "anyOf, oneOf whose alternatives cannot both match (different types, const/enum values, or a required " +
+    "property that tells objects apart), $ref to #, #/$defs or #/definitions (recursion too), properties, required, " +
     "additionalProperties: false, items, prefixItems, minItems, maxItems, minLength, maxLength, format " +
     "date/time/date-time/uuid/email/ipv4, pattern in a regular-expression subset (literals and escapes, ., classes " +
     "and negated classes, \\d \\w \\s and their negations, groups, (?: ), |, * + ? {n} {n,} {n,m}, ^ and $ at " +
     "the ends; without them up to 32 characters of any text on that side; zod's own email/datetime/date/uuid/ipv4 " +
-    "patterns with their format), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, and the same " +
-    "bounds on numbers when they are integers. Any other keyword (a pattern with lookarounds, backreferences, " +
-    "\\b or \\p{…}, a pattern with minLength/maxLength or with another format, multipleOf, uniqueItems, " +
-    "non-integer number bounds, allOf, not, …) is a 400 naming its place under strict: true, and left " +
+    "patterns with their format; minLength/maxLength beside a pattern when implied by it or narrowing its one " +
+    "repeated part, beside a format when its rule keeps within them), minimum/maximum/exclusiveMinimum/" +
+    "exclusiveMaximum on integers, and on numbers with at most 15 significant digits. Any other keyword (a pattern " +
+    "with lookarounds, backreferences, \\b or \\p{…}, a pattern with another format, multipleOf, uniqueItems, " +
+    "overlapping oneOf, allOf, not, …) is a 400 naming its place under strict: true, and left " +
     "unenforced otherwise. A $ref that comes back to " +
     "itself before any value is read is a 400 naming it whatever strict says. With stop, a 400 naming stop " +
     "(a stop string would cut the JSON). Upstream engines pass the schema through.",
