@@ -4,13 +4,38 @@
  * Configuration problems print one line naming the setting, not a stack trace; so does an
  * embedded PostgreSQL that cannot start (e.g. its folder is in use by another Switchyard).
  */
+import cluster from "node:cluster";
+import { createLogger } from "./app/logger.js";
+import { reportReady, startSupervisor, supervises } from "./app/supervisor.js";
 import { ConfigError, loadConfig } from "./config/config.js";
 import { EmbeddedPostgresError } from "./db/embedded.js";
 import { startSwitchyard } from "./server.js";
 import { lowerCpuPriority } from "./shared/process-priority.js";
 
+/** Several API processes (`SWITCHYARD_API_PROCESSES` > 1): this process only supervises them. */
+async function supervise(config: ReturnType<typeof loadConfig>): Promise<void> {
+  const logger = createLogger(config.logLevel, config.logFormat);
+  const supervisor = await startSupervisor(config, logger);
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "shutting down");
+    supervisor.stop().then(
+      () => process.exit(0),
+      (err) => {
+        logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
+  if (supervises(config)) return supervise(config);
   // A worker process yields the CPU to API processes (issue 12, item 3). Done here, by the
   // process's entry point, before any thread of the engine exists (they inherit it), and never in
   // startSwitchyard: a host process embedding Switchyard keeps its own priority.
@@ -42,6 +67,11 @@ async function main(): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  if (cluster.isWorker) {
+    // A supervisor's child: it says when it serves, and ends with the supervisor (no orphans).
+    reportReady(config.role === "worker" ? "worker" : "api", app.url, app.port);
+    process.on("disconnect", () => stop("supervisor gone"));
+  }
 }
 
 main().catch((err: unknown) => {

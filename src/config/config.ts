@@ -135,6 +135,12 @@ export const configSchema = z.object({
    */
   workerNice: intFromEnv(0, 19).default(10),
   /**
+   * API processes on this machine (issue 31, item 1): 1 serves from this process; N > 1 (or
+   * `auto` = the CPU cores) makes it a supervisor (`app/supervisor.ts`) that forks N API
+   * processes sharing the port, plus one worker process when the role is `all`.
+   */
+  apiProcesses: autoOrInt(1, 64).default(1),
+  /**
    * Let the start pull the default model's file from its `hf:` source when it is missing (issue
    * 17: the start downloads nothing else; `npm run models -- pull <id>` does).
    */
@@ -393,6 +399,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   role: "SWITCHYARD_ROLE",
   workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
   workerNice: "SWITCHYARD_WORKER_NICE",
+  apiProcesses: "SWITCHYARD_API_PROCESSES",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
   webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
   webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",

@@ -32,6 +32,12 @@ export interface ChildOptions {
    * `process.kill(-pid, "SIGINT")` is a terminal's Ctrl-C.
    */
   detached?: boolean;
+  /** The log message that says it is ready (default: by `entry`, see `launchChild`). */
+  readyMessage?: string;
+  /** How long to wait for `readyMessage`, ms (default 45 s). */
+  startupTimeoutMs?: number;
+  /** Called with every JSON log record the child (and its own children) write. */
+  onLog?: (record: Record<string, unknown>) => void;
 }
 
 export interface ChildServer {
@@ -103,13 +109,13 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
   );
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
-  const ready = entry === "main" ? "Switchyard listening" : "Switchyard worker started";
+  const ready = opts.readyMessage ?? (entry === "main" ? "Switchyard listening" : "Switchyard worker started");
   return new Promise((resolve, reject) => {
     let pgPort = 0;
     let pgPid = 0;
     const timer = setTimeout(
-      () => reject(new Error(`no "${ready}" after ${STARTUP_TIMEOUT_MS} ms`)),
-      STARTUP_TIMEOUT_MS,
+      () => reject(new Error(`no "${ready}" after ${opts.startupTimeoutMs ?? STARTUP_TIMEOUT_MS} ms`)),
+      opts.startupTimeoutMs ?? STARTUP_TIMEOUT_MS,
     );
     createInterface({ input: child.stdout! }).on("line", (line) => {
       let entry: Record<string, unknown>;
@@ -118,13 +124,14 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
       } catch {
         return;
       }
+      opts.onLog?.(entry);
       if (entry.msg === "embedded PostgreSQL started") {
         pgPort = entry.port as number;
         pgPid = entry.postgresPid as number;
       } else if (entry.msg === ready) {
         clearTimeout(timer);
         resolve({ child, url: typeof entry.url === "string" ? entry.url : "", pgPort, pgPid, ready: entry, exited });
-      } else if (entry.msg === "Switchyard listening") {
+      } else if (entry.msg === "Switchyard listening" && opts.entry === "worker") {
         reject(new Error("a worker process must not serve HTTP"));
       }
     });
