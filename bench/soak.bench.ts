@@ -1,0 +1,324 @@
+/**
+ * Soak (issue 28, Checks): BENCH_SOAK_S (default 600) of mixed traffic at a fixed rate
+ * (BENCH_RATE requests/s, default 20; open loop: a request starts every 1/rate s whatever the
+ * others do) against one Switchyard child process on an embedded PostgreSQL:
+ *   sync chat 40 %, streamed chat 20 %, chat with a completion webhook 15 %, background response
+ *   15 %, API key creation + revocation 10 %; a 3-item batch every 30 s; two events-feed
+ *   long-poll loops and one graphql-ws `completionEvents` subscription the whole time.
+ * It samples the server's RSS every 5 s and its event-loop delay p99 (prom-client's
+ * `switchyard_nodejs_eventloop_lag_p99_seconds`, reset at each scrape) every 10 s, then waits for
+ * background work and webhooks to settle and reconciles against the database:
+ *   - the ledger's usage total is the sum of the activity rows' costs, and every answered request
+ *     (sync, streamed, background, batch item) has exactly one completed activity row, with its
+ *     completion event (the feed's rule: one per finished request);
+ *   - every webhook asked for arrived (unique ids), none twice as a first attempt;
+ *   - every background response is terminal.
+ * Prints RSS growth after warm-up (the median of the last minute ÷ the median of the first minute
+ * after BENCH_WARMUP_S, default 60 s), event-loop delay p50/p99 of the samples, 5xx count, and
+ * the reconciliation. Targets: RSS growth < 10 %, 0 × 5xx, everything reconciled.
+ *
+ *   npm run bench:soak                          # 10 minutes at 20 req/s
+ *   BENCH_SOAK_S=120 BENCH_RATE=10 npm run bench:soak
+ */
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { createClient } from "graphql-ws";
+import pg from "pg";
+import WebSocket from "ws";
+import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { closeRequests, json, request, startServer, stopServer } from "./child-server.js";
+import { percentile, printJson } from "./report.js";
+
+const SOAK_S = Number(process.env.BENCH_SOAK_S ?? 600);
+const RATE = Number(process.env.BENCH_RATE ?? 20);
+const WARMUP_S = Math.min(Number(process.env.BENCH_WARMUP_S ?? 60), SOAK_S / 4);
+const MODEL = "tinystories-260k";
+
+type Kind = "sync" | "stream" | "webhook" | "background" | "keys";
+/** The traffic mix, as a cycle of 20 slots (so the shares hold over any 1 s at 20 req/s). */
+const MIX: Kind[] = [
+  ...Array<Kind>(8).fill("sync"),
+  ...Array<Kind>(4).fill("stream"),
+  ...Array<Kind>(3).fill("webhook"),
+  ...Array<Kind>(3).fill("background"),
+  ...Array<Kind>(2).fill("keys"),
+];
+
+function rssBytes(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)] : NaN;
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-soak-"));
+  const db = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
+  // Webhooks land here; ids counted (a retry of a delivery that arrived is counted apart).
+  const received = new Map<string, number>();
+  const receiver = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      const id = String(req.headers["webhook-id"]);
+      received.set(id, (received.get(id) ?? 0) + 1);
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
+  const hook = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
+  const server = await startServer(db.url, dataDir, { SWITCHYARD_WEBHOOK_ALLOW_PRIVATE: "true", LOG_LEVEL: "info" });
+  const base = server.base;
+  const statuses = new Map<number | string, number>();
+  const count = (s: number | string) => statuses.set(s, (statuses.get(s) ?? 0) + 1);
+  let stopping = false;
+  const ws = createClient({
+    url: `${base.replace(/^http/, "ws")}/graphql`,
+    webSocketImpl: WebSocket,
+    retryAttempts: 0,
+    connectionParams: async () => ({ authorization: `Bearer ${key}` }),
+  });
+  let key = "";
+  try {
+    const { access_token: token } = await json<{ access_token: string }>(
+      request(base, "POST", "/control/v1/auth/signup", {
+        body: JSON.stringify({ email: `soak-${Date.now()}@example.com`, password: "soak-password" }),
+      }),
+      201,
+      "signup",
+    );
+    key = (
+      await json<{ plaintext: string }>(
+        request(base, "POST", "/control/v1/auth/api-keys", { body: JSON.stringify({ name: "soak" }), key: token }),
+        201,
+        "api key",
+      )
+    ).plaintext;
+    const answered = { inference: 0, webhooks: 0, background: [] as string[], batches: [] as string[] };
+    const chat = (extra: Record<string, unknown> = {}) =>
+      JSON.stringify({
+        model: MODEL,
+        messages: [{ role: "user", content: "Once upon a time" }],
+        max_tokens: 8,
+        ...extra,
+      });
+
+    const send: Record<Kind, () => Promise<void>> = {
+      sync: async () => {
+        const a = await request(base, "POST", "/v1/chat/completions", { body: chat(), key });
+        count(a.status);
+        if (a.status === 200) answered.inference++;
+      },
+      stream: async () => {
+        const a = await request(base, "POST", "/v1/chat/completions", { body: chat({ stream: true }), key });
+        count(a.status);
+        if (a.status === 200 && a.body.toString().includes("[DONE]")) answered.inference++;
+      },
+      webhook: async () => {
+        const a = await request(base, "POST", "/v1/chat/completions", {
+          body: chat({ metadata: { completion_webhook: hook } }),
+          key,
+        });
+        count(a.status);
+        if (a.status === 200) {
+          answered.inference++;
+          answered.webhooks++;
+        }
+      },
+      background: async () => {
+        const a = await request(base, "POST", "/v1/responses", {
+          body: JSON.stringify({ model: MODEL, input: "Once upon a time", max_output_tokens: 8, background: true }),
+          key,
+        });
+        count(a.status);
+        if (a.status === 200) answered.background.push((JSON.parse(a.body.toString()) as { id: string }).id);
+      },
+      keys: async () => {
+        const created = await request(base, "POST", "/control/v1/auth/api-keys", {
+          body: JSON.stringify({ name: "churn" }),
+          key: token,
+        });
+        count(created.status);
+        if (created.status !== 201) return;
+        const { id } = JSON.parse(created.body.toString()) as { id: string };
+        count((await request(base, "DELETE", `/control/v1/auth/api-keys/${id}`, { key: token })).status);
+      },
+    };
+    const batch = async () => {
+      const body = JSON.stringify({
+        requests: Array.from({ length: 3 }, (_, i) => ({
+          custom_id: `soak-${i}`,
+          url: "/v1/chat/completions",
+          body: JSON.parse(chat()) as unknown,
+        })),
+      });
+      const a = await request(base, "POST", "/v1/batches", { body, key });
+      count(a.status);
+      if (a.status === 201) answered.batches.push((JSON.parse(a.body.toString()) as { id: string }).id);
+    };
+
+    // Listeners for the whole run: two long-poll loops and one subscription.
+    const subscribed = new Set<string>();
+    const unsubscribe = ws.subscribe(
+      { query: "subscription { completionEvents { responseId } }" },
+      {
+        next: (r) => {
+          const id = (r.data as { completionEvents?: { responseId: string } } | null)?.completionEvents?.responseId;
+          if (id) subscribed.add(id);
+        },
+        error: (err) => console.error("subscription error", err),
+        complete: () => {},
+      },
+    );
+    const longPolls = [0, 1].map(async () => {
+      let cursor = "";
+      while (!stopping) {
+        const q = cursor ? `?starting_after=${cursor}&wait_ms=5000&limit=100` : "?limit=1&wait_ms=5000";
+        const a = await request(base, "GET", `/v1/responses/events${q}`, { key }).catch(() => undefined);
+        if (!a) continue;
+        count(a.status);
+        const data = (JSON.parse(a.body.toString()) as { data?: Array<{ completion_id: string }> }).data ?? [];
+        if (data.length) cursor = data[data.length - 1].completion_id;
+      }
+    });
+
+    // Samplers.
+    const rss: Array<{ at: number; bytes: number }> = [];
+    const lagP99: number[] = [];
+    const started = Date.now();
+    const rssTimer = setInterval(
+      () => rss.push({ at: (Date.now() - started) / 1000, bytes: rssBytes(server.pid) }),
+      5_000,
+    );
+    const lagTimer = setInterval(() => {
+      void request(base, "GET", "/metrics").then((a) => {
+        const m = /^switchyard_nodejs_eventloop_lag_p99_seconds (\S+)/m.exec(a.body.toString());
+        if (m) lagP99.push(Number(m[1]) * 1000);
+      });
+    }, 10_000);
+    const batchTimer = setInterval(() => void batch(), 30_000);
+
+    // The open loop.
+    const inFlight = new Set<Promise<void>>();
+    let tick = 0;
+    process.stderr.write(`soak: ${SOAK_S} s at ${RATE} req/s against pid ${server.pid} …\n`);
+    while (Date.now() - started < SOAK_S * 1000) {
+      const due = started + (tick * 1000) / RATE;
+      const wait = due - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      const kind = MIX[tick++ % MIX.length];
+      const p = send[kind]().catch(() => void count("connection error"));
+      inFlight.add(p);
+      void p.finally(() => inFlight.delete(p));
+      if (tick % (RATE * 60) === 0) process.stderr.write(`soak: ${Math.round((Date.now() - started) / 1000)} s\n`);
+    }
+    clearInterval(rssTimer);
+    clearInterval(lagTimer);
+    clearInterval(batchTimer);
+    await Promise.all(inFlight);
+
+    // Settle: background responses and batches terminal, webhooks in.
+    const sql = new pg.Client({ connectionString: db.url });
+    await sql.connect();
+    const settleBy = Date.now() + 120_000;
+    const pending = async () =>
+      Number(
+        (
+          await sql.query(
+            "SELECT (SELECT count(*) FROM responses WHERE status IN ('queued','in_progress')) + " +
+              "(SELECT count(*) FROM batches WHERE status IN ('pending','running')) AS n",
+          )
+        ).rows[0].n,
+      );
+    while (Date.now() < settleBy && ((await pending()) > 0 || received.size < answered.webhooks)) {
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    stopping = true;
+    unsubscribe();
+    await Promise.all(longPolls);
+
+    // Reconcile against the database.
+    const one = async (q: string) => Number((await sql.query(q)).rows[0].n);
+    // Usage is charged per group-commit flush and team: the ledger's usage total is the sum of the
+    // activity rows' costs, and every answered request has exactly one completed activity row.
+    const charged = await one("SELECT coalesce(-sum(amount_micros), 0) AS n FROM credit_ledger WHERE type = 'usage'");
+    const costs = await one("SELECT coalesce(sum(cost_micros), 0) AS n FROM activity");
+    const completed = await one("SELECT count(*) AS n FROM activity WHERE status = 'completed'");
+    const activityRows = await one("SELECT count(*) AS n FROM activity");
+    // One completion event per activity row (the events feed's rule: every finished request).
+    const events = await one("SELECT count(*) AS n FROM completion_events");
+    const eventless = await one(
+      "SELECT count(*) AS n FROM activity a WHERE NOT EXISTS (SELECT 1 FROM completion_events e WHERE e.response_id = a.id)",
+    );
+    const unfinished = await pending();
+    const batchItems = await one("SELECT count(*) AS n FROM batch_items WHERE status = 'completed'");
+    await sql.end();
+    const expected = answered.inference + answered.background.length + batchItems;
+    const duplicates = [...received.values()].filter((n) => n > 1).length;
+
+    const after = rss.filter((s) => s.at >= WARMUP_S);
+    // The first and the last minute after warm-up (a third of it each in a short run).
+    const window = Math.min(60, (SOAK_S - WARMUP_S) / 3);
+    const first = median(after.filter((s) => s.at < WARMUP_S + window).map((s) => s.bytes));
+    const last = median(after.filter((s) => s.at >= SOAK_S - window).map((s) => s.bytes));
+    const growth = last / first - 1;
+    const lags = [...lagP99].sort((a, b) => a - b);
+    const fivexx = [...statuses].filter(([s]) => typeof s === "number" && s >= 500).reduce((n, [, c]) => n + c, 0);
+    const errors = statuses.get("connection error") ?? 0;
+    const reconciled =
+      charged === costs &&
+      completed === expected &&
+      eventless === 0 &&
+      unfinished === 0 &&
+      received.size === answered.webhooks;
+
+    console.log(
+      `\nsoak: ${SOAK_S} s at ${RATE} req/s, ${os.cpus().length} cores; statuses ${JSON.stringify([...statuses])}`,
+    );
+    console.log(
+      `RSS after ${WARMUP_S} s warm-up: ${(first / 2 ** 20).toFixed(1)} MiB → ${(last / 2 ** 20).toFixed(1)} MiB ` +
+        `(${(growth * 100).toFixed(1)} %, target < 10 %)`,
+    );
+    console.log(
+      `event-loop delay p99 per 10 s: median ${median(lags).toFixed(1)} ms, worst ${lags.at(-1)?.toFixed(1)} ms`,
+    );
+    console.log(`5xx: ${fivexx}; connection errors: ${errors}`);
+    console.log(
+      `ledger usage ${charged} µUSD = activity costs ${costs}; completed activity rows ${completed} = answered ` +
+        `${answered.inference} + background ${answered.background.length} + batch items ${batchItems} (${expected}); ` +
+        `activity rows ${activityRows}; ` +
+        `events ${events} (${eventless} activity rows without one; subscription saw ${subscribed.size}); ` +
+        `webhooks ${received.size}/${answered.webhooks} (${duplicates} more than once); unfinished ${unfinished}`,
+    );
+    printJson("soak", [
+      { figure: "soak RSS growth after warm-up", unit: "%", value: growth * 100, target: "< 10 %", met: growth < 0.1 },
+      {
+        figure: "soak event-loop delay p99 (worst 10 s)",
+        unit: "ms",
+        value: lags.at(-1) ?? NaN,
+        p50: percentile(lags, 50),
+        target: "reported",
+        met: null,
+      },
+      { figure: "soak 5xx answers", unit: "answers", value: fivexx, target: "0", met: fivexx === 0 },
+      { figure: "soak reconciled", unit: "bool", value: reconciled ? 1 : 0, target: "1", met: reconciled },
+    ]);
+  } finally {
+    stopping = true;
+    await ws.dispose();
+    closeRequests();
+    await stopServer(server);
+    receiver.close();
+    await db.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
