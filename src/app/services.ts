@@ -88,6 +88,8 @@ export async function startServices(
         allowPrivate: config.webhookAllowPrivate,
         retryDelaysMs: config.webhookRetryDelaysMs,
         timeoutMs: config.webhookTimeoutMs,
+        concurrency: config.webhookConcurrency,
+        hostConcurrency: config.webhookHostConcurrency,
         onAttempt: (outcome) => metrics.webhookAttempts.inc({ outcome }),
         // A failed delivery stays redeliverable for 7 days, never longer than bodies are kept
         // (issue 27, item 6), its token sealed as a custom model's hub token is.

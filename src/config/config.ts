@@ -161,6 +161,16 @@ export const configSchema = z.object({
     .default([5000, 300000, 1800000]),
   /** Webhooks: ceiling of one delivery attempt (connect, send, answer), ms. */
   webhookTimeoutMs: intFromEnv(1, 300_000).default(30_000),
+  /**
+   * Webhooks: attempts under way at once in one process (issue 28, item 2); a team may use a
+   * quarter of them (`teamBound` in `webhook-dispatcher.ts`).
+   */
+  webhookConcurrency: intFromEnv(1, 4096).default(256),
+  /**
+   * Webhooks: attempts under way at once to one destination host (`host[:port]` of the URL) in one
+   * process (issue 28, item 2): a receiver that hangs holds these and delays no other host's.
+   */
+  webhookHostConcurrency: intFromEnv(1, 256).default(4),
   /** Batches (issue 7): the completion window, seconds (24 h; shortened in tests). */
   batchWindowS: intFromEnv(1, 86_400).default(86_400),
   /** Batches: largest `POST /v1/batches` body (200 MiB; 413 above). */
@@ -404,6 +414,8 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
   webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",
   webhookTimeoutMs: "SWITCHYARD_WEBHOOK_TIMEOUT_MS",
+  webhookConcurrency: "SWITCHYARD_WEBHOOK_CONCURRENCY",
+  webhookHostConcurrency: "SWITCHYARD_WEBHOOK_HOST_CONCURRENCY",
   batchWindowS: "SWITCHYARD_BATCH_WINDOW_S",
   batchMaxBytes: "SWITCHYARD_BATCH_MAX_BYTES",
   batchMaxItems: "SWITCHYARD_BATCH_MAX_ITEMS",

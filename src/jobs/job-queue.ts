@@ -14,6 +14,9 @@ import PgBoss from "pg-boss";
 import type { Logger } from "pino";
 import type { JobData, JobName, JobSender, SendOptions, SqlExecutor } from "../services/platform/job-queue.port.js";
 
+/** pg-boss's schema (its default, which `JobQueue` keeps). */
+const PG_BOSS_SCHEMA = "pgboss";
+
 /** The period of pg-boss's watch over stopping workers (`manager.offWork`: `delay(1000)`), ms. */
 const PG_BOSS_WATCH_MS = 1000;
 
@@ -77,10 +80,22 @@ export class JobQueue implements JobSender {
     const sendOptions: PgBoss.SendOptions = { retryLimit: options.retryLimit ?? 3, retryDelay: 5 };
     if (options.startAfter) sendOptions.startAfter = options.startAfter;
     if (options.expireInSeconds) sendOptions.expireInSeconds = options.expireInSeconds;
+    if (options.priority) sendOptions.priority = options.priority;
     if (options.db) sendOptions.db = toPgBossDb(options.db);
     const id = await this.boss.send(name, data, sendOptions);
     if (!id) throw new Error(`job ${name} was not created`);
     return id;
+  }
+
+  /**
+   * See `JobSender.waitingSql`. pg-boss's states are ordered (`created` < `retry` < `active` < …):
+   * `state < 'active'` is a job not yet fetched, which pg-boss's own fetch index (`job_i5`) covers.
+   * `name` and `field` are the typed constants of `JobData`, never caller input.
+   */
+  waitingSql<N extends JobName>(name: N, field: keyof JobData[N] & string, value: string): string {
+    if (!JOB_NAMES.includes(name) || !/^[A-Za-z]+$/.test(field)) throw new Error(`not a job field: ${name}.${field}`);
+    return `EXISTS (SELECT 1 FROM ${PG_BOSS_SCHEMA}.job j
+                     WHERE j.name = '${name}' AND j.state < 'active' AND j.data ->> '${field}' = (${value}))`;
   }
 
   /**

@@ -13,6 +13,10 @@ export interface ReceivedRequest {
   method: string;
   headers: http.IncomingHttpHeaders;
   body: string;
+  /** When the request's body had arrived (`Date.now()`, ms). */
+  at: number;
+  /** When the sender closed the connection of a request left hanging (`Date.now()`, ms). */
+  closedAt?: number;
 }
 
 export interface WebhookReceiver {
@@ -37,11 +41,19 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
     req.on("end", () => {
       const path = req.url ?? "/";
       const n = received.filter((r) => r.path === path).length;
-      received.push({ path, method: req.method ?? "", headers: req.headers, body: Buffer.concat(chunks).toString() });
+      const entry: ReceivedRequest = {
+        path,
+        method: req.method ?? "",
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString(),
+        at: Date.now(),
+      };
+      received.push(entry);
       const answers = scripts.get(path) ?? [{ status: 200 }];
       const answer = answers[Math.min(n, answers.length - 1)];
       if (answer === "hang") {
         hanging.add(res);
+        res.on("close", () => (entry.closedAt ??= Date.now()));
         return;
       }
       res.writeHead(answer.status, answer.headers ?? {});

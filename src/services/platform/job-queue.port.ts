@@ -28,6 +28,8 @@ export interface SendOptions {
   retryLimit?: number;
   /** A handler running longer than this is failed (and retried) by the queue, seconds. */
   expireInSeconds?: number;
+  /** Fetched before jobs of a lower priority (default 0), oldest first within one. */
+  priority?: number;
   /** Write the job through this executor, i.e. in that transaction. */
   db?: SqlExecutor;
 }
@@ -35,4 +37,12 @@ export interface SendOptions {
 /** What services need of the job queue (implemented by `jobs/job-queue.ts`; services never import jobs). */
 export interface JobSender {
   send<N extends JobName>(name: N, data: JobData[N], options?: SendOptions): Promise<string>;
+  /**
+   * An SQL condition (for a statement on the service's own database, where the queue lives) that
+   * holds while a job of `name` whose payload's `field` equals the SQL text expression `value` waits
+   * to run: created and not yet fetched, or failed and waiting for its retry. A reconciler tells
+   * with it a job that merely waits for a free worker from one fetched by a process that died
+   * before acting on it (issue 28, item 3).
+   */
+  waitingSql<N extends JobName>(name: N, field: keyof JobData[N] & string, value: string): string;
 }

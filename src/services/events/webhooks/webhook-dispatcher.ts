@@ -6,9 +6,19 @@
  * them share the work, each row goes to one), sends them (`webhook-client.ts`), records each
  * attempt in `webhook_attempts`, and schedules the next one: the first at once, then one retry per
  * `retryDelaysMs` entry (±20 % jitter; a 429/503 `Retry-After` postpones it, up to the schedule's
- * longest delay). A claimed row is leased for the attempt ceiling plus a margin: a process that
- * dies mid-attempt leaves it due again when the lease ends. Woken by NOTIFY, by its own retry
- * timers and by a poll (`pollMs`) that also catches other processes' retries and lost leases.
+ * longest delay). Woken by NOTIFY, by its own retry timers and by a poll (`pollMs`) that also
+ * catches other processes' retries and lost leases.
+ *
+ * Slow receivers (issue 28, item 2): attempts are bounded per destination host (the URL's
+ * `host[:port]`, `hostConcurrency` at once in this process), per team (`teamBound`) and per process
+ * (`concurrency`). A receiver that hangs holds at most its own host's slots for the attempt
+ * ceiling; deliveries to other hosts, of its team or any other, are claimed as soon as they are
+ * due. Claims go round-robin over teams (each team's oldest due deliveries first).
+ *
+ * Leases (issue 28, item 3): a claimed row is leased for 10 s and renewed every 3 s while its
+ * attempt runs (`webhook-leases.ts`): a process that dies mid-attempt leaves its deliveries due
+ * again within 10 s, and two processes never attempt one delivery at once. Every record of an
+ * attempt is fenced by the attempt number it claimed.
  * A delivery that has ended keeps its attempts. A delivered one drops its body and token; a failed
  * one of a team without zero data retention keeps its body, and its token sealed (`TokenSealer`),
  * for `keepFailedMs` so that it can be redelivered by hand (issue 27, item 6:
@@ -23,6 +33,7 @@ import type { DataSource } from "typeorm";
 import { queryRows } from "../../../db/sql.js";
 import type { CacheBus } from "../../platform/cache-bus.js";
 import { type AttemptResult, attemptDelivery } from "./webhook-client.js";
+import { LEASE_MS, type LeasedAttempt, LeaseKeeper } from "./webhook-leases.js";
 import { signWebhook } from "./webhook-target.js";
 
 /** Settings (README "Configuration": `SWITCHYARD_WEBHOOK_*`). */
@@ -32,8 +43,10 @@ export interface WebhookDispatcherOptions {
   retryDelaysMs: number[];
   /** Ceiling of one attempt, ms. */
   timeoutMs: number;
-  /** Deliveries sent at once by this process (default 16). */
+  /** Attempts under way at once in this process (default `DEFAULT_CONCURRENCY`). */
   concurrency?: number;
+  /** Attempts under way at once to one destination host in this process (default `DEFAULT_HOST_CONCURRENCY`). */
+  hostConcurrency?: number;
   /** Poll interval for work announced nowhere else (default 1000 ms). */
   pollMs?: number;
   /** Told each attempt's outcome: delivered, retry (tried again later) or failed (for good); for metrics. */
@@ -80,16 +93,41 @@ interface ClaimedDelivery {
   team_id: string;
   /** The team keeps no request or result bodies: nothing of a failed delivery is kept. */
   zdr: boolean;
+  /** The destination host (`HOST_SQL`), the key of the per-host bound. */
+  host: string;
+}
+
+/** Attempts under way at once in one process, by default (`SWITCHYARD_WEBHOOK_CONCURRENCY`). */
+export const DEFAULT_CONCURRENCY = 256;
+
+/** Attempts under way at once to one destination host in one process, by default (`SWITCHYARD_WEBHOOK_HOST_CONCURRENCY`). */
+export const DEFAULT_HOST_CONCURRENCY = 4;
+
+/**
+ * Attempts one team may have under way in one process: a quarter of the process's
+ * (`concurrency`), never fewer than one host's (`hostConcurrency`); 64 of 256 by default.
+ *
+ * Why a team bound at all: fairness between teams. Without it one team whose receivers hang, on
+ * enough hosts, could fill every slot of the process for the attempt ceiling and delay every other
+ * team's webhooks (the per-host bound alone does not stop that: hosts are free to make up). With
+ * it, one team never holds more than a quarter of the process, so other teams always find three
+ * quarters of it.
+ *
+ * Why this large: hanging hosts must not exhaust it. Each hanging host holds at most
+ * `hostConcurrency` attempts, so a team fills its bound only with `teamBound / hostConcurrency`
+ * hosts hanging at the same time (16 by default); until then its healthy receivers are served as
+ * soon as their deliveries are due. (The per-team bound of 4 it replaces let four hanging
+ * attempts hold every other delivery of the team for up to the attempt ceiling: issue 28, item 2.)
+ */
+export function teamBound(concurrency: number, hostConcurrency: number): number {
+  return Math.max(hostConcurrency, Math.floor(concurrency / 4));
 }
 
 /**
- * Attempts one team may have under way in one process. A team whose receivers never answer
- * otherwise filled every slot for the attempt ceiling and delayed every other team's webhooks.
+ * A delivery's destination host in SQL: `host[:port]` of its URL (stored normalised by
+ * `webhookTarget`: lower-case scheme and host, no user info, no default port).
  */
-const TEAM_IN_FLIGHT = 4;
-
-/** Lease margin over the attempt ceiling, ms. */
-const LEASE_MARGIN_MS = 30_000;
+const HOST_SQL = `coalesce(substring(d.url from '^[a-z][a-z0-9+.-]*://([^/?#]*)'), d.url)`;
 
 /** A delay with ±20 % jitter (DESIGN §3 Webhooks), ms. */
 export function jittered(delayMs: number, random: () => number = Math.random): number {
@@ -110,11 +148,15 @@ export function retryDelay(schedule: number[], attempt: number, retryAfterMs: nu
 /** Claims, sends and records completion-webhook deliveries; one per process. */
 export class WebhookDispatcher {
   private readonly inFlight = new Set<Promise<void>>();
-  /** Attempts under way in this process, per team (see `TEAM_IN_FLIGHT`). */
+  /** Attempts under way in this process, per team (see `teamBound`). */
   private readonly teamInFlight = new Map<string, number>();
+  /** Attempts under way in this process, per destination host (`hostConcurrency`). */
+  private readonly hostInFlight = new Map<string, number>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly abort = new AbortController();
   private poll?: NodeJS.Timeout;
+  /** The leases of the attempts under way here. */
+  private readonly leases: LeaseKeeper;
   private pumping = false;
   private again = false;
   /** Set by the poll: the next pump also ends deliveries whose last lease ran out. */
@@ -132,10 +174,19 @@ export class WebhookDispatcher {
   ) {
     // Every attempt in flight listens for shutdown on the one signal.
     setMaxListeners(0, this.abort.signal);
+    this.leases = new LeaseKeeper(ds, logger);
   }
 
   private get maxAttempts(): number {
     return this.opts.retryDelaysMs.length + 1;
+  }
+
+  private get concurrency(): number {
+    return this.opts.concurrency ?? DEFAULT_CONCURRENCY;
+  }
+
+  private get hostConcurrency(): number {
+    return this.opts.hostConcurrency ?? DEFAULT_HOST_CONCURRENCY;
   }
 
   /** Starts claiming deliveries (NOTIFY, retry timers and the poll wake it). */
@@ -152,6 +203,7 @@ export class WebhookDispatcher {
       this.wake();
     }, this.opts.pollMs ?? 1000);
     this.poll.unref();
+    this.leases.start();
     this.wake();
   }
 
@@ -162,6 +214,7 @@ export class WebhookDispatcher {
   async stop(): Promise<void> {
     this.running = false;
     if (this.poll) clearInterval(this.poll);
+    this.leases.stop();
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     this.abort.abort();
@@ -191,18 +244,24 @@ export class WebhookDispatcher {
             await this.dropKept();
           }
         }
-        const free = (this.opts.concurrency ?? 16) - this.inFlight.size;
+        const free = this.concurrency - this.inFlight.size;
         if (free <= 0 || !this.running) break;
-        const rows = await this.claim(free, [...this.teamInFlight]);
+        const claimedAt = Date.now();
+        const rows = await this.claim(free);
         for (const row of rows) {
-          this.teamInFlight.set(row.team_id, (this.teamInFlight.get(row.team_id) ?? 0) + 1);
-          const task: Promise<void> = this.deliver(row)
+          count(this.teamInFlight, row.team_id, 1);
+          count(this.hostInFlight, row.host, 1);
+          const lease = this.leases.add(
+            { id: row.id, responseId: row.response_id, attempt: row.attempts, host: row.host },
+            claimedAt,
+          );
+          const task: Promise<void> = this.deliver(row, lease)
             .catch((err: unknown) => this.logger.error({ err, deliveryId: row.id }, "webhook delivery step failed"))
             .finally(() => {
               this.inFlight.delete(task);
-              const left = (this.teamInFlight.get(row.team_id) ?? 1) - 1;
-              if (left > 0) this.teamInFlight.set(row.team_id, left);
-              else this.teamInFlight.delete(row.team_id);
+              this.leases.remove(row.id);
+              count(this.teamInFlight, row.team_id, -1);
+              count(this.hostInFlight, row.host, -1);
               this.wake();
             });
           this.inFlight.add(task);
@@ -217,42 +276,56 @@ export class WebhookDispatcher {
   }
 
   /**
-   * Leases up to `n` due deliveries to this process (one more attempt each): at most
-   * `TEAM_IN_FLIGHT` per team counting the attempts `busy` says are under way here.
+   * Leases up to `n` due deliveries to this process (one more attempt each, leased for
+   * `LEASE_MS`): at most `hostConcurrency` per destination host and `teamBound` per team, counting
+   * the attempts already under way here; the teams' oldest due deliveries first, round-robin.
    */
-  private claim(n: number, busy: Array<[string, number]>): Promise<ClaimedDelivery[]> {
+  private claim(n: number): Promise<ClaimedDelivery[]> {
+    const hosts = [...this.hostInFlight];
+    const teams = [...this.teamInFlight];
     return queryRows<ClaimedDelivery>(
       this.ds,
-      `WITH fair AS (
-         SELECT id FROM (
-           SELECT d.id, row_number() OVER (PARTITION BY d.team_id ORDER BY d.next_attempt_at)
-                        + coalesce(b.n, 0) AS nth
-             FROM webhook_deliveries d
-             LEFT JOIN unnest($4::uuid[], $5::int[]) AS b(team_id, n) ON b.team_id = d.team_id
-            WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts - d.attempts_before < $1
-         ) ranked
-          WHERE nth <= ${TEAM_IN_FLIGHT}
+      `WITH due AS (
+         SELECT d.id, d.team_id, d.next_attempt_at, ${HOST_SQL} AS host
+           FROM webhook_deliveries d
+          WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND d.attempts - d.attempts_before < $1
        ),
-       due AS (
-         SELECT id FROM webhook_deliveries
-          WHERE id IN (SELECT id FROM fair) AND status = 'pending' AND next_attempt_at <= now()
-          ORDER BY next_attempt_at
+       per_host AS (
+         SELECT due.id, due.team_id, due.next_attempt_at,
+                row_number() OVER (PARTITION BY due.host ORDER BY due.next_attempt_at, due.id) + coalesce(h.n, 0) AS nth
+           FROM due LEFT JOIN unnest($4::text[], $5::int[]) AS h(host, n) ON h.host = due.host
+       ),
+       per_team AS (
+         SELECT p.id,
+                row_number() OVER (PARTITION BY p.team_id ORDER BY p.next_attempt_at, p.id) + coalesce(b.n, 0) AS nth
+           FROM per_host p LEFT JOIN unnest($6::uuid[], $7::int[]) AS b(team_id, n) ON b.team_id = p.team_id
+          WHERE p.nth <= $8
+       ),
+       picked AS (
+         SELECT d.id FROM webhook_deliveries d JOIN per_team f ON f.id = d.id
+          WHERE f.nth <= $9 AND d.status = 'pending' AND d.next_attempt_at <= now()
+          ORDER BY f.nth, d.next_attempt_at
           LIMIT $2
-            FOR UPDATE SKIP LOCKED
+            FOR UPDATE OF d SKIP LOCKED
        )
        UPDATE webhook_deliveries d
           SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $3::double precision / 1000),
               updated_at = now()
-         FROM due, teams t
-        WHERE d.id = due.id AND t.id = d.team_id
+         FROM picked, teams t
+        WHERE d.id = picked.id AND t.id = d.team_id
        RETURNING d.id, d.response_id, d.url, d.token, d.body, d.attempts, d.attempts_before,
-                 t.webhook_signing_secret AS secret, d.team_id, t.zero_data_retention_enabled AS zdr`,
+                 t.webhook_signing_secret AS secret, d.team_id, t.zero_data_retention_enabled AS zdr,
+                 ${HOST_SQL} AS host`,
       [
         this.maxAttempts,
         n,
-        this.opts.timeoutMs + LEASE_MARGIN_MS,
-        busy.map(([team]) => team),
-        busy.map(([, count]) => count),
+        LEASE_MS,
+        hosts.map(([host]) => host),
+        hosts.map(([, busy]) => busy),
+        teams.map(([team]) => team),
+        teams.map(([, busy]) => busy),
+        this.hostConcurrency,
+        teamBound(this.concurrency, this.hostConcurrency),
       ],
     );
   }
@@ -323,7 +396,8 @@ export class WebhookDispatcher {
     );
   }
 
-  private async deliver(row: ClaimedDelivery): Promise<void> {
+  private async deliver(row: ClaimedDelivery, lease: LeasedAttempt): Promise<void> {
+    const controller = lease.controller;
     const body = JSON.stringify(row.body);
     const bodyId = (row.body as { id?: unknown } | null)?.id;
     const webhookId = typeof bodyId === "string" ? bodyId : row.response_id;
@@ -336,16 +410,29 @@ export class WebhookDispatcher {
     };
     if (row.token) headers.authorization = `Bearer ${row.token}`;
     if (row.secret) headers["webhook-signature"] = signWebhook(row.secret, webhookId, timestamp, body);
-    const result = await attemptDelivery({
-      url: row.url,
-      headers,
-      body,
-      timeoutMs: this.opts.timeoutMs,
-      allowPrivate: this.opts.allowPrivate,
-      signal: this.abort.signal,
-    });
-    if (this.abort.signal.aborted && !result.ok) {
+    // Shutdown aborts every attempt; a lost lease aborts this one.
+    const onStop = () => controller.abort();
+    this.abort.signal.addEventListener("abort", onStop, { once: true });
+    if (this.abort.signal.aborted) controller.abort();
+    let result: AttemptResult;
+    try {
+      result = await attemptDelivery({
+        url: row.url,
+        headers,
+        body,
+        timeoutMs: this.opts.timeoutMs,
+        allowPrivate: this.opts.allowPrivate,
+        signal: controller.signal,
+      });
+    } finally {
+      this.abort.signal.removeEventListener("abort", onStop);
+    }
+    if (lease.leaseLost && !result.ok) {
+      // Recorded as any failed attempt (fenced: a no-op once another process took the row over).
+      result = { ...result, error: "aborted: the lease was lost" };
+    } else if (this.abort.signal.aborted && !result.ok) {
       // Shutting down: hand the delivery back without counting the interrupted attempt.
+      await this.leases.recording(lease);
       await this.ds
         .query(
           `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(), updated_at = now()
@@ -355,11 +442,16 @@ export class WebhookDispatcher {
         .catch(() => undefined);
       return;
     }
-    await this.recordAttempt(row, result);
+    await this.recordAttempt(row, lease, result);
   }
 
-  /** Records the attempt and moves the delivery on (delivered, failed, or due again later). */
-  private async recordAttempt(row: ClaimedDelivery, result: AttemptResult): Promise<void> {
+  /**
+   * Records the attempt and moves the delivery on (delivered, failed, or due again later), only
+   * while the row is still at the attempt this process claimed (no lease renewal overlaps it:
+   * `LeaseKeeper.recording`).
+   */
+  private async recordAttempt(row: ClaimedDelivery, lease: LeasedAttempt, result: AttemptResult): Promise<void> {
+    await this.leases.recording(lease);
     // The attempt's place in its round: the first sending, or the latest manual redelivery.
     const nth = row.attempts - row.attempts_before;
     const last = result.ok || result.refused || nth >= this.maxAttempts;
@@ -418,6 +510,13 @@ export class WebhookDispatcher {
       );
     }
   }
+}
+
+/** Adds `by` to `key`'s count in `counts`, dropping counts that reach 0. */
+function count(counts: Map<string, number>, key: string, by: number): void {
+  const n = (counts.get(key) ?? 0) + by;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
 }
 
 function safeHost(url: string): string | null {

@@ -16,9 +16,12 @@
  * as its generation runs — also after a cancel or the deadline ended it, until the aborted
  * generation returns and its record is written (at most `ABORTED_HEARTBEAT_MS`). A response in
  * progress whose runner was silent for 10 s (SIGKILL, lost host) is re-enqueued by the reconciler
- * that every worker process runs; an ended one with no record whose runner was silent for 30 s
- * gets its record (uncharged) from the reconciler. Deadlines are also enforced by it and lazily by
- * reads, so a missed deadline ends the response even when no worker is running at all.
+ * that every worker process runs, as is one unclaimed for 10 s whose job no longer waits in the
+ * queue (fetched by a process that died before claiming it): both within 15 s (issue 28, item 3).
+ * A re-enqueued job finds its response claimed or ended and does nothing: none runs twice. An
+ * ended one with no record whose runner was silent for 30 s gets its record (uncharged) from the
+ * reconciler. Deadlines are also enforced by it and lazily by reads, so a missed deadline ends the
+ * response even when no worker is running at all.
  *
  * The request is stored with its `metadata.webhook_token` redacted; the token waits in
  * `responses.webhook_token` (never returned by any read) for the record whose outbox row carries
@@ -62,6 +65,10 @@ export const BACKGROUND_WINDOW_S = 86_400;
 export const HEARTBEAT_MS = 2_000;
 /** A runner silent this long is taken for dead, seconds. */
 export const RUNNER_STALE_S = 10;
+/** A response unclaimed this long whose job no longer waits in the queue is re-enqueued, seconds (see `tick`). */
+export const UNCLAIMED_S = 10;
+/** Job priority of a re-enqueued response: ahead of those accepted after it (the others have 0). */
+const RECOVERED_PRIORITY = 1;
 /** An ended response whose runner was silent this long (and that has no record) is recorded by the reconciler, seconds. */
 export const ENDED_UNRECORDED_S = 30;
 /**
@@ -535,19 +542,21 @@ export class BackgroundResponsesService {
       const orphans = await queryRows<{ id: string }>(
         m,
         `UPDATE responses SET runner = NULL, runner_seen_at = NULL, updated_at = now()
-          WHERE id IN (SELECT id FROM responses
-                        WHERE status = 'in_progress'
-                          AND ((runner IS NOT NULL AND runner_seen_at < now() - make_interval(secs => $1))
-                               -- never claimed for long: its job may have been lost in a
-                               -- shutdown (fetched, never run); a duplicate job finds it claimed.
-                               OR (runner IS NULL AND updated_at < now() - interval '2 minutes'))
+          WHERE id IN (SELECT r.id FROM responses r
+                        WHERE r.status = 'in_progress'
+                          AND ((r.runner IS NOT NULL AND r.runner_seen_at < now() - make_interval(secs => $1))
+                               -- unclaimed, its job no longer waiting: fetched by a process that died
+                               -- before claiming it (a live fetch claims within ms; its twin no-ops).
+                               OR (r.runner IS NULL AND r.updated_at < now() - make_interval(secs => $2)
+                                   AND NOT ${this.jobs.waitingSql("response-generate", "responseId", "r.id::text")}))
                         LIMIT 100 FOR UPDATE SKIP LOCKED)
           RETURNING id`,
-        [RUNNER_STALE_S],
+        [RUNNER_STALE_S, UNCLAIMED_S],
       );
       for (const o of orphans) {
         this.logger.info({ responseId: o.id }, "re-enqueueing a background response whose worker went silent");
-        await this.jobs.send("response-generate", { responseId: o.id }, { db: executor(m) });
+        const options = { db: executor(m), priority: RECOVERED_PRIORITY };
+        await this.jobs.send("response-generate", { responseId: o.id }, options);
       }
     });
     if (this.ticks++ % 5 === 0) await this.recordUnrecorded();
