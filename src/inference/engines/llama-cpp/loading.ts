@@ -13,6 +13,7 @@ import { longestTokenChars, maxCharsFor } from "../../input-bounds.js";
 import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import type { EngineTuning } from "../../tuning.js";
 import { chooseTuning } from "./engine-tuning.js";
+import { llamaCppLogger } from "./llama-log.js";
 import { promptFormatter } from "./prompt-format.js";
 import {
   type GenerationRuntime,
@@ -289,14 +290,17 @@ export class LlamaCppLoader {
     return llama.gpu === false ? "cpu" : llama.gpu;
   }
 
-  /** llama.cpp itself (started on first use), for what is compiled against it (grammars). */
+  /**
+   * llama.cpp itself (started on first use), for what is compiled against it (grammars). Its log
+   * goes to ours (`llama-log.ts`: errors at error, warnings at warn).
+   */
   llamaInstance(): Promise<Llama> {
     this.llama ??= this.loadLibrary().then((lib) =>
       lib.getLlama({
         gpu: this.opts.gpu === "auto" ? "auto" : false,
         build: "never",
-        logLevel: lib.LlamaLogLevel.error,
-        logger: (level, message) => this.opts.logger.debug({ level }, message.trim()),
+        logLevel: lib.LlamaLogLevel.warn,
+        logger: llamaCppLogger(this.opts.logger),
       }),
     );
     return this.llama;
