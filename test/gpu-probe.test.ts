@@ -36,7 +36,8 @@ const CUDA_ERROR = "CUDA error: the provided PTX was compiled with an unsupporte
 
 /**
  * A stand-in probe child: records each start (its input) in `marker`, then behaves as `how` says:
- * `abort` like the H200 run (backend and model lines, ggml's CUDA error on stderr, then abort),
+ * `abort` like the H200 run (backend and model lines, llama.cpp's info lines on stderr, its CUDA
+ * error line on stdout as node-llama-cpp prints it, ggml's abort line on stderr, then abort),
  * `exit1`, `hang`, `pass` (a passing CUDA probe) or `cpu` (node-llama-cpp started on the CPU).
  */
 const FAKE = path.join(scripts, "fake-probe.mjs");
@@ -49,7 +50,9 @@ const say = (o) => writeSync(1, ${JSON.stringify(PROBE_LINE_PREFIX)} + JSON.stri
 if (how === "abort") {
   say({ stage: "backend", gpu: "cuda", devices: ["Fake GPU"] });
   say({ stage: "model", gpuLayers: 6 });
-  writeSync(2, "ggml_cuda_init: found 1 CUDA devices\\n${CUDA_ERROR}\\n  current device: 0\\n/x/ggml-cuda.cu:108: CUDA error\\n");
+  writeSync(2, "ggml_cuda_init: found 1 CUDA devices\\nllama_context: n_ctx = 256\\n");
+  writeSync(1, "${CUDA_ERROR}\\n  current device: 0, in function ggml_cuda_kernel_can_use_pdl\\n");
+  writeSync(2, "/x/ggml-cuda.cu:108: CUDA error\\n");
   process.abort();
 } else if (how === "exit1") {
   writeSync(2, "probe setup went wrong\\n");
@@ -100,12 +103,14 @@ describe("one probe child", () => {
       failure: "SIGABRT",
       cause: CUDA_ERROR,
     });
-    expect(outcome.stderrTail).toContain("ggml-cuda.cu:108: CUDA error");
+    expect(outcome.outputTail).toContain(CUDA_ERROR);
+    expect(outcome.outputTail).toContain("ggml-cuda.cu:108: CUDA error");
+    expect(outcome.outputTail).not.toContain(PROBE_LINE_PREFIX);
     // The child got the model and how it is served.
     expect(starts(marker)).toEqual([INPUT]);
   });
 
-  test("when the child exits 1, then the outcome says so with its last stderr line", async () => {
+  test("when the child exits 1, then the outcome says so with its last output line", async () => {
     const outcome = await runGpuProbe(fake("exit1", path.join(tmp("exit1"), "starts")), INPUT, 60_000);
     expect(outcome).toMatchObject({
       ok: false,
@@ -225,7 +230,7 @@ describe("choosing the backend", () => {
     const errors = logs.records().filter((r) => r.level === 50);
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatchObject({ gpu: "cuda", signal: "SIGABRT", stage: "model", cause: CUDA_ERROR });
-    expect(errors[0].stderrTail).toContain("ggml-cuda.cu:108");
+    expect(errors[0].outputTail).toContain("ggml-cuda.cu:108");
     expect(errors[0].msg).toContain(`GPU probe failed (cuda: SIGABRT on the first decode): ${CUDA_ERROR}`);
     expect(errors[0].msg).toContain("serving on the CPU instead");
     expect(errors[0].msg).toContain("SWITCHYARD_GPU=cuda forces that build");

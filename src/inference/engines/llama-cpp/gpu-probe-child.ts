@@ -10,7 +10,8 @@
  * The child reports its progress as lines `switchyard-gpu-probe {json}` on stdout (written
  * synchronously, so a line written before an abort is not lost): `backend` (`gpu`, `devices`),
  * `model` (`gpuLayers`), `decoded`, `done`, or `error` (`message`, then exit code 2). llama.cpp's
- * own log goes straight to stderr (node-llama-cpp's `debug`), for the same reason.
+ * own log is printed at once (node-llama-cpp's `debug`: error lines on stdout, the others on
+ * stderr), for the same reason.
  */
 import { packageRoot } from "../../../config/config.js";
 import type { LlamaGpuType } from "node-llama-cpp";

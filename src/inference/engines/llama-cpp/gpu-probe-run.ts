@@ -1,15 +1,18 @@
 /**
  * Runs one GPU probe child (`gpu-probe-child.ts`) and says how it ended: its progress lines, its
  * exit code or signal, whether it ran past its time limit (then it is killed with SIGKILL), and the
- * tail of its stderr with the line most likely to say why it failed.
+ * tail of its output with the line most likely to say why it failed. Output means stdout and
+ * stderr together: node-llama-cpp's fallback log printer writes llama.cpp's error lines to stdout
+ * and its info lines to stderr (on the H200, "CUDA error: the provided PTX was compiled with an
+ * unsupported toolchain" came on stdout, ggml's abort line on stderr).
  */
 import { spawn } from "node:child_process";
 import type { LlamaGpuType } from "node-llama-cpp";
 import { PROBE_LINE_PREFIX, type ProbeCommand, type ProbeInput } from "./gpu-probe-child.js";
 
-/** Characters of the child's stderr kept for the log (its end). */
-export const STDERR_TAIL_CHARS = 4_000;
-/** Characters of the child's output kept in memory while it runs (stdout and stderr each). */
+/** Characters of the child's output kept for the log (its end). */
+export const OUTPUT_TAIL_CHARS = 4_000;
+/** Characters of the child's output kept in memory while it runs (stdout, and both streams together). */
 const KEPT_CHARS = 256_000;
 
 /** How a probe ended. */
@@ -27,10 +30,10 @@ export interface ProbeOutcome {
   timedOut: boolean;
   /** How it failed, short: the signal (`SIGABRT`), `exit code 2`, `no answer within 300 s`, `could not start: …`. */
   failure?: string;
-  /** Why, as best told: the child's own error message, else the first error-looking stderr line. */
+  /** Why, as best told: the child's own error message, else the first error-looking output line. */
   cause?: string;
-  /** The end of its stderr (`STDERR_TAIL_CHARS`). */
-  stderrTail: string;
+  /** The end of its output, stdout and stderr as they came, progress lines left out (`OUTPUT_TAIL_CHARS`). */
+  outputTail: string;
   /** Wall time, ms. */
   ms: number;
 }
@@ -45,7 +48,7 @@ export function runGpuProbe(command: ProbeCommand, input: ProbeInput, timeoutMs:
   const started = performance.now();
   return new Promise((resolve) => {
     let stdout = "";
-    let stderr = "";
+    let output = "";
     let timedOut = false;
     let spawnError: Error | undefined;
     const [program, ...args] = command.argv;
@@ -62,8 +65,11 @@ export function runGpuProbe(command: ProbeCommand, input: ProbeInput, timeoutMs:
       timedOut = true;
       killChild();
     }, timeoutMs);
-    child.stdout?.on("data", (chunk: Buffer) => (stdout = keepEnd(stdout + chunk.toString("utf8"))));
-    child.stderr?.on("data", (chunk: Buffer) => (stderr = keepEnd(stderr + chunk.toString("utf8"))));
+    child.stdout?.on("data", (chunk: Buffer) => {
+      stdout = keepEnd(stdout + chunk.toString("utf8"));
+      output = keepEnd(output + chunk.toString("utf8"));
+    });
+    child.stderr?.on("data", (chunk: Buffer) => (output = keepEnd(output + chunk.toString("utf8"))));
     child.on("error", (err) => (spawnError = err));
     child.on("close", (code, signal) => {
       clearTimeout(timer);
@@ -93,8 +99,8 @@ export function runGpuProbe(command: ProbeCommand, input: ProbeInput, timeoutMs:
         signal,
         timedOut,
         failure,
-        cause: ok ? undefined : likelyCause(last, stderr),
-        stderrTail: stderr.slice(-STDERR_TAIL_CHARS),
+        cause: ok ? undefined : likelyCause(last, logLines(output)),
+        outputTail: logLines(output).join("\n").slice(-OUTPUT_TAIL_CHARS),
         ms,
       });
     });
@@ -120,18 +126,25 @@ function progressLines(stdout: string): Array<Record<string, unknown>> {
   return out;
 }
 
-/**
- * The child's own error message (its `error` line), else the first stderr line naming an error
- * (ggml writes "CUDA error: …" before aborting), else one naming an abort or a fatal condition,
- * else the last stderr line; at most 300 characters.
- */
-function likelyCause(last: Record<string, unknown> | undefined, stderr: string): string | undefined {
-  if (last?.stage === "error" && typeof last.message === "string") return last.message.slice(0, 300);
-  const lines = stderr
+/** The child's output lines other than its progress lines, trimmed, blank ones left out. */
+function logLines(output: string): string[] {
+  return output
     .split("\n")
     .map((l) => l.trim())
-    .filter((l) => l !== "");
+    .filter((l) => l !== "" && !l.startsWith(PROBE_LINE_PREFIX.trim()));
+}
+
+/**
+ * The child's own error message (its `error` line), else the first output line naming an error
+ * with a message ("CUDA error: …", written before ggml aborts), else the first naming an error,
+ * else one naming an abort or a fatal condition, else the last line; at most 300 characters.
+ */
+function likelyCause(last: Record<string, unknown> | undefined, lines: string[]): string | undefined {
+  if (last?.stage === "error" && typeof last.message === "string") return last.message.slice(0, 300);
   const found =
-    lines.find((l) => /\berror\b/i.test(l)) ?? lines.find((l) => /abort|fatal|segmentation/i.test(l)) ?? lines.at(-1);
+    lines.find((l) => /\berror\s*:/i.test(l)) ??
+    lines.find((l) => /\berror\b/i.test(l)) ??
+    lines.find((l) => /abort|fatal|segmentation/i.test(l)) ??
+    lines.at(-1);
   return found?.slice(0, 300);
 }

@@ -11,8 +11,8 @@
  *   (`gpu-probe-child.ts`) starts it with `gpu: "auto"`, loads the model about to be served and
  *   decodes a few tokens. If the child ends well, this process uses the backend it reported; if it
  *   is killed by a signal, exits non-zero or runs past its time limit, this process uses the CPU
- *   and logs (at error) what failed: the backend, the exit, the likely cause and the child's
- *   stderr tail.
+ *   and logs (at error) what failed: the backend, the exit, the likely cause and the end of
+ *   the child's output.
  *
  * The verdict is cached in `<dataDir>/gpu-probe.json` by what decides it: node-llama-cpp's
  * version, the platform, the GPU types found, the NVIDIA driver version and GPU models
@@ -160,7 +160,7 @@ async function probeOrCached(
       timedOut: outcome.timedOut,
       stage: outcome.stage,
       cause: outcome.cause,
-      stderrTail: outcome.stderrTail,
+      outputTail: outcome.outputTail,
       ms: outcome.ms,
       cacheFile,
     },
@@ -243,8 +243,9 @@ async function verdictKey(
 
 /** The NVIDIA kernel driver's version (Linux), or "none". */
 function nvidiaDriver(): string {
-  const text = readOr("/proc/driver/nvidia/version");
-  return /Kernel Module\s+(\S+)/.exec(text)?.[1] ?? (text.split("\n")[0].trim() || "none");
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …"
+  const text = readOr("/proc/driver/nvidia/version").split("\n")[0];
+  return /\s(\d+\.\d+(?:\.\d+)?)\s/.exec(text)?.[1] ?? (text.trim() || "none");
 }
 
 /** The NVIDIA GPUs' model names (Linux), sorted. */
