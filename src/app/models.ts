@@ -81,6 +81,7 @@ export async function startModels(
     modelsDir: config.modelsDir,
     dataDir: config.dataDir,
     gpu: config.gpu,
+    gpuProbe: { timeoutMs: config.gpuProbeTimeoutS * 1000 },
     scoringTimeLimitMs: config.decisionsTimeLimitMs,
     logger,
   });
@@ -96,13 +97,14 @@ export async function startModels(
   // a health check finds an endpoint serving them. Models whose file is not here are not loaded
   // (issue 17: listed as not downloaded, 404 with the pull command).
   const offered = platform.catalog.models.filter((m) => m.platformStatus !== "coming_soon");
+  const toLoad = offered.filter((m) => platform.unavailable(m) === undefined);
+  // A GPU build named by SWITCHYARD_GPU that does not load stops the start (ConfigError), rather
+  // than leaving every embedded model marked not usable.
+  if (config.gpu !== "auto" && config.gpu !== "off" && toLoad.some((m) => m.engine.type === "llama_cpp")) {
+    await embedded.backend();
+  }
   // A model whose file fails to load is marked not usable, not a failed start (issue 17 review).
-  const served = await loadServedModels(
-    engines,
-    offered.filter((m) => platform.unavailable(m) === undefined),
-    localFiles,
-    logger,
-  );
+  const served = await loadServedModels(engines, toLoad, localFiles, logger);
   logger.info({ ms: Date.now() - loadStarted, models: served.length }, "models loaded");
   // Engine scheduling (issue 12, item 3): threads and sequences as measured for the first
   // generation model (or configured); the batch runner and custom models size themselves by it.

@@ -350,9 +350,15 @@ export const configSchema = z.object({
     .default([]),
   /**
    * The embedded engine's GPU use (issue 17): `auto` uses node-llama-cpp's GPU build (CUDA,
-   * Vulkan, Metal) when a usable GPU is present, else the CPU; `off` always the CPU.
+   * Vulkan, Metal) when a usable GPU is present and the build passes a probe in a child process
+   * (a first decode with the model: a build that crashes its process leaves the server on the
+   * CPU; the verdict is cached in `<dataDir>/gpu-probe.json`), else the CPU; `off` always the
+   * CPU; `cuda`, `vulkan` or `metal` that build without a probe (the start stops when it does not
+   * load).
    */
-  gpu: z.enum(["auto", "off"]).default("auto"),
+  gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
+  /** Time limit of the GPU probe (`gpu: auto`), seconds; past it the probe counts as failed. */
+  gpuProbeTimeoutS: intFromEnv(1, 3_600).default(300),
   /**
    * Decisions (issue 11 review, finding 4): the longest one request may score, ms, on either
    * engine; past it the request ends with 504 and is charged the tokens evaluated so far.
@@ -452,6 +458,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   reconcileIntervalMs: "SWITCHYARD_RECONCILE_INTERVAL_MS",
   pullOnStart: "SWITCHYARD_PULL_ON_START",
   gpu: "SWITCHYARD_GPU",
+  gpuProbeTimeoutS: "SWITCHYARD_GPU_PROBE_TIMEOUT_S",
   decisionsTimeLimitMs: "SWITCHYARD_DECISIONS_TIME_LIMIT_MS",
   hfEndpoint: "HF_ENDPOINT",
   hfToken: "HF_TOKEN",

@@ -22,6 +22,7 @@ test("when nothing is set, then the documented defaults apply", () => {
     logLevel: "info",
     publicUrl: "http://localhost:8080",
     gpu: "auto", // issue 17, item 5: the GPU build when a usable GPU is present
+    gpuProbeTimeoutS: 300,
   });
   expect(cfg.databaseUrl).toBeUndefined();
   expect(cfg.dataDir).toBe(dataDir);
@@ -45,8 +46,14 @@ test("when a setting is invalid, then ConfigError names the environment variable
     /SWITCHYARD_ENGINE_THREADS/,
   );
   expect(() => loadConfig({ LOG_LEVEL: "loud", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/LOG_LEVEL/);
-  expect(() => loadConfig({ SWITCHYARD_GPU: "cuda", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/SWITCHYARD_GPU/);
+  expect(() => loadConfig({ SWITCHYARD_GPU: "rocm", SWITCHYARD_DATA_DIR: tmp() })).toThrow(/SWITCHYARD_GPU/);
   expect(loadConfig({ SWITCHYARD_GPU: "off", SWITCHYARD_DATA_DIR: tmp() }).gpu).toBe("off");
+  // A build may be named (no probe): faults survived, safe defaults.
+  expect(loadConfig({ SWITCHYARD_GPU: "cuda", SWITCHYARD_DATA_DIR: tmp() }).gpu).toBe("cuda");
+  expect(() => loadConfig({ SWITCHYARD_GPU_PROBE_TIMEOUT_S: "0", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
+    /SWITCHYARD_GPU_PROBE_TIMEOUT_S/,
+  );
+  expect(loadConfig({ SWITCHYARD_GPU_PROBE_TIMEOUT_S: "60", SWITCHYARD_DATA_DIR: tmp() }).gpuProbeTimeoutS).toBe(60);
   // A nice value is 0 (normal) … 19 (lowest CPU priority).
   expect(() => loadConfig({ SWITCHYARD_WORKER_NICE: "20", SWITCHYARD_DATA_DIR: tmp() })).toThrow(
     /SWITCHYARD_WORKER_NICE/,

@@ -1,18 +1,22 @@
 /**
  * Model loading for the embedded engine (see `llama-cpp.engine.ts`): node-llama-cpp itself,
- * started on first use (CPU, or a GPU with `gpu: "auto"`); one `LlamaModel` per GGUF file, shared
- * by every runtime built on it and freed with the last one; the runtimes, keyed by `runtimeKey`,
- * with the threads and sequences their file was given (`engine-tuning.ts`); retiring a dedicated
- * runtime (`unload`) and closing everything.
+ * started on first use (CPU, or a GPU with `gpu: "auto"` once its build passed a probe:
+ * `gpu-probe.ts`); one `LlamaModel` per GGUF file, shared by every runtime built on it and freed
+ * with the last one; the runtimes, keyed by `runtimeKey`, with the threads and sequences their
+ * file was given (`engine-tuning.ts`); retiring a dedicated runtime (`unload`) and closing
+ * everything.
  */
-import type { Llama, LlamaEmbeddingContext, LlamaModel, Token } from "node-llama-cpp";
+import type { Llama, LlamaEmbeddingContext, LlamaGpuType, LlamaModel, Token } from "node-llama-cpp";
 import type { CatalogModel, LlamaCppEngineSpec } from "../../../config/catalog.js";
+import { ConfigError } from "../../../config/config.js";
 import { AppError, ErrorCode } from "../../../shared/errors.js";
 import { resolveModelPath } from "../../artifacts/model-files.js";
 import { longestTokenChars, maxCharsFor } from "../../input-bounds.js";
 import { SlotPool, type SlotPoolStats } from "../../slot-pool.js";
 import type { EngineTuning } from "../../tuning.js";
 import { chooseTuning } from "./engine-tuning.js";
+import { type ProbeModel, chooseGpu } from "./gpu-probe.js";
+import { llamaCppLogger } from "./llama-log.js";
 import { promptFormatter } from "./prompt-format.js";
 import {
   type GenerationRuntime,
@@ -43,6 +47,8 @@ export class LlamaCppLoader {
   private readonly paths = new Map<string, string>();
   /** The first generation model's tuning: the default for batches and custom models. */
   private firstGenerationTuning?: EngineTuning;
+  /** Why the CPU is used although a GPU was found (`GpuChoice.note`), for `backend()`. */
+  private backendNote?: string;
 
   constructor(private readonly opts: LlamaCppEngineOptions) {}
 
@@ -268,7 +274,10 @@ export class LlamaCppLoader {
       file = (async () => {
         const modelPath = resolveModelPath(model, spec, this.opts);
         this.paths.set(key, modelPath);
-        const llama = await this.llamaInstance();
+        const llama = await this.llamaInstance({
+          path: modelPath,
+          kind: model.modality === "text_embedding" ? "embedding" : "generation",
+        });
         this.opts.logger.info({ model: model.id, path: modelPath }, "loading model file");
         return llama.loadModel({ modelPath });
       })();
@@ -283,23 +292,62 @@ export class LlamaCppLoader {
     return this.lib;
   }
 
-  /** What the engine computes on (see `LlamaCppEngine.backend`); starts llama.cpp when no model has yet. */
+  /**
+   * What the engine computes on (see `LlamaCppEngine.backend`): `cpu`, `cuda`, …, with why the CPU
+   * is used when a GPU was found (`cpu (GPU probe failed: cuda, SIGABRT on the first decode)`).
+   * Starts llama.cpp when no model has yet.
+   */
   async backend(): Promise<string> {
     const llama = await this.llamaInstance();
-    return llama.gpu === false ? "cpu" : llama.gpu;
+    const name = llama.gpu === false ? "cpu" : llama.gpu;
+    return this.backendNote ? `${name} (${this.backendNote})` : name;
   }
 
-  /** llama.cpp itself (started on first use), for what is compiled against it (grammars). */
-  llamaInstance(): Promise<Llama> {
-    this.llama ??= this.loadLibrary().then((lib) =>
-      lib.getLlama({
-        gpu: this.opts.gpu === "auto" ? "auto" : false,
-        build: "never",
-        logLevel: lib.LlamaLogLevel.error,
-        logger: (level, message) => this.opts.logger.debug({ level }, message.trim()),
-      }),
-    );
+  /**
+   * llama.cpp itself, started on first use (for what is compiled against it: grammars) on the
+   * backend `SWITCHYARD_GPU` leads to (`gpu-probe.ts`). With `auto` and a GPU found, the GPU build
+   * is first probed in a child process with `probeWith`, the first model loaded (none when the
+   * first use is not a model load: llama.cpp is then only started there). Its log goes to ours
+   * (`llama-log.ts`: errors at error, warnings at warn).
+   * @throws ConfigError when SWITCHYARD_GPU names a build that does not load here.
+   */
+  llamaInstance(probeWith?: ProbeModel): Promise<Llama> {
+    this.llama ??= this.loadLibrary().then((lib) => this.startLlama(lib, probeWith));
     return this.llama;
+  }
+
+  private async startLlama(lib: NodeLlamaCpp, probeWith: ProbeModel | undefined): Promise<Llama> {
+    const setting = this.opts.gpu ?? "off";
+    const choice = await chooseGpu(lib, probeWith, {
+      setting,
+      dataDir: this.opts.dataDir,
+      logger: this.opts.logger,
+      threads: this.opts.threads === "auto" ? undefined : this.opts.threads,
+      ...this.opts.gpuProbe,
+    });
+    this.backendNote = choice.note;
+    const logger = llamaCppLogger(this.opts.logger);
+    const start = (gpu: LlamaGpuType) =>
+      lib.getLlama({ gpu, build: "never", logLevel: lib.LlamaLogLevel.warn, logger });
+    try {
+      return await start(choice.gpu);
+    } catch (err) {
+      if (choice.gpu === false) throw err;
+      const why = (err as Error).message;
+      if (choice.source === "setting") {
+        throw new ConfigError(
+          `SWITCHYARD_GPU=${setting}: node-llama-cpp has no ${setting} build that loads here (${why}); ` +
+            "use auto (the GPU when one works, else the CPU) or off",
+        );
+      }
+      // The build passed its probe (now or before) but does not start here: the CPU, as for a failed probe.
+      this.opts.logger.error(
+        { gpu: choice.gpu, err },
+        `the ${choice.gpu} build did not start (${why}); serving on the CPU`,
+      );
+      this.backendNote = `${choice.gpu} did not start`;
+      return start(false);
+    }
   }
 }
 

@@ -16,6 +16,7 @@ import type { Logger } from "pino";
 import type { CatalogModel } from "../../../config/catalog.js";
 import type { ModelFileSettings } from "../../artifacts/model-files.js";
 import type { ChatMessage } from "../../engine.js";
+import type { GpuProbeSettings, GpuSetting } from "./gpu-probe.js";
 import type { SlotPool } from "../../slot-pool.js";
 import type { TuningSetting } from "../../tuning.js";
 import type { TemplatePromptTools, TemplateToolFormat } from "./template-tools.js";
@@ -45,10 +46,16 @@ export interface LlamaCppEngineOptions extends ModelFileSettings {
   batchWhileInteractive?: number;
   /**
    * GPU use (issue 17, `SWITCHYARD_GPU`): `auto` takes node-llama-cpp's GPU build when a usable
-   * GPU is present (prebuilt binaries only, never a build), else the CPU; `off` (the default
-   * here; the config's default is `auto`) the CPU.
+   * GPU is present and the build passes its probe in a child process (`gpu-probe.ts`; prebuilt
+   * binaries only, never a build), else the CPU; `off` (the default here; the config's default is
+   * `auto`) the CPU; `cuda`, `vulkan`, `metal` that build, unprobed.
    */
-  gpu?: "auto" | "off";
+  gpu?: GpuSetting;
+  /**
+   * The GPU probe (`gpu-probe.ts`): its time limit, ms (`SWITCHYARD_GPU_PROBE_TIMEOUT_S`), and the
+   * probe command and GPU detection (defaults: the real ones; tests give others).
+   */
+  gpuProbe?: Pick<GpuProbeSettings, "timeoutMs" | "command" | "detect">;
   logger: Logger;
   /** Scoring time limit per decisions request, ms (`SWITCHYARD_DECISIONS_TIME_LIMIT_MS`); default 60 s. */
   scoringTimeLimitMs?: number;
