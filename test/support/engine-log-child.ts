@@ -17,7 +17,7 @@ const [modelsDir, dataDir] = process.argv.slice(2);
 let sawError = (): void => undefined;
 const errorLogged = new Promise<void>((resolve) => (sawError = resolve));
 const logger = pino({
-  level: "info",
+  level: "debug",
   hooks: {
     logMethod(args, method) {
       if (String(args.at(-1)).includes("error loading model")) sawError();
