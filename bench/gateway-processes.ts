@@ -78,6 +78,11 @@ export interface GatewaySwitchyardOptions {
   nodeArgs?: string[];
   /** Environment added (e.g. `SWITCHYARD_DURABILITY`). */
   env?: Record<string, string>;
+  /**
+   * The log line that says it serves (default "Switchyard listening"; a supervisor of several API
+   * processes says "Switchyard supervisor ready"). Its JSON record is returned as `ready`.
+   */
+  readyMessage?: string;
 }
 
 /**
@@ -87,7 +92,7 @@ export interface GatewaySwitchyardOptions {
  */
 export async function startGatewaySwitchyard(
   opts: GatewaySwitchyardOptions,
-): Promise<{ child: ChildProcess; url: string }> {
+): Promise<{ child: ChildProcess; url: string; ready: Record<string, unknown> }> {
   const catalog = path.join(opts.dir, "catalog.json");
   writeFileSync(
     catalog,
@@ -128,9 +133,8 @@ export async function startGatewaySwitchyard(
     },
     stdio: ["ignore", "pipe", "inherit"],
   });
-  const url = await waitForLine(child, (e) =>
-    e.msg === "Switchyard listening" && typeof e.url === "string" ? e.url : undefined,
-  );
+  const readyMessage = opts.readyMessage ?? "Switchyard listening";
+  const ready = await waitForLine(child, (e) => (e.msg === readyMessage && typeof e.url === "string" ? e : undefined));
   child.stdout!.resume();
-  return { child, url };
+  return { child, url: ready.url as string, ready };
 }

@@ -25,6 +25,7 @@
  *   BENCH_SECONDS=20 BENCH_RATE=1000 npm run bench:gateway
  *   BENCH_CPU_PROF=1 npm run bench:gateway   # also profiles Switchyard and prints its top costs
  *   BENCH_PORTKEY=0 …                         # without Portkey (quicker before/after runs)
+ *   API_PROCESSES=1,2 npm run bench:gateway   # req/s and CPU per request with N API processes (gateway-scale.ts)
  *
  * On 2 cores the load generator, the upstream and the gateway share the CPU: absolute numbers are
  * floors; the ratios are what to compare.
@@ -40,6 +41,7 @@ import autocannon from "autocannon";
 import { Pool } from "undici";
 import { closeRequests, signup } from "./child-server.js";
 import { CHAT_BODY, startGatewaySwitchyard, startUpstream, streamBody } from "./gateway-processes.js";
+import { gatewayScale } from "./gateway-scale.js";
 import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
@@ -368,6 +370,10 @@ function topCosts(file: string, n: number): { busyS: number; functions: string[]
 }
 
 async function main(): Promise<void> {
+  if (process.env.API_PROCESSES) {
+    const counts = process.env.API_PROCESSES.split(",").map(Number);
+    return gatewayScale(counts, SECONDS, CONNECTIONS);
+  }
   const dir = mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-gateway-"));
   // The embedded PostgreSQL may run as another user (as root, it runs as `postgres`): it must reach its folder.
   chmodSync(dir, 0o755);
