@@ -19,7 +19,7 @@ import {
   appFailure,
   errorBody,
 } from "../shared/error-dialects.js";
-import { AppError, ErrorCode } from "../shared/errors.js";
+import { AppError, ErrorCode, echo } from "../shared/errors.js";
 import { loggedPath } from "./log-path.js";
 
 export type { ErrorEnvelope } from "../shared/error-dialects.js";
@@ -131,9 +131,9 @@ export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   };
 }
 
-/** Unknown paths: 404 with the envelope. */
+/** Unknown paths: 404 with the envelope (the path repeated at most `MAX_ECHO_CHARS` long). */
 export const notFoundHandler: RequestHandler = (req, _res, next) => {
-  next(new AppError(ErrorCode.NotFound, `No route for ${req.method} ${req.path}`));
+  next(new AppError(ErrorCode.NotFound, `No route for ${req.method} ${echo(req.path)}`));
 };
 
 /** Headers of answers written outside Express (the ones `http-headers.ts` sets inside it). */

@@ -7,7 +7,7 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { messageId } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
 import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
@@ -92,7 +92,7 @@ export function messagesTooling(req: MessagesRequest): Tooling {
   if (choice.type === "any") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
   const name = (choice as { name: string }).name;
   if (!tools.some((t) => t.name === name)) {
-    throw AppError.invalid(`tool_choice names '${name}', which is not in tools`, [
+    throw AppError.invalid(`tool_choice names '${echo(name)}', which is not in tools`, [
       { field: "tool_choice.name", message: "is not one of the tools" },
     ]);
   }
