@@ -1,15 +1,20 @@
 /**
- * Hostile bytes (issue 28, item 4), each through the real HTTP server: client values an error
- * repeats are cut to 200 characters.
+ * Hostile bytes (issue 28, item 4), each through the real HTTP server: invalid UTF-8 in a body is
+ * a 400 and never stored; client values an error repeats are cut to 200 characters; and a body
+ * must say it is JSON (415 otherwise, on REST and GraphQL). Raw sockets where a client library
+ * would not send the request (a POST with no Content-Type).
  */
+import { randomUUID } from "node:crypto";
 import {
   CHAT_MODEL,
   type TestServer,
   createTestCaller,
   expectEnvelope,
+  expectInvalid,
   http,
   startTestServer,
 } from "./support/harness.js";
+import { exchange } from "./support/raw-http.js";
 
 let server: TestServer;
 let caller: Awaited<ReturnType<typeof createTestCaller>>;
@@ -35,8 +40,97 @@ async function postBytes(path: string, body: Uint8Array | string, opts: { type?:
   return { status: res.status, body: parsed, text, headers: res.headers };
 }
 
+/** `json` as UTF-8 bytes with `bad` (raw bytes) put where `@@` stands. */
+function withBytes(json: string, bad: number[]): Buffer {
+  const [before, after] = json.split("@@");
+  return Buffer.concat([Buffer.from(before, "utf8"), Buffer.from(bad), Buffer.from(after, "utf8")]);
+}
+
+async function count(sql: string, params: unknown[] = []): Promise<number> {
+  const [row] = await server.db<{ n: string }>(sql, params);
+  return Number(row.n);
+}
+
 const chat = (extra: Record<string, unknown> = {}) =>
   JSON.stringify({ model: CHAT_MODEL, max_tokens: 2, messages: [{ role: "user", content: "Hi" }], ...extra });
+
+describe("invalid UTF-8 in a body", () => {
+  const INVALID: Record<string, number[]> = {
+    "a lone continuation byte": [0x80],
+    "bytes 0xFF 0xFE 0xFD": [0xff, 0xfe, 0xfd],
+    "a truncated 3-byte sequence": [0xe2, 0x82],
+    "an overlong slash": [0xc0, 0xaf],
+    "an encoded surrogate": [0xed, 0xa0, 0x80],
+  };
+
+  for (const [label, bytes] of Object.entries(INVALID)) {
+    it(`when a custom model id holds ${label}, then 400 naming body and nothing is stored`, async () => {
+      const before = await count("SELECT count(*) AS n FROM custom_models WHERE team_id = $1", [caller.teamId]);
+      const res = await postBytes(
+        "/control/v1/models/custom",
+        withBytes('{"model_id":"a@@(","architecture":"llama"}', bytes),
+        { token: caller.token },
+      );
+      expectInvalid(res, "body");
+      expect(res.body.detail).toMatch(/not valid UTF-8/);
+      expect(await count("SELECT count(*) AS n FROM custom_models WHERE team_id = $1", [caller.teamId])).toBe(before);
+    });
+  }
+
+  it("when the same id is valid UTF-8 (the control), then it is created as sent, U+FFFD included", async () => {
+    const id = `ok-\u00e9\u20ac\ud83d\ude80\ufffd-${randomUUID().slice(0, 8)}`;
+    const res = await postBytes(
+      "/control/v1/models/custom",
+      Buffer.from(JSON.stringify({ model_id: id, architecture: "llama" }), "utf8"),
+      { token: caller.token },
+    );
+    expect(res.status).toBe(201);
+    const [row] = await server.db<{ model_id: string }>(
+      "SELECT model_id FROM custom_models WHERE team_id = $1 AND model_id = $2",
+      [caller.teamId, id],
+    );
+    expect(row?.model_id).toBe(id);
+  });
+
+  it("when a chat prompt holds invalid UTF-8, then 400 naming body and nothing is recorded", async () => {
+    const before = await count("SELECT count(*) AS n FROM activity WHERE team_id = $1", [caller.teamId]);
+    const body = withBytes(
+      `{"model":"${CHAT_MODEL}","max_tokens":2,"messages":[{"role":"user","content":"Hi @@"}]}`,
+      [0xff],
+    );
+    expectInvalid(await postBytes("/v1/chat/completions", body, { token: caller.key }), "body");
+    await server.app.metering.drainAll();
+    expect(await count("SELECT count(*) AS n FROM activity WHERE team_id = $1", [caller.teamId])).toBe(before);
+  });
+
+  it("when a batch body holds invalid UTF-8, then 400 naming body and no batch is made", async () => {
+    const before = await count("SELECT count(*) AS n FROM batches WHERE team_id = $1", [caller.teamId]);
+    const body = withBytes(
+      `{"requests":[{"custom_id":"a@@","url":"/v1/chat/completions","body":${chat()}}]}`,
+      [0xc3, 0x28],
+    );
+    expectInvalid(await postBytes("/v1/batches", body, { token: caller.key }), "body");
+    expect(await count("SELECT count(*) AS n FROM batches WHERE team_id = $1", [caller.teamId])).toBe(before);
+  });
+
+  it("when a UTF-16 body holds a lone surrogate, then 400 naming body", async () => {
+    const text = '{"model_id":"x\ud800","architecture":"llama"}';
+    const utf16 = Buffer.from(text, "utf16le");
+    const res = await postBytes("/control/v1/models/custom", utf16, {
+      token: caller.token,
+      type: "application/json; charset=utf-16le",
+    });
+    expectInvalid(res, "body");
+  });
+
+  it("when a GraphQL body holds invalid UTF-8, then a 400 request error", async () => {
+    const body = withBytes('{"query":"{ __typename }","variables":{"x":"@@"}}', [0xfe]);
+    const res = await postBytes("/graphql", body);
+    expect(res.status).toBe(400);
+    expect(res.body.errors[0].extensions).toEqual(expect.objectContaining({ code: "BAD_REQUEST", status_code: 400 }));
+    expect(res.body.errors[0].message).toMatch(/not valid UTF-8/);
+  });
+});
 
 describe("client values repeated in errors", () => {
   /** Asserts `text` repeats 150–200 characters of a run of `char` (with what came before it), then the cut marker. */
@@ -100,5 +194,86 @@ describe("client values repeated in errors", () => {
     expect(res.status).toBe(400);
     expect(res.text.length).toBeLessThan(2_000);
     expect(res.body.errors[0].message).toMatch(/…\(\+\d+ characters\)$/);
+  });
+});
+
+describe("content types", () => {
+  it.each([
+    "text/plain",
+    "text/plain;charset=UTF-8",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "application/xml",
+    "application/jsonx",
+    "application/json-patch",
+  ])("when a chat body comes as %s, then 415 and nothing is recorded", async (type) => {
+    const before = await count("SELECT count(*) AS n FROM activity WHERE team_id = $1", [caller.teamId]);
+    const res = await postBytes("/v1/chat/completions", chat(), { token: caller.key, type });
+    expectEnvelope(res, 415);
+    expect(res.body.detail).toMatch(/application\/json/);
+    await server.app.metering.drainAll();
+    expect(await count("SELECT count(*) AS n FROM activity WHERE team_id = $1", [caller.teamId])).toBe(before);
+  });
+
+  it("when a body comes without a Content-Type, then 415 saying to send one", async () => {
+    const res = await postBytes("/v1/chat/completions", Buffer.from(chat()), { token: caller.key, type: null });
+    expectEnvelope(res, 415);
+    expect(res.body.detail).toMatch(/needs Content-Type: application\/json/);
+    // Unauthenticated and on the control plane alike: the type is judged before anything else.
+    const login = await postBytes("/control/v1/auth/login", '{"email":"a@example.com","password":"x"}', {
+      type: "text/plain",
+    });
+    expectEnvelope(login, 415);
+  });
+
+  it("when a JSON type has a charset, other case or a +json suffix, then the body is read (the control)", async () => {
+    for (const type of ["application/json; charset=utf-8", "Application/JSON", "application/vnd.example+json"]) {
+      expect((await postBytes("/v1/chat/completions", chat(), { token: caller.key, type })).status).toBe(200);
+    }
+  });
+
+  it("when a POST that takes no body comes bare (no Content-Type, no or an empty body), then it is served", async () => {
+    const created = await http(server.url, "POST", "/v1/responses", {
+      token: caller.key,
+      body: { model: CHAT_MODEL, input: "Hi", max_output_tokens: 2 },
+    });
+    expect(created.status).toBe(200);
+    const bare = await exchange(
+      server.url,
+      `POST /v1/responses/${created.body.id}/cancel HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${caller.key}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(bare.status).toBe(200);
+    const empty = await exchange(
+      server.url,
+      `POST /v1/responses/${created.body.id}/cancel HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${caller.key}\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+    );
+    expect(empty.status).toBe(200);
+  });
+
+  it("when a batch body comes as text/plain, then 415 and no batch is made", async () => {
+    const before = await count("SELECT count(*) AS n FROM batches WHERE team_id = $1", [caller.teamId]);
+    const body = JSON.stringify({ requests: [{ url: "/v1/chat/completions", body: JSON.parse(chat()) }] });
+    expectEnvelope(await postBytes("/v1/batches", body, { token: caller.key, type: "text/plain" }), 415);
+    expect(await count("SELECT count(*) AS n FROM batches WHERE team_id = $1", [caller.teamId])).toBe(before);
+  });
+
+  it("when a GraphQL body is a form or text type, then 415 in the GraphQL error format; JSON is answered", async () => {
+    for (const type of ["text/plain", "application/x-www-form-urlencoded"]) {
+      const res = await postBytes("/graphql", '{"query":"{ __typename }"}', { type });
+      expect(res.status).toBe(415);
+      expect(res.body.errors[0].extensions).toEqual({ code: "UNSUPPORTED_MEDIA_TYPE", status_code: 415, extra: null });
+    }
+    const ok = await postBytes("/graphql", '{"query":"{ __typename }"}', { type: "application/vnd.example+json" });
+    expect(ok.status).toBe(200);
+    expect(ok.body.data).toEqual({ __typename: "Query" });
+  });
+
+  it("when the OpenAPI document lists an operation with a JSON body, then it lists 415 and 431", async () => {
+    const doc = (await http(server.url, "GET", "/schema/openapi.json")).body;
+    expect(Object.keys(doc.paths["/v1/chat/completions"].post.responses)).toEqual(
+      expect.arrayContaining(["415", "431"]),
+    );
+    expect(Object.keys(doc.paths["/graphql"].post.responses)).toEqual(expect.arrayContaining(["415", "431"]));
+    expect(doc.paths["/v1/models"].get.responses["415"]).toBeUndefined();
   });
 });

@@ -295,7 +295,7 @@ describe("malformed HTTP gets the envelope", () => {
   test("when a chunk extension is oversized, then 413 in the envelope", async () => {
     const answer = await exchange(
       server.url,
-      `POST /control/v1/auth/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;${"e".repeat(20_000)}\r\n{\r\n`,
+      `POST /control/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1;${"e".repeat(20_000)}\r\n{\r\n`,
     );
     expectRawEnvelope(answer, 413);
   });

@@ -53,6 +53,15 @@ export function toFailure(err: unknown): { failure: Failure; retryAfterS?: numbe
     const extra = [{ field: "body", message: detail }];
     return { failure: fromStatus(400, ErrorCode.InvalidRequest, detail, "json_too_deep", extra) };
   }
+  if (type === "entity.invalid.charset") {
+    const detail = (err as Error).message;
+    const extra = [{ field: "body", message: detail }];
+    return { failure: fromStatus(400, ErrorCode.InvalidRequest, detail, "invalid_encoding", extra) };
+  }
+  if (type === "entity.unsupported.media.type") {
+    const detail = (err as Error).message;
+    return { failure: fromStatus(415, ErrorCode.InvalidRequest, detail, "unsupported_media_type") };
+  }
   if (type === "entity.too.large") {
     return { failure: fromStatus(413, ErrorCode.PayloadTooLarge, "Request body too large", "payload_too_large") };
   }
@@ -113,8 +122,9 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
 
 /**
  * Express error handler for `/graphql`: failures before Apollo runs (malformed JSON, a body over
- * `graphqlMaxPayloadBytes`) answer in the GraphQL error format, `{errors: [{message, extensions:
- * {code, status_code, extra}}]}`, with the envelope's status and detail (issue 5, item 1).
+ * `graphqlMaxPayloadBytes`, a body that is not JSON: 415) answer in the GraphQL error format,
+ * `{errors: [{message, extensions: {code, status_code, extra}}]}`, with the envelope's status and
+ * detail (issue 5, item 1).
  */
 export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
@@ -124,7 +134,14 @@ export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
       res.end();
       return;
     }
-    const code = status === 413 ? "PAYLOAD_TOO_LARGE" : status < 500 ? "BAD_REQUEST" : "INTERNAL";
+    const code =
+      status === 413
+        ? "PAYLOAD_TOO_LARGE"
+        : status === 415
+          ? "UNSUPPORTED_MEDIA_TYPE"
+          : status < 500
+            ? "BAD_REQUEST"
+            : "INTERNAL";
     res
       .status(status)
       .json({ errors: [{ message: body.detail, extensions: { code, status_code: status, extra: null } }] });

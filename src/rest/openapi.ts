@@ -219,6 +219,11 @@ export function buildOpenApiDocument(): Json {
     }
     if (doc?.query || doc?.body || parameters.length || (row.method !== "get" && row.method !== "delete"))
       responses["400"] = ERROR_REF;
+    // A JSON body that does not say it is JSON (issue 28, item 4).
+    if (op.requestBody && "application/json" in (op.requestBody as { content: Json }).content)
+      responses["415"] = ERROR_REF;
+    // Node refuses headers over its limit before any route runs (the envelope, `clientErrorHandler`).
+    responses["431"] = ERROR_REF;
     if (row.auth !== "none") responses["401"] = ERROR_REF;
     if (row.path.includes(":")) responses["404"] = ERROR_REF;
     responses["4XX"] = ERROR_REF;
@@ -349,7 +354,15 @@ function extraPaths(): Record<string, Record<string, Json>> {
         tags: ["graphql"],
         security: [{}, { bearerAuth: [] }, { apiKeyHeader: [] }],
         requestBody: { required: true, content: { "application/json": { schema: graphqlBody } } },
-        responses: { "200": graphqlAnswer, "400": graphqlAnswer, "413": graphqlAnswer },
+        responses: {
+          "200": graphqlAnswer,
+          "400": graphqlAnswer,
+          "413": graphqlAnswer,
+          // A body that does not say it is JSON, as on REST (issue 28, item 4).
+          "415": graphqlAnswer,
+          // Node's refusal of headers over its limit, before GraphQL runs: the REST envelope.
+          "431": ERROR_REF,
+        },
       },
     },
     "/metrics": {
