@@ -1,8 +1,9 @@
 /**
  * Hostile bytes (issue 28, item 4), each through the real HTTP server: invalid UTF-8 in a body is
- * a 400 and never stored; client values an error repeats are cut to 200 characters; and a body
- * must say it is JSON (415 otherwise, on REST and GraphQL). Raw sockets where a client library
- * would not send the request (a POST with no Content-Type).
+ * a 400 and never stored; client values an error repeats are cut to 200 characters; query
+ * parameters are one plain, non-empty value; and a body must say it is JSON (415 otherwise, on
+ * REST and GraphQL). Raw sockets where a client library would not send the request (a POST with no
+ * Content-Type).
  */
 import { randomUUID } from "node:crypto";
 import {
@@ -194,6 +195,79 @@ describe("client values repeated in errors", () => {
     expect(res.status).toBe(400);
     expect(res.text.length).toBeLessThan(2_000);
     expect(res.body.errors[0].message).toMatch(/…\(\+\d+ characters\)$/);
+  });
+});
+
+describe("query parameters", () => {
+  const list = (query: string, token = caller.key) => http(server.url, "GET", `/v1/responses?${query}`, { token });
+
+  it.each(["limit[]=1", "limit[a]=1", "limit=1&limit=2", "limit[]=1&limit[]=2", "stream_id[0]=x"])(
+    "when %s, then 400 naming the parameter",
+    async (query) => {
+      const res = await list(query);
+      expectInvalid(res, query.split(/[[=]/)[0]);
+      expect(res.body.extra[0].message).toMatch(/once, as one plain value/);
+    },
+  );
+
+  it("when a control-plane parameter is an array or object, then 400 naming it", async () => {
+    expectInvalid(await http(server.url, "GET", "/control/v1/usage/daily?days[]=7", { token: caller.token }), "days");
+    expectInvalid(
+      await http(server.url, "GET", "/control/v1/activity?page[x]=1&model=a&model=b", { token: caller.token }),
+      "page",
+    );
+  });
+
+  it("when a parameter the route does not take comes as an array, then it is ignored (the control)", async () => {
+    expect((await list("include[]=x&include[]=y&limit=2")).status).toBe(200);
+  });
+
+  it.each([
+    ["/v1/responses?limit=", "limit"],
+    ["/v1/responses?stream_id=", "stream_id"],
+    ["/control/v1/usage/daily?days=", "days"],
+    ["/control/v1/billing/summary?days=", "days"],
+    ["/control/v1/activity?model=", "model"],
+    ["/control/v1/models/search?q=", "q"],
+  ])("when %s (an empty value), then 400 naming %s", async (path, field) => {
+    const res = await http(server.url, "GET", path, { token: caller.token });
+    expectInvalid(res, field);
+    expect(res.body.extra[0].message).toMatch(/must not be empty/);
+  });
+
+  it("when a value is the text null, then it is not special: an invalid uuid, or a name nothing has", async () => {
+    expectInvalid(
+      await http(server.url, "GET", "/control/v1/usage/daily?user_id=null", { token: caller.token }),
+      "user_id",
+    );
+    expectInvalid(await list("stream_id=null"), "stream_id");
+    const byModel = await http(server.url, "GET", "/control/v1/activity?model=null", { token: caller.token });
+    expect(byModel.status).toBe(200);
+    expect(byModel.body.items).toEqual([]);
+  });
+
+  it("when GraphQL passes an empty argument, then the same 400 names it", async () => {
+    const res = await http(server.url, "POST", "/graphql", {
+      token: caller.token,
+      body: { query: '{ activityRecords(model: "") { total } }' },
+    });
+    expect(res.body.errors[0].extensions).toEqual(
+      expect.objectContaining({ status_code: 400, extra: [expect.objectContaining({ field: "model" })] }),
+    );
+  });
+
+  it("when the OpenAPI document lists a query parameter, then it says the rule and takes no empty value", async () => {
+    const doc = (await http(server.url, "GET", "/schema/openapi.json")).body;
+    const params = doc.paths["/v1/responses"].get.parameters as Array<{
+      name: string;
+      description: string;
+      schema: any;
+    }>;
+    const limit = params.find((p) => p.name === "limit")!;
+    expect(limit.description).toMatch(/empty value/);
+    expect(limit.schema.minLength).toBe(1);
+    const q = (doc.paths["/control/v1/models/search"].get.parameters as typeof params).find((p) => p.name === "q")!;
+    expect(q.schema.minLength).toBe(1);
   });
 });
 

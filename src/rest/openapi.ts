@@ -176,7 +176,7 @@ export function buildOpenApiDocument(): Json {
       const q = jsonSchema(doc.query);
       const required = new Set((q.required as string[] | undefined) ?? []);
       for (const [qname, schema] of Object.entries((q.properties as Record<string, Json>) ?? {})) {
-        parameters.push({ name: qname, in: "query", required: required.has(qname), schema });
+        parameters.push(queryParameter(qname, required.has(qname), schema));
       }
     }
     const op: Json = {
@@ -303,6 +303,25 @@ export function buildOpenApiDocument(): Json {
       },
     },
   };
+}
+
+/**
+ * What every query parameter says of its values (issue 28, item 4; docs/api.md "Query
+ * parameters"): one plain value, never empty.
+ */
+const QUERY_VALUE_RULE =
+  "Give it at most once, as one plain value: an empty value (`name=`), a repeated parameter and the array or object forms (`name[]=`, `name[key]=`) are refused with 400. `null` is not special: it is read as the text null.";
+
+/**
+ * A query parameter of the document: its schema as the service validates it, said to take no
+ * empty value (`minLength: 1` on a string that is not an `enum`, which lists its values).
+ */
+function queryParameter(name: string, required: boolean, schema: Json): Json {
+  const nonEmpty =
+    schema.type === "string" && !Array.isArray(schema.enum)
+      ? { ...schema, minLength: Math.max(1, (schema.minLength as number | undefined) ?? 0) }
+      : schema;
+  return { name, in: "query", required, description: QUERY_VALUE_RULE, schema: nonEmpty };
 }
 
 /** An operation's `security`: required = either scheme; optional = none or either; none = `[]`. */
