@@ -1,9 +1,10 @@
 /**
  * Hostile bytes (issue 28, item 4), each through the real HTTP server: invalid UTF-8 in a body is
- * a 400 and never stored; client values an error repeats are cut to 200 characters; query
- * parameters are one plain, non-empty value; and a body must say it is JSON (415 otherwise, on
- * REST and GraphQL). Raw sockets where a client library would not send the request (a POST with no
- * Content-Type).
+ * a 400 and never stored; client values an error repeats are cut to 200 characters; an answer to
+ * HEAD never has a body (Express's and Node's own refusals alike); query parameters are one plain,
+ * non-empty value; a body must say it is JSON (415 otherwise, on REST and GraphQL); and exactly
+ * one valid Host header (RFC 9112 §3.2). Raw sockets where a client library would not send the
+ * request (two Host headers, none, HEAD answers read byte for byte).
  */
 import { randomUUID } from "node:crypto";
 import {
@@ -15,7 +16,7 @@ import {
   http,
   startTestServer,
 } from "./support/harness.js";
-import { exchange } from "./support/raw-http.js";
+import { RawConnection, exchange, expectRawEnvelope } from "./support/raw-http.js";
 
 let server: TestServer;
 let caller: Awaited<ReturnType<typeof createTestCaller>>;
@@ -198,6 +199,73 @@ describe("client values repeated in errors", () => {
   });
 });
 
+describe("HEAD never gets a body", () => {
+  /** Sends `request` on a fresh connection; the HEAD answer, and the bytes after it once the server closed. */
+  async function headOnce(request: string) {
+    const conn = new RawConnection(server.url);
+    try {
+      await conn.connected;
+      conn.write(request);
+      const answer = await conn.answer(true);
+      await conn.whenClosed();
+      return { answer: answer!, after: conn.unread().toString("latin1") };
+    } finally {
+      conn.destroy();
+    }
+  }
+
+  it("when HEAD carries a 64 KiB query, then Node's 431 has headers and no body", async () => {
+    const { answer, after } = await headOnce(`HEAD /v1/health?q=${"a".repeat(65_536)} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expect(answer.status).toBe(431);
+    expect(answer.headers["content-type"]).toMatch(/^application\/json/);
+    expect(after).toBe("");
+    // The control: GET with the same query gets the envelope.
+    const get = await exchange(server.url, `GET /v1/health?q=${"a".repeat(65_536)} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expectRawEnvelope(get, 431);
+  });
+
+  it("when HEAD has oversized headers, malformed framing or an unknown Expect, then no body", async () => {
+    const big = await headOnce(`HEAD /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: ${"b".repeat(20_000)}\r\n\r\n`);
+    expect(big.answer.status).toBe(431);
+    expect(big.after).toBe("");
+    const framing = await headOnce(
+      "HEAD /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+    );
+    expect(framing.answer.status).toBe(400);
+    expect(framing.after).toBe("");
+    const expect417 = await headOnce(
+      "HEAD /v1/health HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nConnection: close\r\n\r\n",
+    );
+    expect(expect417.answer.status).toBe(417);
+    expect(expect417.after).toBe("");
+  });
+
+  it("when HEAD gets a 4xx from a route (404, 401, 400) on a kept-alive connection, then the next answer follows at once", async () => {
+    const conn = new RawConnection(server.url);
+    try {
+      await conn.connected;
+      for (const [path, status] of [
+        ["/no/such/route", 404],
+        ["/v1/models", 401],
+        [`/v1/responses?limit=x`, 400],
+      ] as const) {
+        const auth = status === 400 ? `Authorization: Bearer ${caller.key}\r\n` : "";
+        conn.write(`HEAD ${path} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`);
+        const head = await conn.answer(true);
+        expect(head!.status).toBe(status);
+        expect(Number(head!.headers["content-length"])).toBeGreaterThan(0);
+        // Were a body sent, these bytes would come before the next status line.
+        conn.write("GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+        const next = await conn.answer();
+        expect(next!.status).toBe(200);
+        expect(next!.body.status).toBe("ok");
+      }
+    } finally {
+      conn.destroy();
+    }
+  });
+});
+
 describe("query parameters", () => {
   const list = (query: string, token = caller.key) => http(server.url, "GET", `/v1/responses?${query}`, { token });
 
@@ -349,5 +417,45 @@ describe("content types", () => {
     );
     expect(Object.keys(doc.paths["/graphql"].post.responses)).toEqual(expect.arrayContaining(["415", "431"]));
     expect(doc.paths["/v1/models"].get.responses["415"]).toBeUndefined();
+  });
+});
+
+describe("the Host header", () => {
+  it("when a request has two Host headers, then 400 in the envelope naming host, and the connection closes", async () => {
+    const conn = new RawConnection(server.url);
+    try {
+      await conn.connected;
+      conn.write("GET /v1/health HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n");
+      const answer = await conn.answer();
+      expectRawEnvelope(answer!, 400);
+      expect(answer!.body.extra).toEqual([{ field: "host", message: "must be sent exactly once" }]);
+      await conn.whenClosed();
+    } finally {
+      conn.destroy();
+    }
+  });
+
+  it("when an HTTP/1.1 request has no Host, then 400 in the envelope (not Node's bare 400)", async () => {
+    const answer = await exchange(server.url, "GET /v1/health HTTP/1.1\r\n\r\n");
+    expectRawEnvelope(answer, 400);
+    expect(answer.body.detail).toMatch(/Host header is required/);
+    expect(answer.headers["x-request-id"]).toBeDefined();
+  });
+
+  it("when a Host value is not a host, then 400; bracketed IPv6, a port and HTTP/1.0 without Host are served", async () => {
+    expectRawEnvelope(await exchange(server.url, "GET /v1/health HTTP/1.1\r\nHost: a b/c\r\n\r\n"), 400);
+    expectRawEnvelope(await exchange(server.url, "GET /v1/health HTTP/1.1\r\nHost: a@b\r\n\r\n"), 400);
+    for (const host of ["[::1]:8080", "localhost:3000", "127.0.0.1", "api.example.com"]) {
+      expect((await exchange(server.url, `GET /v1/health HTTP/1.1\r\nHost: ${host}\r\n\r\n`)).status).toBe(200);
+    }
+    expect((await exchange(server.url, "GET /v1/health HTTP/1.0\r\n\r\n")).status).toBe(200);
+  });
+
+  it("when two Host headers come to GraphQL, then 400", async () => {
+    const answer = await exchange(
+      server.url,
+      'POST /graphql HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 27\r\n\r\n{"query":"{ __typename }"}',
+    );
+    expect(answer.status).toBe(400);
   });
 });

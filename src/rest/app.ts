@@ -16,6 +16,7 @@ import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { homePage } from "./home.js";
+import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
 import { loggedPath } from "./log-path.js";
 import { mountOpenApi } from "./openapi.js";
@@ -227,6 +228,8 @@ export function createApp(opts: AppOptions): Express {
   app.set("query parser", "simple");
   app.use(timing);
   app.use(securityHeaders);
+  // Exactly one valid Host (RFC 9112 §3.2; issue 28, item 4), before anything else answers.
+  app.use(hostHeaderRule);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
   if (opts.metrics) {

@@ -185,11 +185,27 @@ export function clientErrorEnvelope(code: string | undefined): ErrorEnvelope {
 }
 
 /**
+ * The method of the request Node refused, where it can be known: the parsed request's (a body that
+ * came too slowly), else the first word of the bytes Node hands with a parse error when they start
+ * a request line (`HEAD /… HTTP/1.1`). Undefined when neither says (a request line that arrived in
+ * pieces before the piece that overflowed, a header that never ended).
+ */
+export function refusedMethod(
+  err: { rawPacket?: unknown },
+  inFlight: { req?: { method?: string } } | null | undefined,
+): string | undefined {
+  if (inFlight?.req?.method) return inFlight.req.method;
+  if (!Buffer.isBuffer(err.rawPacket)) return undefined;
+  return /^([A-Z]{1,20}) [^ ]/.exec(err.rawPacket.subarray(0, 24).toString("latin1"))?.[1];
+}
+
+/**
  * `server.on("clientError")`: answers the envelope as a raw HTTP/1.1 response and closes the
  * connection, unless the socket is gone or an answer already started on it (then it only closes,
- * as Node does).
+ * as Node does). An answer to `HEAD` has no body (RFC 9110 §9.3.2; issue 28, item 4), only the
+ * status and headers.
  */
-export function clientErrorHandler(): (err: Error & { code?: string }, socket: Duplex) => void {
+export function clientErrorHandler(): (err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex) => void {
   return (err, socket) => {
     if (err.code === "ECONNRESET" || !socket.writable) {
       socket.destroy();
@@ -205,7 +221,8 @@ export function clientErrorHandler(): (err: Error & { code?: string }, socket: D
     const head = Object.entries(rawHeaders(body))
       .map(([k, v]) => `${k}: ${v}\r\n`)
       .join("");
-    socket.end(`HTTP/1.1 ${envelope.status_code} ${STATUS_CODES[envelope.status_code]}\r\n${head}\r\n${body}`);
+    const content = refusedMethod(err, inFlight) === "HEAD" ? "" : body;
+    socket.end(`HTTP/1.1 ${envelope.status_code} ${STATUS_CODES[envelope.status_code]}\r\n${head}\r\n${content}`);
     // A peer that keeps sending would hold the half-closed socket open: close it soon regardless.
     setTimeout(() => socket.destroy(), 1_000).unref();
   };

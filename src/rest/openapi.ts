@@ -240,7 +240,11 @@ export function buildOpenApiDocument(): Json {
         operationId: `head${String(get.operationId).slice(3)}`,
         summary: `${String(get.summary)} (no body)`,
         tags: get.tags,
-        responses: { "200": { description: "Success; no body." }, "5XX": ERROR_REF },
+        responses: {
+          "200": { description: "Success; no body." },
+          "4XX": ERROR_REF,
+          "5XX": ERROR_REF,
+        },
         security: [],
       };
     }
