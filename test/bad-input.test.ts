@@ -214,17 +214,23 @@ describe("chat messages", () => {
 describe("query integers", () => {
   const list = (query: string) => http(server.url, "GET", `/v1/responses?${query}`, { token: caller.key });
 
-  it.each(["limit=0x10", "limit=1e2", "limit=%205", "limit=%2B5", "limit=5.0", "limit=-1", "limit=1&limit=2"])(
-    "when %s, then 400 naming limit",
-    async (query) => {
-      expectInvalid(await list(query), "limit");
-    },
-  );
+  it.each([
+    "limit=0x10",
+    "limit=1e2",
+    "limit=%205",
+    "limit=%2B5",
+    "limit=5.0",
+    "limit=-1",
+    "limit=1&limit=2",
+    "limit=",
+  ])("when %s, then 400 naming limit", async (query) => {
+    expectInvalid(await list(query), "limit");
+  });
 
   it("when limit is decimal digits in range, then 200", async () => {
     expect((await list("limit=16")).status).toBe(200);
     expect((await list("limit=0016")).status).toBe(200);
-    expect((await list("limit=")).status).toBe(200);
+    expect((await list("")).status).toBe(200);
   });
 });
 

@@ -155,9 +155,21 @@ describe("request errors over HTTP", () => {
     expect(error.message).toMatch(/POST body missing/);
   });
 
-  test("when the body is text/plain, then the CSRF refusal is a 400 BAD_REQUEST with its message", async () => {
+  test("when the body is text/plain, then 415 UNSUPPORTED_MEDIA_TYPE before Apollo reads it, as on REST", async () => {
     const res = await post(JSON.stringify({ query: "{ __typename }" }), { "content-type": "text/plain" });
-    const error = expectRequestError(res, 400, "BAD_REQUEST");
+    const error = expectRequestError(res, 415, "UNSUPPORTED_MEDIA_TYPE");
+    expect(error.message).toMatch(/application\/json/);
+  });
+
+  test("when a GET query carries no preflight header, then Apollo's CSRF refusal is a 400 BAD_REQUEST with its message", async () => {
+    const res = await http(server.url, "GET", `/graphql?query=${encodeURIComponent("{ __typename }")}`, {
+      headers: { accept: "application/json" },
+    });
+    const error = expectRequestError(
+      { status: res.status, type: res.headers.get("content-type") ?? "", body: res.body, text: res.text },
+      400,
+      "BAD_REQUEST",
+    );
     expect(error.message).toMatch(/Cross-Site Request Forgery/);
   });
 

@@ -6,7 +6,6 @@
  * malformed HTTP in the error envelope. Raw sockets (node:net) where a client library would
  * refuse to send what the test needs.
  */
-import net from "node:net";
 import { createClient } from "graphql-ws";
 import WebSocket from "ws";
 import { ConfigError, loadConfig } from "../src/config/config.js";
@@ -19,6 +18,7 @@ import {
   http,
   startTestServer,
 } from "./support/harness.js";
+import { RawConnection, exchange, expectRawEnvelope } from "./support/raw-http.js";
 
 const ORIGIN = "https://app.example.com";
 
@@ -38,112 +38,6 @@ afterAll(async () => {
   await tuned?.close();
   await server?.close();
 });
-
-interface RawAnswer {
-  status: number;
-  headers: Record<string, string>;
-  text: string;
-  body: any;
-}
-
-/** Parses one HTTP/1.1 answer from the front of `buf`; undefined while incomplete. */
-function parseAnswer(buf: Buffer, closed: boolean): { answer: RawAnswer; rest: Buffer } | undefined {
-  const end = buf.indexOf("\r\n\r\n");
-  if (end < 0) return undefined;
-  const [statusLine, ...lines] = buf.subarray(0, end).toString("latin1").split("\r\n");
-  const headers: Record<string, string> = {};
-  for (const line of lines) {
-    const i = line.indexOf(":");
-    headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
-  }
-  const length = headers["content-length"] !== undefined ? Number(headers["content-length"]) : undefined;
-  const bodyEnd = length === undefined ? (closed ? buf.length : -1) : end + 4 + length;
-  if (bodyEnd < 0 || buf.length < bodyEnd) return undefined;
-  const text = buf.subarray(end + 4, bodyEnd).toString("utf8");
-  let body: unknown = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    /* not JSON */
-  }
-  return { answer: { status: Number(statusLine.split(" ")[1]), headers, text, body }, rest: buf.subarray(bodyEnd) };
-}
-
-/** A raw TCP connection to a test server, reading HTTP answers one at a time. */
-class RawConnection {
-  private buf: Buffer = Buffer.alloc(0);
-  private waiters: Array<() => void> = [];
-  readonly socket: net.Socket;
-  closed = false;
-  readonly connected: Promise<void>;
-
-  constructor(base: string) {
-    const url = new URL(base);
-    this.socket = net.connect(Number(url.port), url.hostname);
-    this.connected = new Promise((resolve) => this.socket.once("connect", () => resolve()));
-    this.socket.on("data", (chunk) => {
-      this.buf = Buffer.concat([this.buf, chunk]);
-      this.wake();
-    });
-    this.socket.on("error", () => undefined);
-    this.socket.on("close", () => {
-      this.closed = true;
-      this.wake();
-    });
-  }
-
-  private wake() {
-    for (const w of this.waiters.splice(0)) w();
-  }
-
-  write(data: string | Buffer): void {
-    this.socket.write(data);
-  }
-
-  /** The next complete answer, or undefined if the connection closed without one. */
-  async answer(): Promise<RawAnswer | undefined> {
-    for (;;) {
-      const parsed = parseAnswer(this.buf, this.closed);
-      if (parsed) {
-        this.buf = parsed.rest;
-        return parsed.answer;
-      }
-      if (this.closed) return undefined;
-      await new Promise<void>((resolve) => this.waiters.push(resolve));
-    }
-  }
-
-  /** Resolves once the server has closed the connection. */
-  async whenClosed(): Promise<void> {
-    while (!this.closed) await new Promise<void>((resolve) => this.waiters.push(resolve));
-  }
-
-  destroy(): void {
-    this.socket.destroy();
-  }
-}
-
-/** Sends `data` on a fresh connection and returns the first answer. */
-async function exchange(base: string, data: string | Buffer): Promise<RawAnswer> {
-  const conn = new RawConnection(base);
-  try {
-    await conn.connected;
-    conn.write(data);
-    const answer = await conn.answer();
-    if (!answer) throw new Error("connection closed without an answer");
-    return answer;
-  } finally {
-    conn.destroy();
-  }
-}
-
-/** Asserts an answer written outside Express still carries the envelope and the common headers. */
-function expectRawEnvelope(answer: RawAnswer, status: number): void {
-  expectEnvelope(answer, status);
-  expect(answer.headers["content-type"]).toMatch(/^application\/json/);
-  expect(answer.headers["cache-control"]).toBe("no-store");
-  expect(answer.headers["x-content-type-options"]).toBe("nosniff");
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -401,7 +295,7 @@ describe("malformed HTTP gets the envelope", () => {
   test("when a chunk extension is oversized, then 413 in the envelope", async () => {
     const answer = await exchange(
       server.url,
-      `POST /control/v1/auth/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;${"e".repeat(20_000)}\r\n{\r\n`,
+      `POST /control/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1;${"e".repeat(20_000)}\r\n{\r\n`,
     );
     expectRawEnvelope(answer, 413);
   });

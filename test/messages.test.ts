@@ -177,10 +177,8 @@ describe("POST /v1/messages: the message object", () => {
       await http(server.url, "POST", "/v1/messages?beta=maybe", { token: caller.key, body: params }),
       "beta",
     );
-    // `beta` may be null: an empty value is accepted.
-    expect((await http(server.url, "POST", "/v1/messages?beta=", { token: caller.key, body: params })).status).toBe(
-      200,
-    );
+    // An empty value is refused, as for every query parameter (issue 28, item 4).
+    expectInvalid(await http(server.url, "POST", "/v1/messages?beta=", { token: caller.key, body: params }), "beta");
   });
 
   test("when the answer is sent, then it carries x-switchyard-overhead-ms", async () => {

@@ -22,7 +22,7 @@ import { type PresentedCredential, clientIp, presentedCredential, requestOrigin 
 import { graphqlErrorMiddleware } from "../rest/error-envelope.js";
 import { mountGraphiql } from "../rest/graphiql.js";
 import { abortOnClose } from "../rest/handlers/generation.js";
-import { verifyJsonDepth } from "../rest/json-body.js";
+import { isJsonMediaType, requireJsonMediaType, verifyJsonDepth } from "../rest/json-body.js";
 import { buildGraphqlSchema } from "../schema/build-schema.js";
 import { formatGraphqlError } from "../schema/error-formatter.js";
 import { DEFAULT_GRAPHQL_LIMITS, graphqlSizeGuard, prepareDocument, shapeLimitRule } from "../schema/graphql-limits.js";
@@ -189,7 +189,13 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
   app.get("/graphql", mountGraphiql(app));
   app.use(
     "/graphql",
-    express.json({ limit: config.graphqlMaxPayloadBytes, verify: verifyJsonDepth }),
+    // A body must say it is JSON, as on REST (issue 28, item 4): 415, before Apollo's CSRF check.
+    requireJsonMediaType,
+    express.json({
+      limit: config.graphqlMaxPayloadBytes,
+      type: (req) => isJsonMediaType(req.headers["content-type"]),
+      verify: verifyJsonDepth,
+    }),
     graphqlSizeGuard(limits),
     expressMiddleware(apollo, {
       // The signal lets long mutations (createDecision) stop when the client leaves (review 11b, L2).

@@ -57,6 +57,8 @@ export function createHttp(
       requestTimeout: config.requestTimeoutMs,
       headersTimeout: config.headersTimeoutMs,
       connectionsCheckingInterval: Math.min(30_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
+      // Node's own Host check answers a bare 400; the app's answers the envelope (`host-header.ts`).
+      requireHostHeader: false,
     },
     app,
   );

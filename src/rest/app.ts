@@ -16,9 +16,11 @@ import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { homePage } from "./home.js";
+import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
 import { loggedPath } from "./log-path.js";
 import { mountOpenApi } from "./openapi.js";
+import { singleQueryValues } from "./query-params.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
 
@@ -221,8 +223,13 @@ export function createApp(opts: AppOptions): Express {
   app.disable("x-powered-by");
   app.set("etag", false);
   if (opts.trustProxy !== undefined) app.set("trust proxy", opts.trustProxy);
+  // node:querystring (Express 5's default, named so it cannot change under us): a repeated key
+  // is an array, `a[]` and `a[b]` are keys of their own (`query-params.ts` refuses both).
+  app.set("query parser", "simple");
   app.use(timing);
   app.use(securityHeaders);
+  // Exactly one valid Host (RFC 9112 §3.2; issue 28, item 4), before anything else answers.
+  app.use(hostHeaderRule);
   app.use(cors(opts.corsOrigins));
   app.use(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
   if (opts.metrics) {
@@ -256,14 +263,17 @@ export function createApp(opts: AppOptions): Express {
     return (ownLimits.get(`${req.method} ${path}`) ?? parseJson)(req, res, next);
   });
 
+  // A documented query parameter is given once, as one value (issue 28, item 4).
+  const queryRule = (doc: { query?: { shape: object } } | undefined): RequestHandler[] =>
+    doc?.query ? [singleQueryValues(Object.keys(doc.query.shape))] : [];
   for (const route of dataPlaneRoutes) {
-    app[route.method](route.path, async (req, res) => {
+    app[route.method](route.path, ...queryRule(route.doc), async (req: Request, res: Response) => {
       const ctx = await contextFor(req, res, opts.credentials, route.auth);
       await route.handler(opts.deps, req, res, ctx);
     });
   }
   for (const route of controlRoutes) {
-    const handlers: RequestHandler[] = route.body === "raw" ? [parseRaw] : [];
+    const handlers: RequestHandler[] = [...queryRule(route.doc), ...(route.body === "raw" ? [parseRaw] : [])];
     app[route.method](route.path, ...handlers, async (req: Request, res: Response) => {
       const ctx = await contextFor(req, res, opts.credentials, route.auth);
       const result = await route.call(

@@ -16,7 +16,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import express, { type Express } from "express";
 import { packageRoot } from "../config/config.js";
-import { AppError } from "../shared/errors.js";
+import { AppError, echo } from "../shared/errors.js";
 
 /** Where `vite build --config dashboard/vite.config.ts` writes the dashboard. */
 export const DASHBOARD_DIR = path.join(packageRoot, "dist/dashboard");
@@ -51,7 +51,7 @@ export function mountDashboard(app: Express, dir: string = DASHBOARD_DIR): void 
   );
   app.get(["/dashboard", "/dashboard/{*rest}"], (req, res) => {
     if (req.path.startsWith("/dashboard/assets/")) {
-      throw AppError.notFound(`No dashboard asset at ${req.path}`);
+      throw AppError.notFound(`No dashboard asset at ${echo(req.path)}`);
     }
     if (!existsSync(index)) {
       throw AppError.notFound("The dashboard is not built: run npm run build");

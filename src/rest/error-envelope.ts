@@ -19,7 +19,7 @@ import {
   appFailure,
   errorBody,
 } from "../shared/error-dialects.js";
-import { AppError, ErrorCode } from "../shared/errors.js";
+import { AppError, ErrorCode, echo } from "../shared/errors.js";
 import { loggedPath } from "./log-path.js";
 
 export type { ErrorEnvelope } from "../shared/error-dialects.js";
@@ -52,6 +52,15 @@ export function toFailure(err: unknown): { failure: Failure; retryAfterS?: numbe
     const detail = (err as Error).message;
     const extra = [{ field: "body", message: detail }];
     return { failure: fromStatus(400, ErrorCode.InvalidRequest, detail, "json_too_deep", extra) };
+  }
+  if (type === "entity.invalid.charset") {
+    const detail = (err as Error).message;
+    const extra = [{ field: "body", message: detail }];
+    return { failure: fromStatus(400, ErrorCode.InvalidRequest, detail, "invalid_encoding", extra) };
+  }
+  if (type === "entity.unsupported.media.type") {
+    const detail = (err as Error).message;
+    return { failure: fromStatus(415, ErrorCode.InvalidRequest, detail, "unsupported_media_type") };
   }
   if (type === "entity.too.large") {
     return { failure: fromStatus(413, ErrorCode.PayloadTooLarge, "Request body too large", "payload_too_large") };
@@ -113,8 +122,9 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
 
 /**
  * Express error handler for `/graphql`: failures before Apollo runs (malformed JSON, a body over
- * `graphqlMaxPayloadBytes`) answer in the GraphQL error format, `{errors: [{message, extensions:
- * {code, status_code, extra}}]}`, with the envelope's status and detail (issue 5, item 1).
+ * `graphqlMaxPayloadBytes`, a body that is not JSON: 415) answer in the GraphQL error format,
+ * `{errors: [{message, extensions: {code, status_code, extra}}]}`, with the envelope's status and
+ * detail (issue 5, item 1).
  */
 export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
@@ -124,16 +134,23 @@ export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
       res.end();
       return;
     }
-    const code = status === 413 ? "PAYLOAD_TOO_LARGE" : status < 500 ? "BAD_REQUEST" : "INTERNAL";
+    const code =
+      status === 413
+        ? "PAYLOAD_TOO_LARGE"
+        : status === 415
+          ? "UNSUPPORTED_MEDIA_TYPE"
+          : status < 500
+            ? "BAD_REQUEST"
+            : "INTERNAL";
     res
       .status(status)
       .json({ errors: [{ message: body.detail, extensions: { code, status_code: status, extra: null } }] });
   };
 }
 
-/** Unknown paths: 404 with the envelope. */
+/** Unknown paths: 404 with the envelope (the path repeated at most `MAX_ECHO_CHARS` long). */
 export const notFoundHandler: RequestHandler = (req, _res, next) => {
-  next(new AppError(ErrorCode.NotFound, `No route for ${req.method} ${req.path}`));
+  next(new AppError(ErrorCode.NotFound, `No route for ${req.method} ${echo(req.path)}`));
 };
 
 /** Headers of answers written outside Express (the ones `http-headers.ts` sets inside it). */
@@ -168,11 +185,27 @@ export function clientErrorEnvelope(code: string | undefined): ErrorEnvelope {
 }
 
 /**
+ * The method of the request Node refused, where it can be known: the parsed request's (a body that
+ * came too slowly), else the first word of the bytes Node hands with a parse error when they start
+ * a request line (`HEAD /… HTTP/1.1`). Undefined when neither says (a request line that arrived in
+ * pieces before the piece that overflowed, a header that never ended).
+ */
+export function refusedMethod(
+  err: { rawPacket?: unknown },
+  inFlight: { req?: { method?: string } } | null | undefined,
+): string | undefined {
+  if (inFlight?.req?.method) return inFlight.req.method;
+  if (!Buffer.isBuffer(err.rawPacket)) return undefined;
+  return /^([A-Z]{1,20}) [^ ]/.exec(err.rawPacket.subarray(0, 24).toString("latin1"))?.[1];
+}
+
+/**
  * `server.on("clientError")`: answers the envelope as a raw HTTP/1.1 response and closes the
  * connection, unless the socket is gone or an answer already started on it (then it only closes,
- * as Node does).
+ * as Node does). An answer to `HEAD` has no body (RFC 9110 §9.3.2; issue 28, item 4), only the
+ * status and headers.
  */
-export function clientErrorHandler(): (err: Error & { code?: string }, socket: Duplex) => void {
+export function clientErrorHandler(): (err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex) => void {
   return (err, socket) => {
     if (err.code === "ECONNRESET" || !socket.writable) {
       socket.destroy();
@@ -188,7 +221,8 @@ export function clientErrorHandler(): (err: Error & { code?: string }, socket: D
     const head = Object.entries(rawHeaders(body))
       .map(([k, v]) => `${k}: ${v}\r\n`)
       .join("");
-    socket.end(`HTTP/1.1 ${envelope.status_code} ${STATUS_CODES[envelope.status_code]}\r\n${head}\r\n${body}`);
+    const content = refusedMethod(err, inFlight) === "HEAD" ? "" : body;
+    socket.end(`HTTP/1.1 ${envelope.status_code} ${STATUS_CODES[envelope.status_code]}\r\n${head}\r\n${content}`);
     // A peer that keeps sending would hold the half-closed socket open: close it soon regardless.
     setTimeout(() => socket.destroy(), 1_000).unref();
   };

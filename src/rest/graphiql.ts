@@ -18,7 +18,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import express, { type Express, type Request, type RequestHandler } from "express";
 import { packageRoot } from "../config/config.js";
-import { AppError } from "../shared/errors.js";
+import { AppError, echo } from "../shared/errors.js";
 
 /** Where `vite build --config graphiql/vite.config.ts` writes the page. */
 export const GRAPHIQL_DIR = path.join(packageRoot, "dist/graphiql");
@@ -72,7 +72,7 @@ export function mountGraphiql(app: Express, dir: string = GRAPHIQL_DIR): Request
     }),
   );
   app.get("/graphiql/assets/{*rest}", (req) => {
-    throw AppError.notFound(`No GraphiQL asset at ${req.path}`);
+    throw AppError.notFound(`No GraphiQL asset at ${echo(req.path)}`);
   });
   return (req, res, next) => {
     if (!prefersHtml(req)) return next();

@@ -176,7 +176,7 @@ export function buildOpenApiDocument(): Json {
       const q = jsonSchema(doc.query);
       const required = new Set((q.required as string[] | undefined) ?? []);
       for (const [qname, schema] of Object.entries((q.properties as Record<string, Json>) ?? {})) {
-        parameters.push({ name: qname, in: "query", required: required.has(qname), schema });
+        parameters.push(queryParameter(qname, required.has(qname), schema));
       }
     }
     const op: Json = {
@@ -219,6 +219,11 @@ export function buildOpenApiDocument(): Json {
     }
     if (doc?.query || doc?.body || parameters.length || (row.method !== "get" && row.method !== "delete"))
       responses["400"] = ERROR_REF;
+    // A JSON body that does not say it is JSON (issue 28, item 4).
+    if (op.requestBody && "application/json" in (op.requestBody as { content: Json }).content)
+      responses["415"] = ERROR_REF;
+    // Node refuses headers over its limit before any route runs (the envelope, `clientErrorHandler`).
+    responses["431"] = ERROR_REF;
     if (row.auth !== "none") responses["401"] = ERROR_REF;
     if (row.path.includes(":")) responses["404"] = ERROR_REF;
     responses["4XX"] = ERROR_REF;
@@ -235,7 +240,11 @@ export function buildOpenApiDocument(): Json {
         operationId: `head${String(get.operationId).slice(3)}`,
         summary: `${String(get.summary)} (no body)`,
         tags: get.tags,
-        responses: { "200": { description: "Success; no body." }, "5XX": ERROR_REF },
+        responses: {
+          "200": { description: "Success; no body." },
+          "4XX": ERROR_REF,
+          "5XX": ERROR_REF,
+        },
         security: [],
       };
     }
@@ -300,6 +309,25 @@ export function buildOpenApiDocument(): Json {
   };
 }
 
+/**
+ * What every query parameter says of its values (issue 28, item 4; docs/api.md "Query
+ * parameters"): one plain value, never empty.
+ */
+const QUERY_VALUE_RULE =
+  "Give it at most once, as one plain value: an empty value (`name=`), a repeated parameter and the array or object forms (`name[]=`, `name[key]=`) are refused with 400. `null` is not special: it is read as the text null.";
+
+/**
+ * A query parameter of the document: its schema as the service validates it, said to take no
+ * empty value (`minLength: 1` on a string that is not an `enum`, which lists its values).
+ */
+function queryParameter(name: string, required: boolean, schema: Json): Json {
+  const nonEmpty =
+    schema.type === "string" && !Array.isArray(schema.enum)
+      ? { ...schema, minLength: Math.max(1, (schema.minLength as number | undefined) ?? 0) }
+      : schema;
+  return { name, in: "query", required, description: QUERY_VALUE_RULE, schema: nonEmpty };
+}
+
 /** An operation's `security`: required = either scheme; optional = none or either; none = `[]`. */
 function security(auth: DocumentedRow["auth"]): Json[] {
   if (auth === "none") return [];
@@ -349,7 +377,15 @@ function extraPaths(): Record<string, Record<string, Json>> {
         tags: ["graphql"],
         security: [{}, { bearerAuth: [] }, { apiKeyHeader: [] }],
         requestBody: { required: true, content: { "application/json": { schema: graphqlBody } } },
-        responses: { "200": graphqlAnswer, "400": graphqlAnswer, "413": graphqlAnswer },
+        responses: {
+          "200": graphqlAnswer,
+          "400": graphqlAnswer,
+          "413": graphqlAnswer,
+          // A body that does not say it is JSON, as on REST (issue 28, item 4).
+          "415": graphqlAnswer,
+          // Node's refusal of headers over its limit, before GraphQL runs: the REST envelope.
+          "431": ERROR_REF,
+        },
       },
     },
     "/metrics": {

@@ -5,12 +5,12 @@
  * limits of `graphql-limits.ts`, bad variables) keeps its real message and code with its 4xx
  * `status_code` (issue 5, item 1); anything else is an opaque internal error. The output carries
  * exactly `message`, `locations`, `path` and `extensions {code, status_code, extra}` — never a
- * stack trace.
+ * stack trace, and never a message over `MAX_DETAIL_CHARS` (issue 28, item 4).
  */
 import type { GraphQLFormattedError } from "graphql";
 import { GraphQLError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
-import { AppError } from "../shared/errors.js";
+import { AppError, MAX_DETAIL_CHARS, clipText } from "../shared/errors.js";
 
 /** Codes of errors in the request itself, answered 400 when they carry no HTTP status of their own. */
 const REQUEST_ERROR_CODES = new Set([
@@ -54,7 +54,8 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
   const status = clientStatus(formatted, error) ?? (code && REQUEST_ERROR_CODES.has(code) ? 400 : undefined);
   if (status !== undefined) {
     return {
-      message: formatted.message,
+      // graphql-js repeats a refused variable's value in full: cut as the envelope's detail is.
+      message: clipText(formatted.message, MAX_DETAIL_CHARS),
       locations: formatted.locations,
       path: formatted.path,
       // A client error never says "internal" (Apollo labels some of its own 400s so).

@@ -72,7 +72,53 @@ export interface FieldIssue {
   message: string;
 }
 
-/** An expected failure with a code, a short human `detail`, and optional structured `extra`. */
+/** Most characters of one client value an error repeats (issue 28, item 4). */
+export const MAX_ECHO_CHARS = 200;
+
+/**
+ * Most characters of an error's `detail`, and of each string in its `extra`: the bound on what any
+ * error can reflect, for a client value a message repeats without `echo` (issue 28, item 4).
+ */
+export const MAX_DETAIL_CHARS = 1_000;
+
+/**
+ * `text` cut to at most `max` characters plus a marker naming how many were left out (`…(+N
+ * characters)`), never between the two halves of a surrogate pair; shorter text is returned as
+ * it is. O(max).
+ */
+export function clipText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  let end = max;
+  const last = text.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${text.slice(0, end)}…(+${text.length - end} characters)`;
+}
+
+/**
+ * A client value as an error message repeats it (a model id, a path, a tool name): at most
+ * `MAX_ECHO_CHARS` characters, so a 1 MB value is never reflected whole (issue 28, item 4:
+ * reflection and amplification). Non-strings are written with `String`.
+ */
+export function echo(value: unknown): string {
+  return clipText(String(value), MAX_ECHO_CHARS);
+}
+
+/** `extra` with every string in it (3 levels deep) cut to `MAX_DETAIL_CHARS`; others as they are. */
+function clipExtra(value: unknown, depth = 0): unknown {
+  if (typeof value === "string") return clipText(value, MAX_DETAIL_CHARS);
+  if (depth >= 3 || value === null || typeof value !== "object") return value;
+  if (Array.isArray(value)) return value.map((v) => clipExtra(v, depth + 1));
+  if (Object.getPrototypeOf(value) !== Object.prototype) return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = clipExtra(v, depth + 1);
+  return out;
+}
+
+/**
+ * An expected failure with a code, a short human `detail`, and optional structured `extra`.
+ * `detail` and the strings of `extra` are cut to `MAX_DETAIL_CHARS` (issue 28, item 4), the bound
+ * on what an error reflects; messages cut the client values they repeat shorter, with `echo`.
+ */
 export class AppError extends Error {
   override name = "AppError";
   /**
@@ -80,14 +126,19 @@ export class AppError extends Error {
    * dialect's `error.code` (`shared/error-dialects.ts`, issue 27, item 1). Set with `because`.
    */
   reason?: string;
+  readonly detail: string;
+  readonly extra?: unknown;
   constructor(
     readonly code: ErrorCode,
-    readonly detail: string,
-    readonly extra?: unknown,
+    detail: string,
+    extra?: unknown,
     /** Seconds for a `Retry-After` header (429/503). */
     readonly retryAfterS?: number,
   ) {
-    super(detail);
+    const clipped = clipText(detail, MAX_DETAIL_CHARS);
+    super(clipped);
+    this.detail = clipped;
+    this.extra = clipExtra(extra);
   }
 
   get status(): number {
@@ -133,9 +184,10 @@ function unionBranchIssues(issue: Issue): Issue[] {
 
 /** Converts zod issues to the envelope's field list (`messages[0].role`, …). */
 export function zodIssues(error: ZodError, prefix = ""): FieldIssue[] {
+  // A path can hold a client's key (a record's, or an unknown one a message names): cut both.
   return error.issues.flatMap(unionBranchIssues).map((issue) => ({
-    field: prefix + formatPath(issue.path),
-    message: issue.message,
+    field: echo(prefix + formatPath(issue.path)),
+    message: echo(issue.message),
   }));
 }
 
@@ -170,7 +222,8 @@ export function parseInput<T>(
     MAX_REPORTED_ISSUES,
   );
   const more = result.error.issues.length > issues.length ? ` (and more)` : "";
-  const fields = [...new Set(issues.map((i) => i.field))].join(", ");
+  // The list is cut short of the detail's bound, so "(and more)" is never cut off.
+  const fields = clipText([...new Set(issues.map((i) => i.field))].join(", "), MAX_DETAIL_CHARS - 100);
   throw AppError.invalid(`Invalid request: ${fields}${more}`, issues);
 }
 

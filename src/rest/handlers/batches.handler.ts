@@ -5,6 +5,7 @@
  */
 import type { Request, Response } from "express";
 import { AppError, ErrorCode } from "../../shared/errors.js";
+import { assertJsonMediaType, assertUtf8 } from "../json-body.js";
 import type { DataPlaneHandler } from "./deps.js";
 
 /** Bytes copied between yields to the event loop while a chunked body is joined. */
@@ -103,11 +104,15 @@ function writer(res: Response): (chunk: string) => Promise<void> {
 
 /**
  * `POST /v1/batches` → 201 the batch (`pending`). Errors: 400 (bad items, each named with its
- * `custom_id`; bad `window`), 401, 402, 413 (body over the limit, too many items).
+ * `custom_id`; bad `window`; a body that is not UTF-8), 401, 402, 413 (body over the limit, too
+ * many items), 415 (a body that does not say it is JSON).
  */
 export const createBatch: DataPlaneHandler = async (deps, req, res, ctx) => {
+  // A JSON body like every other route's (issue 28, item 4): 415 unless it says so, 400 unless UTF-8.
+  assertJsonMediaType(req);
   await deps.batches.admit(ctx);
   const body = await readRawBody(req, res, deps.batchMaxBytes);
+  assertUtf8(body);
   res.status(201).json(await deps.batches.create(ctx, body));
 };
 

@@ -15,7 +15,7 @@ import { z } from "zod";
 import { MODALITIES } from "../../config/catalog.js";
 import { queryRows } from "../../db/sql.js";
 import { ARCHITECTURES, CustomModelEntity } from "../../entities/custom-model.entity.js";
-import { AppError, parseInput } from "../../shared/errors.js";
+import { AppError, echo, parseInput } from "../../shared/errors.js";
 import type { JobSender, SqlExecutor } from "../platform/job-queue.port.js";
 import type { CacheBus } from "../platform/cache-bus.js";
 import type { RequestContext } from "../platform/context.js";
@@ -137,7 +137,7 @@ export class CustomModelsService {
     const principal = authorize(ctx, "customModels.manage");
     const input = parseInput(createCustomModelInput, raw ?? undefined);
     if (this.platform.get(input.model_id)) {
-      throw AppError.conflict(`'${input.model_id}' is a platform model's id; choose another model_id`);
+      throw AppError.conflict(`'${echo(input.model_id)}' is a platform model's id; choose another model_id`);
     }
     const id = uuidv7();
     const sealed = input.hf_token ? this.secrets.seal(input.hf_token, hubTokenContext(principal.teamId, id)) : null;
@@ -166,7 +166,7 @@ export class CustomModelsService {
       });
     } catch (err) {
       if ((err as { code?: string }).code === "23505") {
-        throw AppError.conflict(`The team already has a custom model '${input.model_id}'`);
+        throw AppError.conflict(`The team already has a custom model '${echo(input.model_id)}'`);
       }
       throw err;
     }
@@ -189,14 +189,14 @@ export class CustomModelsService {
         `SELECT id FROM custom_models WHERE team_id = $1 AND model_id = $2 FOR UPDATE`,
         [principal.teamId, model_id],
       );
-      if (!found) throw AppError.notFound(`Custom model '${model_id}' not found`);
+      if (!found) throw AppError.notFound(`Custom model '${echo(model_id)}' not found`);
       const [deployed] = await queryRows<{ n: number }>(
         em,
         `SELECT count(*)::int AS n FROM deployments WHERE team_id = $1 AND model_source = 'custom' AND model_id = $2`,
         [principal.teamId, model_id],
       );
       if (deployed.n > 0) {
-        throw AppError.conflict(`Custom model '${model_id}' has ${deployed.n} deployment(s); delete them first`);
+        throw AppError.conflict(`Custom model '${echo(model_id)}' has ${deployed.n} deployment(s); delete them first`);
       }
       await em.query(`DELETE FROM custom_models WHERE id = $1`, [found.id]);
       return this.announce(em, principal.teamId);
@@ -243,7 +243,7 @@ export class CustomModelsService {
           RETURNING id, deploy_status`,
         [principal.teamId, input.model_id],
       );
-      if (!row) throw AppError.notFound(`Custom model '${input.model_id}' not found`);
+      if (!row) throw AppError.notFound(`Custom model '${echo(input.model_id)}' not found`);
       if (row.deploy_status === "pending_deploy") {
         await this.jobs.send("deployment-reconcile", { kind: "custom_model", id: row.id }, { db: executor(em) });
       }

@@ -6,7 +6,7 @@
  * synchronous, from memory (`TeamModelDirectory`, kept fresh through NOTIFY).
  */
 import type { CatalogModel, Modality } from "../../config/catalog.js";
-import { AppError, ErrorCode } from "../../shared/errors.js";
+import { AppError, ErrorCode, echo } from "../../shared/errors.js";
 import { microsToUsdNumber } from "../../shared/money.js";
 import type { PlatformModels } from "./model-sources.js";
 import type { TeamModelDirectory } from "./team-models.js";
@@ -101,7 +101,7 @@ export class ModelCatalogService {
    */
   get(teamId: string, id: string): ModelDto {
     const model = this.find(teamId, id);
-    if (!model) throw AppError.notFound(`Model '${id}' not found`);
+    if (!model) throw AppError.notFound(`Model '${echo(id)}' not found`);
     const own = this.teams.view(teamId).models.has(id);
     return toModelDto(model, own ? undefined : this.platform.unavailable(model));
   }
@@ -129,18 +129,21 @@ export class ModelCatalogService {
   resolve(teamId: string, id: string, modality: Modality): CatalogModel {
     const model = this.find(teamId, id);
     if (!model) {
-      throw new AppError(ErrorCode.NotFound, `Model '${id}' not found`, { field: "model", code: "model_not_found" });
+      throw new AppError(ErrorCode.NotFound, `Model '${echo(id)}' not found`, {
+        field: "model",
+        code: "model_not_found",
+      });
     }
     const missing = this.teams.view(teamId).models.has(id) ? undefined : this.platform.unavailable(model);
     if (missing) {
-      throw new AppError(ErrorCode.NotFound, `Model '${id}' is ${missing}`, {
+      throw new AppError(ErrorCode.NotFound, `Model '${echo(id)}' is ${missing}`, {
         field: "model",
         code: "model_not_downloaded",
       });
     }
     // Decisions are served by models that say so, whatever their modality (DESIGN §3 Decisions).
     if (modality === "decisions" ? !model.capabilities.decisions : model.modality !== modality) {
-      throw AppError.invalid(`Model '${id}' is a ${model.modality} model and cannot serve this endpoint`, [
+      throw AppError.invalid(`Model '${echo(id)}' is a ${model.modality} model and cannot serve this endpoint`, [
         { field: "model", message: `expected a ${modality} model` },
       ]);
     }

@@ -29,15 +29,26 @@ export function pgText() {
   return z.string().refine(isPgStorableText, { message: PG_TEXT_MESSAGE });
 }
 
-/** Absent, empty and `null` query values all mean "not given". */
+/** What a query parameter given with an empty value is told (issue 28, item 4). */
+export const EMPTY_QUERY_MESSAGE = "must not be empty: leave the parameter out for its default";
+
+/**
+ * An optional query parameter (issue 28, item 4): absent means "not given"; an empty value
+ * (`?limit=`) is refused with `EMPTY_QUERY_MESSAGE`, whatever its type, and `null` is not special
+ * (an id that does not exist, a name, or a value its type refuses). GraphQL arguments are handed
+ * over as the query would carry them, so `""` there is refused alike.
+ */
 export function optionalQuery<T extends z.ZodType>(schema: T) {
-  return z.preprocess((v) => (v === "" || v === "null" ? undefined : v), schema.optional());
+  return z.preprocess((v, ctx) => {
+    if (v === "") ctx.addIssue({ code: "custom", message: EMPTY_QUERY_MESSAGE, input: v });
+    return v;
+  }, schema.optional());
 }
 
 /**
  * An integer query parameter `min`–`max`: ASCII decimal digits only, so `0x10`, `1e2`, ` 5`,
- * `+5` and `5.0` are refused (`Number()` would accept them all). A repeated parameter (an array)
- * is refused too.
+ * `+5`, `5.0` and the empty value are refused (`Number()` would accept them all). A repeated
+ * parameter (an array) is refused too.
  */
 export function queryInt(min: number, max: number) {
   return z

@@ -23,7 +23,7 @@
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import type { Logger } from "pino";
 import type { CatalogModel } from "../../../config/catalog.js";
-import { AppError, ErrorCode } from "../../../shared/errors.js";
+import { AppError, ErrorCode, echo } from "../../../shared/errors.js";
 import { clientGone } from "../../client-gone.js";
 import { type CandidateScore, type ScoreRequest, type ScoreResult, ScoringStopped } from "../../engine.js";
 import { yieldToEventLoop } from "../../input-bounds.js";
@@ -74,9 +74,10 @@ export async function scoreContinuations(
         const key = tokens.join(",");
         const twin = seen.get(key);
         if (twin !== undefined) {
-          throw AppError.invalid(`Answers ${JSON.stringify(twin)} and ${JSON.stringify(c)} are the same tokens`, [
-            { field: q.field, message: "two answers tokenise identically" },
-          ]);
+          throw AppError.invalid(
+            `Answers ${echo(JSON.stringify(twin))} and ${echo(JSON.stringify(c))} are the same tokens`,
+            [{ field: q.field, message: "two answers tokenise identically" }],
+          );
         }
         seen.set(key, c);
         return tokens;

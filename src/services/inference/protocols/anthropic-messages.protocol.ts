@@ -6,8 +6,9 @@
 import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { messageId } from "../../platform/identifiers.js";
+import { optionalQuery } from "../../platform/validation.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
 import type { ToolFields, TranslatedMessages } from "./tool-history.js";
 
@@ -92,15 +93,18 @@ export function messagesTooling(req: MessagesRequest): Tooling {
   if (choice.type === "any") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
   const name = (choice as { name: string }).name;
   if (!tools.some((t) => t.name === name)) {
-    throw AppError.invalid(`tool_choice names '${name}', which is not in tools`, [
+    throw AppError.invalid(`tool_choice names '${echo(name)}', which is not in tools`, [
       { field: "tool_choice.name", message: "is not one of the tools" },
     ]);
   }
   return { tools, mode: { kind: "forced", names: [name] } };
 }
 
-/** `?beta=true` is accepted (the SDK's beta namespace sends it). */
-export const messagesQuery = z.object({ beta: z.enum(["true", "false", ""]).optional() });
+/**
+ * `?beta=true` is accepted (the SDK's beta namespace sends it); an empty value is refused, as for
+ * every query parameter (issue 28, item 4).
+ */
+export const messagesQuery = z.object({ beta: optionalQuery(z.enum(["true", "false"])) });
 
 /** Text of blocks (text blocks only; others are listed in `unsupported`). */
 function blocksText(value: z.infer<typeof content>, field: string, unsupported: string[]): string {

@@ -7,7 +7,7 @@ import { z } from "zod";
 import type { ChatMessage, FinishReason, GenerateResult } from "../../../inference/engine.js";
 import { unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import { type UnhonouredField, chatFormat, chatResponseFormat, isSet } from "./structured.js";
 import { openAiLogprobs } from "./logprobs.js";
 import { TOOL_NAME, type ToolSpec, type Tooling } from "./tools.js";
@@ -191,7 +191,7 @@ export function chatTooling(req: ChatCompletionRequest): Tooling {
   if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
   const name = choice.function.name;
   if (!tools.some((t) => t.name === name)) {
-    throw AppError.invalid(`tool_choice names '${name}', which is not in tools`, [
+    throw AppError.invalid(`tool_choice names '${echo(name)}', which is not in tools`, [
       { field: "tool_choice.function.name", message: "is not one of the tools" },
     ]);
   }

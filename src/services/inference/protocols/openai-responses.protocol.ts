@@ -9,7 +9,7 @@ import type { ChatMessage, GenerateResult } from "../../../inference/engine.js";
 import { messageId, unixSeconds } from "../../platform/identifiers.js";
 import { type GenerationParams, maxQueueWaitS, requestMetadata } from "../inference-calls.js";
 import { type Failure, errorBody, openAiError } from "../../../shared/error-dialects.js";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import { type UnhonouredField, responseTextFormat, textFormat } from "./structured.js";
 import { type OpenAiLogprob, openAiLogprobs } from "./logprobs.js";
 import type { HistoryToolCall } from "../../../inference/tools.js";
@@ -247,7 +247,7 @@ export function responseTooling(req: ResponseRequest): Tooling {
   if (choice === "auto") return { tools, mode: { kind: "auto" } };
   if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
   if (!tools.some((t) => t.name === choice.name)) {
-    throw AppError.invalid(`tool_choice names '${choice.name}', which is not in tools`, [
+    throw AppError.invalid(`tool_choice names '${echo(choice.name)}', which is not in tools`, [
       { field: "tool_choice.name", message: "is not one of the tools" },
     ]);
   }

@@ -8,7 +8,7 @@ import { v7 as uuidv7 } from "uuid";
 import type { ChatMessage, GenerateResult, GenerationStart, SamplingParams } from "../../../inference/engine.js";
 import type { CatalogModel } from "../../../config/catalog.js";
 import type { Failure } from "../../../shared/error-dialects.js";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import type { RequestContext } from "../../platform/context.js";
 import type { FailureRecord, GenerationCall } from "../inference-calls.js";
@@ -155,7 +155,7 @@ export function assertToolsServed(model: CatalogModel, tools: ToolSpec[], mode: 
   if (mode.kind === "none") return;
   if (model.engine.type !== "llama_cpp") {
     if (model.capabilities.tools) return;
-    throw AppError.invalid(`Model '${model.id}' cannot call tools (its upstream is not declared to serve them)`, [
+    throw AppError.invalid(`Model '${echo(model.id)}' cannot call tools (its upstream is not declared to serve them)`, [
       { field: "tools", message: `tool calling is not supported for model '${model.id}'` },
     ]);
   }

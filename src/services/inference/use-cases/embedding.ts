@@ -1,6 +1,6 @@
 /** `createEmbedding`: the OpenAI Embeddings create operation (REST and batch items). */
 import { v7 as uuidv7 } from "uuid";
-import { AppError } from "../../../shared/errors.js";
+import { AppError, echo } from "../../../shared/errors.js";
 import type { ModelCatalogService } from "../../models/model-catalog.service.js";
 import { requirePrincipal, type RequestContext } from "../../platform/context.js";
 import {
@@ -23,7 +23,7 @@ export function checkEmbedding(catalog: ModelCatalogService, teamId: string, bod
   const model = catalog.resolve(teamId, body.model, "text_embedding");
   const native = model.capabilities.dimensions;
   if (body.dimensions != null && native !== null && body.dimensions > native) {
-    throw AppError.invalid(`dimensions must be at most ${native} for ${model.id}`, [
+    throw AppError.invalid(`dimensions must be at most ${native} for ${echo(model.id)}`, [
       { field: "dimensions", message: `at most ${native}` },
     ]);
   }
