@@ -96,7 +96,14 @@ export const chatCompletionRequest = z
         z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
       ])
       .nullish(),
-    parallel_tool_calls: z.boolean().nullish(),
+    parallel_tool_calls: z
+      .boolean()
+      .nullish()
+      .meta({
+        description:
+          "Default true: an answer may make several calls (required: one to eight, each under its function's " +
+          "schema); false: one at most. A named tool_choice is always exactly one call.",
+      }),
     functions: z.array(z.unknown()).nullish(),
     function_call: z.unknown().optional(),
     logprobs: z.boolean().nullish(),

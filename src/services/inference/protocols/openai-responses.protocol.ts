@@ -87,7 +87,10 @@ export const responseRequest = z
     tool_choice: z
       .union([z.enum(["none", "auto", "required"]), z.object({ type: z.literal("function"), name: z.string() })])
       .nullish(),
-    parallel_tool_calls: z.boolean().nullish(),
+    parallel_tool_calls: z.boolean().nullish().meta({
+      description:
+        "Default true: an answer may make several function_call items (required: one to eight); false: one at most",
+    }),
     previous_response_id: z.string().nullish(),
     // OpenAI's include values: only the log-probabilities have anything to add here (this service
     // runs no built-in tools, no reasoning, no image input); the others are accepted as OpenAI
