@@ -42,6 +42,8 @@ export class CallTextGate {
   private scanFrom = 0;
   /** True once an opener matched whole at `holdAt`: everything after it is held. */
   private called = false;
+  /** The plain offset of `holdAt` once `called` (it no longer moves). */
+  private calledPlain: number | null = null;
   /** Plain characters sent so far. */
   private sent = 0;
 
@@ -73,7 +75,10 @@ export class CallTextGate {
 
   /** Sends the plain text up to the hold point and `limit`. */
   release(limit: number): void {
-    const upTo = Math.min(limit, this.holdAt === null ? this.plain.length : this.plainAt(this.holdAt));
+    // Once a call started the hold point stays where it is: mapped once.
+    if (this.called && this.calledPlain === null) this.calledPlain = this.plainAt(this.holdAt ?? 0);
+    const held = this.calledPlain ?? (this.holdAt === null ? this.plain.length : this.plainAt(this.holdAt));
+    const upTo = Math.min(limit, held);
     if (upTo > this.sent) {
       const delta = this.plain.slice(this.sent, upTo);
       this.sent = upTo;
