@@ -90,6 +90,15 @@ describe("F2: forced calls whose parameters use $ref / $defs", () => {
     for (const args of samples) {
       expect([args, validate({ name: "t", arguments: args })]).toEqual([args, own(args)]);
     }
+    // Several calls (parallel calls allowed): an array of them, the refs resolving the same way.
+    const many = ajv.compile(
+      (forcedCallFormat([{ name: "t", parameters: refParams, strict: true }], ["t"], 8) as any).schema,
+    );
+    for (const args of samples) {
+      const call = { name: "t", arguments: args };
+      expect([args, many([call, call])]).toEqual([args, own(args)]);
+    }
+    expect(many([])).toBe(false);
   });
 
   test("when a strict tool's parameters use $defs and # and a call is required, then the arguments validate against them", async () => {
@@ -101,6 +110,7 @@ describe("F2: forced calls whose parameters use $ref / $defs", () => {
         ...ask,
         tools,
         tool_choice: "required",
+        parallel_tool_calls: false,
         max_tokens: 300,
         seed,
       });

@@ -4,8 +4,9 @@
  * `<tool_call>{"name": …, "arguments": …}</tool_call>`, results in `<tool_response>`) is served
  * with `chat_template: auto`; node-llama-cpp's Jinja wrapper extracts that call syntax, so `auto`
  * writes the tools and the history the template's way and reads calls back with its syntax, and a
- * forced call decodes under a grammar of that syntax. The parser is also checked against the
- * call syntax of node-llama-cpp's specialized wrappers (Llama 3.1, Qwen, Mistral).
+ * forced call decodes under a grammar of that syntax (several calls, one `<tool_call>` block each,
+ * where parallel calls are allowed). The parser is also checked against the call syntax of
+ * node-llama-cpp's specialized wrappers (Llama 3.1, Qwen, Mistral).
  */
 import { mkdtempSync, symlinkSync } from "node:fs";
 import os from "node:os";
@@ -337,6 +338,7 @@ describe("through the official openai client", () => {
         ...ask,
         tools,
         tool_choice: "required",
+        parallel_tool_calls: false,
         max_tokens: 200,
         seed,
       });
@@ -357,6 +359,30 @@ describe("through the official openai client", () => {
       max_tokens: 100,
     });
     expect(named.choices[0].message.tool_calls![0]).toMatchObject({ function: { name: "get_time" } });
+  });
+
+  test("when tool_choice is required and parallel calls are allowed, then the answer makes several calls in the template's syntax for parallel calls, each valid", async () => {
+    // The template writes one `<tool_call>` block per call, a newline between them.
+    expect(jinjaSyntax.betweenCalls?.trim()).toBe("");
+    const client = openaiClient(server.url, caller.key);
+    const timeTool = tools.filter((t) => t.function.name === "get_time");
+    const counts: number[] = [];
+    for (let seed = 0; seed < 4; seed++) {
+      const completion = await client.chat.completions.create({
+        ...ask,
+        tools: timeTool,
+        tool_choice: "required",
+        max_tokens: 600,
+        seed,
+      });
+      const calls = completion.choices[0].message.tool_calls as Array<{ id: string; function: { arguments: string } }>;
+      expect(calls.length).toBeLessThanOrEqual(8);
+      expect(new Set(calls.map((c) => c.id)).size).toBe(calls.length);
+      for (const call of calls) expect(ajv.validate(timeParams, JSON.parse(call.function.arguments))).toBe(true);
+      counts.push(calls.length);
+    }
+    // The tiny model ends after one call or takes another (seeded: the same each run).
+    expect(Math.max(...counts)).toBeGreaterThan(1);
   });
 
   test("when tools are offered with auto, then the answer is text or a valid call, never a broken one, and the tools count in the prompt", async () => {
@@ -422,7 +448,7 @@ describe("through the official openai client", () => {
       max_tokens: 200,
       messages: [{ role: "user", content: "Weather?" }],
       tools: tools.map((t) => ({ name: t.function.name, input_schema: t.function.parameters })) as never,
-      tool_choice: { type: "any" },
+      tool_choice: { type: "any", disable_parallel_tool_use: true },
     });
     const message = await stream.finalMessage();
     expect(message.stop_reason).toBe("tool_use");

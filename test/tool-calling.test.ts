@@ -6,7 +6,7 @@
  * returns a broken call, and the refusals name their field.
  */
 import { Ajv } from "ajv";
-import { parseToolCall } from "../src/inference/engines/llama-cpp/tool-calls.js";
+import { parseToolCalls } from "../src/inference/engines/llama-cpp/tool-calls.js";
 import {
   CHAT_MODEL,
   anthropicClient,
@@ -96,16 +96,18 @@ describe("forced tool calls", () => {
     expect(ids.size).toBe(4);
   });
 
-  test("when tool_choice is required, then the answer calls one of the tools with valid arguments", async () => {
+  test("when tool_choice is required without parallel calls, then the answer is one call of one of the tools with valid arguments", async () => {
     const client = openaiClient(server.url, caller.key);
     for (let seed = 0; seed < 4; seed++) {
       const completion = await client.chat.completions.create({
         ...ask,
         tools,
         tool_choice: "required",
+        parallel_tool_calls: false,
         max_tokens: 200,
         seed,
       });
+      expect(completion.choices[0].message.tool_calls).toHaveLength(1);
       const call = completion.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
       expect(["get_weather", "get_time"]).toContain(call.function.name);
       expect(ajv.validate(paramsOf[call.function.name], JSON.parse(call.function.arguments))).toBe(true);
@@ -225,15 +227,16 @@ describe("auto and refusals", () => {
 
   test("when an auto answer holds a malformed or unknown call, then it stays text", () => {
     const specs = [{ name: "f", parameters: { type: "object" }, field: "tools[0]", strict: false }];
-    const auto = { kind: "auto" as const };
-    expect(parseToolCall('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', specs, auto)).toEqual({
+    const auto = { specs, mode: { kind: "auto" as const } };
+    const first = (text: string) => parseToolCalls(text, auto)?.calls[0] ?? null;
+    expect(first('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')).toEqual({
       name: "f",
       arguments: '{"a":1}',
     });
-    expect(parseToolCall('<tool_call>{"name": "f", "arguments": {"a": </tool_call>', specs, auto)).toBeNull();
-    expect(parseToolCall('<tool_call>{"name": "g", "arguments": {}}</tool_call>', specs, auto)).toBeNull();
-    expect(parseToolCall('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', specs, auto)).toBeNull();
-    expect(parseToolCall('{"name": "f", "arguments": {}}', specs, auto)).toBeNull();
+    expect(first('<tool_call>{"name": "f", "arguments": {"a": </tool_call>')).toBeNull();
+    expect(first('<tool_call>{"name": "g", "arguments": {}}</tool_call>')).toBeNull();
+    expect(first('<tool_call>{"name": "f", "arguments": [1]}</tool_call>')).toBeNull();
+    expect(first('{"name": "f", "arguments": {}}')).toBeNull();
   });
 
   test("when tool_choice names a function not in tools, then 400 names it", async () => {
@@ -297,9 +300,13 @@ describe("Anthropic Messages tools", () => {
     expect(ajv.validate(weatherParams, block.input)).toBe(true);
   });
 
-  test("when tool_choice is any and the answer is streamed, then the SDK assembles a valid tool_use from input_json_delta", async () => {
+  test("when tool_choice is any without parallel use and the answer is streamed, then the SDK assembles a valid tool_use from input_json_delta", async () => {
     const client = anthropicClient(server.url, caller.key);
-    const stream = client.messages.stream({ ...question, tools: anthropicTools as any, tool_choice: { type: "any" } });
+    const stream = client.messages.stream({
+      ...question,
+      tools: anthropicTools as any,
+      tool_choice: { type: "any", disable_parallel_tool_use: true },
+    });
     const message = await stream.finalMessage();
     expect(message.stop_reason).toBe("tool_use");
     const block = message.content[0] as { type: string; name: string; input: unknown };
@@ -459,7 +466,12 @@ describe("Responses function tools", () => {
 
   test("when a required call is streamed, then the function-call events carry the arguments the final response holds", async () => {
     const client = openaiClient(server.url, caller.key);
-    const stream = client.responses.stream({ ...base, tools: responseTools, tool_choice: "required" });
+    const stream = client.responses.stream({
+      ...base,
+      tools: responseTools,
+      tool_choice: "required",
+      parallel_tool_calls: false,
+    });
     const types: string[] = [];
     let args = "";
     for await (const event of stream) {

@@ -8,7 +8,9 @@
  * - text beside a call is kept: chat `content` beside `tool_calls`, an Anthropic text block before
  *   the `tool_use`, a Responses message item before the `function_call`, plain and streamed, and
  *   a continued response carries both back upstream;
- * - a second call despite `parallel_tool_calls: false` is logged and the first is answered.
+ * - several calls are answered in order (streamed under their own indexes) where the caller allows
+ *   parallel calls; a second call despite `parallel_tool_calls: false` is logged and the first is
+ *   answered.
  */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -284,11 +286,45 @@ describe("an upstream answer with text beside its call", () => {
   });
 });
 
-describe("an upstream answer with two calls despite parallel_tool_calls: false", () => {
-  test("when two calls come, then the first is answered and the second is logged", async () => {
+describe("an upstream answer with two calls", () => {
+  test("when the caller allows parallel calls (the default), then both are answered in order, plain and streamed under indexes 0 and 1", async () => {
+    fake.deltas = [
+      { content: "Both." },
+      ...toolCall(0, "get_time", '{"zone":"UTC"}'),
+      ...toolCall(1, "get_time", '{"zone":"CET"}'),
+    ];
+    const client = openaiClient(gateway.url, key);
+    const completion = await client.chat.completions.create(chatBody() as any);
+    expect(fake.bodies.at(-1)!.parallel_tool_calls).toBe(true);
+    const message = completion.choices[0].message as any;
+    expect(message.content).toBe("Both.");
+    expect(message.tool_calls.map((c: any) => c.function.arguments)).toEqual(['{"zone":"UTC"}', '{"zone":"CET"}']);
+    expect(new Set(message.tool_calls.map((c: any) => c.id)).size).toBe(2);
+    const stream = await client.chat.completions.create(chatBody({ stream: true }) as any);
+    const order: string[] = [];
+    for await (const chunk of stream as any) {
+      const delta = chunk.choices[0]?.delta ?? {};
+      if (delta.content) order.push("text");
+      for (const f of delta.tool_calls ?? []) order.push(f.id ? `call ${f.index}` : `args ${f.index}`);
+    }
+    expect(order).toEqual(["text", "call 0", "args 0", "call 1", "args 1"]);
+    const messages = await anthropicClient(gateway.url, key).messages.create({
+      model: MODEL,
+      max_tokens: 50,
+      messages: [{ role: "user", content: "What time is it?" }],
+      tools: messagesTools,
+    });
+    expect(messages.content.map((b) => b.type)).toEqual(["text", "tool_use", "tool_use"]);
+    const response = await client.responses.create({ model: MODEL, input: "What time is it?", tools: responseTools });
+    expect(response.output.map((i) => i.type)).toEqual(["message", "function_call", "function_call"]);
+  });
+
+  test("when parallel_tool_calls is false and two calls come, then the first is answered and the second is logged", async () => {
     fake.deltas = [...toolCall(0, "get_time", '{"zone":"UTC"}'), ...toolCall(1, "get_time", '{"zone":"CET"}')];
     const from = logs.lines.length;
-    const completion = await openaiClient(gateway.url, key).chat.completions.create(chatBody() as any);
+    const completion = await openaiClient(gateway.url, key).chat.completions.create(
+      chatBody({ parallel_tool_calls: false }) as any,
+    );
     expect(fake.bodies.at(-1)!.parallel_tool_calls).toBe(false);
     const calls = completion.choices[0].message.tool_calls!;
     expect(calls).toHaveLength(1);

@@ -2,7 +2,7 @@
  * Tools and structured outputs through the upstream engine (issue 26, item 5): a gateway
  * Switchyard whose catalog routes `up-tools` (`capabilities.tools: true`) to a second Switchyard on
  * loopback, which serves the tiny model on its embedded engine. The gateway sends the request's
- * `tools`, `tool_choice`, `parallel_tool_calls: false`, tool turns and `response_format` upstream
+ * `tools`, `tool_choice`, `parallel_tool_calls` as asked, tool turns and `response_format` upstream
  * as OpenAI's chat format (read back from the upstream's own activity `body_json`), assembles the
  * streamed `delta.tool_calls` into the call, and answers it in each protocol's terms with its own
  * ids — called with the official `openai` and `@anthropic-ai/sdk` clients.
@@ -130,17 +130,24 @@ describe("Chat Completions tools through the upstream", () => {
     expect(theirs.id).not.toBe(call.id);
   });
 
-  test("when tool_choice is required, then the upstream is asked for a required call and one of the tools is called", async () => {
+  test("when tool_choice is required, then the upstream is asked for a required call with parallel calls as the caller asked, and every call it makes is answered", async () => {
     const client = openaiClient(gateway.url, key);
-    const completion = await client.chat.completions.create({
-      ...ask,
-      tools,
-      tool_choice: "required",
-      max_tokens: 200,
-    });
-    const call = completion.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
-    expect(ajv.validate(paramsOf[call.function.name], JSON.parse(call.function.arguments))).toBe(true);
-    expect((await upstreamCall()).body.tool_choice).toBe("required");
+    // A small schema: the upstream's tiny model makes several calls of it within max_tokens.
+    const timeTool = tools.filter((t) => t.function.name === "get_time");
+    const body = { ...ask, tools: timeTool, tool_choice: "required" as const, max_tokens: 600, seed: 1 };
+    const completion = await client.chat.completions.create(body);
+    const calls = completion.choices[0].message.tool_calls as Array<{ id: string; function: object }>;
+    const upstream = await upstreamCall();
+    expect(upstream.body).toMatchObject({ tool_choice: "required", parallel_tool_calls: true });
+    const theirs = upstream.result.choices[0].message.tool_calls as Array<{ id: string; function: object }>;
+    expect(theirs.length).toBeGreaterThan(1);
+    expect(calls.map((c) => c.function)).toEqual(theirs.map((c) => c.function));
+    expect(new Set([...calls, ...theirs].map((c) => c.id)).size).toBe(calls.length * 2);
+    for (const call of calls as any[])
+      expect(ajv.validate(paramsOf[call.function.name], JSON.parse(call.function.arguments))).toBe(true);
+    const one = await client.chat.completions.create({ ...body, parallel_tool_calls: false });
+    expect(one.choices[0].message.tool_calls).toHaveLength(1);
+    expect((await upstreamCall()).body.parallel_tool_calls).toBe(false);
   });
 
   test("when a forced call is streamed, then delta.tool_calls come as OpenAI streams them and join into a valid call", async () => {

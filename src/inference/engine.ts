@@ -107,7 +107,16 @@ export interface GenerateRequest extends SamplingParams {
   signal?: AbortSignal;
   /** Called once generation starts (slot acquired, prompt counted), before any `onText`. */
   onStart?: (start: GenerationStart) => void;
-  /** Receives text as it is generated (streaming). */
+  /**
+   * Receives text as it is generated (streaming). The deltas joined are, once `generate`
+   * resolves, exactly the text the protocols answer: `callPreamble` (or nothing) when the answer
+   * makes calls, else `text` — and nothing for a forced call (`tools.mode` forced), whose text is
+   * the call itself (issue 26, item 2). With tools offered under `auto`, text is sent as soon as it
+   * cannot be (the start of) a call in the model's format: the embedded engine holds back only a
+   * possible prefix of its call syntax and releases it the moment it diverges; text before a call
+   * is sent before `generate` resolves with the call. What was held and turns out to be text is
+   * sent before `generate` resolves.
+   */
   onText?: (delta: string) => void;
   /**
    * Called once the prompt is counted and fits the context, before a slot is taken, with the
@@ -145,19 +154,20 @@ export interface GenerateResult {
    */
   logprobs?: TokenLogprob[];
   /**
-   * The calls the answer makes (`GenerateRequest.tools`), each valid (`validToolCall`); absent
-   * when it makes none, or when it was cut short (`length`, `cancelled`: under `auto` it stays
-   * text; a forced call cut short is no text either, review finding F6: the protocols answer
-   * neither text nor a call). The protocols answer one call per answer, the first
-   * (`parallel_tool_calls: false` is sent upstream).
+   * The calls the answer makes (`GenerateRequest.tools`), each valid (`validToolCall`), in the
+   * order the model made them: one at most unless `tools.parallel`; absent when it makes none, or
+   * when it was cut short (`length`, `cancelled`: under `auto` it stays text; a forced call cut
+   * short is no text either, review finding F6: the protocols answer neither text nor a call).
+   * The protocols answer every one, each with an id of their own.
    */
   toolCalls?: ToolCall[];
   /**
-   * With `toolCalls`: text the answer gives beside its calls, answered before the call (chat
-   * `content` beside `tool_calls`, an Anthropic text block before the `tool_use`, a Responses
-   * message item before the `function_call`); absent when there is none. An upstream may send
-   * both (OpenAI allows it); the embedded engine answers a call alone (its `text` is then the
-   * call's own text, never rendered).
+   * With `toolCalls`: text the answer gives before its calls, answered before them (chat
+   * `content` beside `tool_calls`, an Anthropic text block before the `tool_use` blocks, a
+   * Responses message item before the `function_call` items); absent when there is none. An
+   * upstream may send both (OpenAI allows it); on the embedded engine it is the text the model
+   * wrote before its first call under `auto` (streamed before the calls, `onText`), never text
+   * after or between calls (its `text` is then the whole answer, never rendered).
    */
   callPreamble?: string;
 }

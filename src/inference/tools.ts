@@ -28,7 +28,27 @@ export type ToolMode = { kind: "none" } | { kind: "auto" } | { kind: "forced"; n
 export interface GenerationTools {
   specs: ToolDefinition[];
   mode: ToolMode;
+  /**
+   * The answer may make more than one call (OpenAI `parallel_tool_calls`, true by default;
+   * Anthropic's `disable_parallel_tool_use` false), at most `MAX_PARALLEL_CALLS` where the engine
+   * decodes them under a grammar. Absent or false: at most one call, the first the model makes.
+   * The protocols set it false for a named function (`tool_choice: {type: "function", name}`,
+   * Anthropic `tool`): exactly that one call, as OpenAI answers it.
+   */
+  parallel?: boolean;
 }
+
+/**
+ * The most calls a forced answer (`required`, Anthropic `any`) decodes with `parallel` set: the
+ * grammar allows one to this many, each valid against its function's schema. Bounded because an
+ * unbounded repetition lets a model that keeps choosing "another call" run on until `max_tokens`,
+ * and an answer cut short makes no call at all; with the bound the grammar itself closes the answer
+ * (a small model under a grammar rarely chooses to stop on its own). Eight is more than the calls
+ * one turn of a real agent makes at once (a handful of lookups) and keeps the worst case of the
+ * tiny test model within a few hundred tokens. `auto` answers are not bounded: every well-formed
+ * call the model writes is kept.
+ */
+export const MAX_PARALLEL_CALLS = 8;
 
 /** A call an earlier assistant turn made (`ChatMessage.toolCalls`); `arguments` is JSON text. */
 export interface HistoryToolCall {
@@ -39,7 +59,7 @@ export interface HistoryToolCall {
 }
 
 /**
- * A call an answer makes (`GenerateResult.toolCalls`): `name` is one of the offered tools (under
+ * A call an answer makes (`GenerateResult.toolCalls`, in the order the model made them): `name` is one of the offered tools (under
  * a forced mode, one of the allowed ones) and `arguments` is the compact text of a JSON object.
  * `id` is the upstream's id when it gave one; the protocols always mint their own.
  */

@@ -161,7 +161,12 @@ export const chatCompletionShape = z.object({
               function: z.object({ name: z.string(), arguments: z.string().meta({ description: "JSON text" }) }),
             }),
           )
-          .optional(),
+          .optional()
+          .meta({
+            description:
+              "The calls the answer makes, in order: one or more with parallel_tool_calls (the default), " +
+              "one at most without it, exactly one for a named function; streamed, each under its own index",
+          }),
       }),
       logprobs: z
         .object({ content: z.array(tokenLogprob).nullable(), refusal: z.null() })
@@ -270,17 +275,23 @@ export const anthropicMessageShape = z.object({
   type: z.literal("message"),
   role: z.literal("assistant"),
   model: z.string(),
-  content: z.array(
-    z.union([
-      z.object({ type: z.literal("text"), text: z.string() }),
-      z.object({
-        type: z.literal("tool_use"),
-        id: z.string().meta({ description: "toolu_…" }),
-        name: z.string(),
-        input: z.record(z.string(), z.unknown()),
-      }),
-    ]),
-  ),
+  content: z
+    .array(
+      z.union([
+        z.object({ type: z.literal("text"), text: z.string() }),
+        z.object({
+          type: z.literal("tool_use"),
+          id: z.string().meta({ description: "toolu_…" }),
+          name: z.string(),
+          input: z.record(z.string(), z.unknown()),
+        }),
+      ]),
+    )
+    .meta({
+      description:
+        "A text block, then one tool_use block per call (several unless tool_choice.disable_parallel_tool_use " +
+        "or a named tool)",
+    }),
   stop_reason: z.enum(["end_turn", "max_tokens", "stop_sequence", "tool_use"]),
   stop_sequence: z.string().nullable(),
   usage: z.object({

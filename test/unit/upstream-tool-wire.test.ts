@@ -31,9 +31,16 @@ test("when tools are offered, then the body carries them in OpenAI's format with
     tool_choice: "auto",
     parallel_tool_calls: false,
   });
+  // What the caller asked: several calls allowed (OpenAI's default), or not.
+  expect(toolFields({ ...auto, parallel: true }).parallel_tool_calls).toBe(true);
+  expect(toolFields({ ...auto, parallel: false }).parallel_tool_calls).toBe(false);
   const forced = (names: string[]) => toolFields({ specs, mode: { kind: "forced", names } }).tool_choice;
   expect(forced(["get_time"])).toEqual({ type: "function", function: { name: "get_time" } });
   expect(forced(["get_time", "get_weather"])).toBe("required");
+  // `required` with one tool and parallel calls allowed: several calls of it, not the named function's one.
+  expect(
+    toolFields({ specs: [specs[1]], mode: { kind: "forced", names: ["get_time"] }, parallel: true }).tool_choice,
+  ).toBe("required");
 });
 
 test("when the history holds calls and results, then they go as tool_calls and tool messages", () => {

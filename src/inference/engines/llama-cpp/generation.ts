@@ -9,30 +9,14 @@ import type { LlamaContextSequence, Token } from "node-llama-cpp";
 import type { Logger } from "pino";
 import { AppError, ErrorCode } from "../../../shared/errors.js";
 import { clientGone } from "../../client-gone.js";
-import type { FinishReason, GenerateRequest, GenerateResult } from "../../engine.js";
+import type { FinishReason } from "../../engine.js";
 import { TOKENIZE_CHUNK_CHARS, mayFitTokens } from "../../input-bounds.js";
 import { StopSequenceFilter } from "../../stop-sequences.js";
+import { CallTextGate } from "./call-gate.js";
 import type { LlamaCppLoader } from "./loading.js";
 import { completionLogprobs } from "./logprobs.js";
 import type { GrammarCache } from "./structured-decoding.js";
-import type { TemplatePromptTools } from "./template-tools.js";
-
-/**
- * A request as the embedded engine decodes it (`llama-cpp.engine.ts` prepares it): with tools in
- * the chat template's own format (`template-tools.ts`), the prompt formatter writes them, a forced
- * call decodes under its own grammar, and an `auto` answer comes back with its special tokens too.
- */
-export interface PromptedRequest extends GenerateRequest {
-  /** Tools and the history's calls written by the chat template (`formatPrompt`'s `tools`). */
-  templateTools?: TemplatePromptTools;
-  /** GBNF the answer decodes under, instead of `responseFormat`'s. */
-  gbnf?: string;
-  /** Return `rawText`: the answer's tokens with special tokens written out (a call's markers). */
-  rawText?: boolean;
-}
-
-/** What `generate` returns: the result, and the answer with special tokens when `rawText` was asked. */
-export type GenerationResult = GenerateResult & { rawText?: string };
+import type { GenerationResult, PromptedRequest } from "./prompted.js";
 
 /**
  * Generates a completion for `req.messages` on a sequence of `req.model`'s runtime (the free one
@@ -110,10 +94,14 @@ export async function generate(
   const signal = req.signal ? AbortSignal.any([req.signal, halt.signal]) : halt.signal;
   let text = "";
   const generated: Token[] = [];
+  // With tools offered, streamed text goes through the gate: held only where a call may start.
+  const gate = req.callOpeners !== undefined ? new CallTextGate(req.callOpeners, req.onText) : null;
+  /** The tokens of the text chunk that comes next (node-llama-cpp calls `onToken`, then `onTextChunk`). */
+  let chunkTokens: Token[] = [];
   const emit = (chunk: string) => {
     if (!chunk) return;
     text += chunk;
-    req.onText?.(chunk);
+    if (!gate) req.onText?.(chunk);
   };
   try {
     req.onStart?.({ promptTokens, cachedPromptTokens, queueMs: started - queued });
@@ -148,10 +136,18 @@ export async function generate(
           : undefined,
       onToken: (tokens) => {
         completionTokens += tokens.length;
-        if (req.logprobs || req.rawText) generated.push(...tokens);
+        if (gate) chunkTokens = tokens;
+        if (req.logprobs || req.rawText || gate) generated.push(...tokens);
       },
       onTextChunk: (chunk) => {
         emit(stops.push(chunk));
+        if (gate) {
+          // The raw text of the same tokens, after the few before them (a leading space depends on them).
+          const at = generated.length - chunkTokens.length;
+          const before = generated.slice(Math.max(0, at - 8), at);
+          gate.push(chunk, rt.model.detokenize(chunkTokens, true, before), text.length);
+          chunkTokens = [];
+        }
         if (stops.stopped) halt.abort();
       },
     });
@@ -159,6 +155,7 @@ export async function generate(
     if (stops.stopped) finishReason = "stop_sequence";
     else {
       emit(stops.end());
+      gate?.release(text.length);
       const reason = result.metadata.stopReason;
       finishReason = reason === "maxTokens" ? "length" : reason === "abort" ? "cancelled" : "stop";
     }
@@ -176,7 +173,11 @@ export async function generate(
       engineMs: performance.now() - started,
       queueMs: started - queued,
       ...(logprobs ? { logprobs } : {}),
-      ...(req.rawText ? { rawText: rt.model.detokenize(generated, true) } : {}),
+      ...(gate
+        ? { gate, rawText: gate.rawUpTo(text.length) }
+        : req.rawText
+          ? { rawText: rt.model.detokenize(generated, true) }
+          : {}),
     };
   } catch (err) {
     if (err instanceof AppError) throw err;

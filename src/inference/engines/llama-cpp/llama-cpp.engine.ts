@@ -79,9 +79,10 @@ export class LlamaCppEngine implements InferenceEngine {
    * Generates a completion for `req.messages` (`generation.ts`).
    * A structured output decodes under its grammar (`structured-decoding.ts`). Tools and the
    * history's calls are written into the prompt, a forced call decodes under the grammar of the
-   * allowed calls, and the call the answer makes is read back from its text: in the model's own
+   * allowed calls, and the calls the answer makes are read back from its text: in the model's own
    * chat-template format where its runtime has one (`template-tools.ts`), else in the documented
-   * format (`tool-calls.ts`).
+   * format (`tool-calls.ts`). With tools offered, streamed text is held only where a call may start
+   * (`call-gate.ts`), and under a forced call not streamed at all.
    * @throws AppError InvalidRequest when prompt + max tokens exceed the context or a strict schema
    *   uses a keyword it cannot enforce; RateLimited when no sequence frees up within
    *   `maxQueueWaitMs`; EngineFailure when llama.cpp fails.
@@ -90,12 +91,18 @@ export class LlamaCppEngine implements InferenceEngine {
     const rt = await this.loader.runtime(req.model);
     const format = rt.kind === "generation" ? rt.toolFormat : null;
     const templated = format ? templateToolRequest(req, format) : null;
-    if (format && templated) {
-      const result = await generate(this.loader, this.grammars, this.opts.logger, templated);
-      return withTemplateToolCalls(result, req.tools, format.syntax);
-    }
-    const result = await generate(this.loader, this.grammars, this.opts.logger, toolPromptRequest(req));
-    return withToolCalls(result, req.tools);
+    const generated =
+      format && templated
+        ? await generate(this.loader, this.grammars, this.opts.logger, templated)
+        : await generate(this.loader, this.grammars, this.opts.logger, toolPromptRequest(req));
+    const result =
+      format && templated
+        ? withTemplateToolCalls(generated, req.tools, format.syntax)
+        : withToolCalls(generated, req.tools);
+    // The last of the streamed text, now that the answer is read: what was held and is text, or
+    // the text before the calls (`GenerateRequest.onText`).
+    generated.gate?.finish(result.toolCalls?.length ? (result.callPreamble ?? "") : result.text);
+    return result;
   }
 
   /**

@@ -22,11 +22,17 @@
  *
  * - `auto`: the model decodes freely; the first well-formed call in its text (special tokens
  *   written out) naming an offered tool, with JSON object arguments (or a JSON string holding
- *   one, as some templates write them), becomes the call; anything else stays text.
+ *   one, as some templates write them), becomes the call, and with `parallel` each call that
+ *   follows it in the wrapper's syntax for parallel calls; the text before the first call is the
+ *   answer's text beside them; a call that is not well-formed leaves the whole answer text.
+ *   Text streams as it comes, but for a possible start of a call (`call-gate.ts`).
  * - Forced (`required`, a named function): the prompt ends with the wrapper's call prefix and the
  *   answer decodes under a grammar of `<name><params prefix><arguments of that tool's schema>`
- *   for each allowed tool, so it always parses. Where a params prefix holds special tokens (which
- *   a grammar cannot spell), the request takes the documented format instead.
+ *   for each allowed tool, so it always parses; with `parallel` (`required`, Anthropic `any`)
+ *   and a wrapper that writes parallel calls, up to `MAX_PARALLEL_CALLS` of them, each after the
+ *   call suffix, the wrapper's text between calls and the call prefix. Where a params prefix
+ *   (or that text between calls) holds special tokens (which a grammar cannot spell), the request
+ *   takes the documented format instead (one call, where only the text between calls cannot).
  * - The tool definitions are part of the prompt either way, so they count in prompt tokens.
  */
 import type {
@@ -39,6 +45,10 @@ import type {
 import type { ChatMessage, GenerateRequest, GenerateResult } from "../../engine.js";
 import { jsonSchemaChoiceGrammar } from "../../structured/json-schema-gbnf.js";
 import { type GenerationTools, type ToolCall, type ToolDefinition, validToolCall } from "../../tools.js";
+import type { GenerationResult, PromptedRequest } from "./prompted.js";
+import { forcedCalls, withCalls } from "./tool-calls.js";
+
+export type { TemplatePromptTools } from "./prompted.js";
 
 /** A chat wrapper's call syntax as text (special tokens written out, as `detokenize(…, true)` does). */
 export interface CallSyntax {
@@ -50,6 +60,10 @@ export interface CallSyntax {
   suffix: string;
   /** What a forced call's prompt ends with: the section prefix of parallel calls, if any, and the call prefix. */
   lead: string;
+  /** What opens a section of parallel calls (before the first call prefix); "" when none. */
+  sectionPrefix: string;
+  /** Between one call's suffix and the next call's prefix; null where the wrapper writes no parallel calls. */
+  betweenCalls: string | null;
 }
 
 /** A runtime's tool format when its chat template has a usable one (`promptFormatter`, `templateCallSyntax`). */
@@ -57,14 +71,6 @@ export interface TemplateToolFormat {
   syntax: CallSyntax;
   /** True when `text` holds no special token (the model's tokenizer reads it the same either way). */
   plain: (text: string) => boolean;
-}
-
-/** How the prompt formatter writes a request's tools (`PromptedRequest.templateTools`). */
-export interface TemplatePromptTools {
-  /** Tools offered to the model (none under `tool_choice: none`). */
-  functions: ToolDefinition[];
-  /** The prompt ends with the call prefix (a forced call). */
-  forced: boolean;
 }
 
 type Text = string | LlamaText;
@@ -79,7 +85,20 @@ export function callSyntax(wrapper: ChatWrapper): CallSyntax {
     paramsPrefix: text(call.paramsPrefix),
     suffix: text(call.suffix),
     lead: text(parallelism?.call.sectionPrefix) + prefix,
+    sectionPrefix: text(parallelism?.call.sectionPrefix),
+    betweenCalls: parallelism ? text(parallelism.call.betweenCalls) : null,
   };
+}
+
+/**
+ * What opens a call in `syntax`: each call prefix, and the section prefix of parallel calls before
+ * it (so the text before a call never ends with the section's opening).
+ */
+export function callOpeners(syntax: CallSyntax): string[] {
+  const prefixes = syntax.prefixes.filter((p) => p.trim() !== "");
+  return syntax.sectionPrefix.trim() === ""
+    ? prefixes
+    : [...prefixes.map((p) => syntax.sectionPrefix + p), ...prefixes];
 }
 
 /** The node-llama-cpp prefix of its own generic call syntax, which no model was trained on. */
@@ -222,25 +241,65 @@ function jsonEnd(s: string, from: number): number {
 }
 
 /**
- * The call an answer makes in the template's syntax, or null (the answer stays text): the first
- * call prefix in `answer`, then an offered tool's name and the params prefix, then JSON object
- * arguments (or a JSON string holding them), then the suffix — or the text ends inside it, where
- * an end-of-turn token closed the call (no arguments at all: `{}`, where the suffix follows and
- * closes no JSON object). Whitespace may differ from the syntax's. The name must be an offered tool (an allowed
- * one when forced; `validToolCall`).
+ * The calls an answer makes in the template's syntax, or null (the answer stays text): the first
+ * call opener in `answer` (`callOpeners`; `start` is where it starts, whitespace before it
+ * included), then an offered tool's name and the params prefix, then JSON object arguments (or a
+ * JSON string holding them), then the suffix — or the text ends inside it, where an end-of-turn
+ * token closed the call (no arguments at all: `{}`, where the suffix follows and closes no JSON
+ * object). With `tools.parallel`, each call that follows in the same way after the wrapper's text
+ * between calls is one more. Whitespace may differ from the syntax's. Each name must be an offered
+ * tool (an allowed one when forced; `validToolCall`); one call that is not well-formed: null.
  */
-export function parseTemplateCall(answer: string, syntax: CallSyntax, tools: GenerationTools): ToolCall | null {
+export function parseTemplateCalls(
+  answer: string,
+  syntax: CallSyntax,
+  tools: GenerationTools,
+): { calls: ToolCall[]; start: number } | null {
   if (tools.mode.kind === "none") return null;
-  // The earliest call prefix (or alternative) in the answer.
+  // The earliest call opener in the answer (the longest where two start at the same place).
   let first: RegExpExecArray | null = null;
-  for (const prefix of syntax.prefixes.filter((p) => p.trim() !== "")) {
-    const m = new RegExp(loose(prefix)).exec(answer);
-    if (m && (!first || m.index < first.index)) first = m;
+  for (const opener of callOpeners(syntax)) {
+    const m = new RegExp(loose(opener)).exec(answer);
+    if (m && (!first || m.index < first.index || (m.index === first.index && m[0].length > first[0].length))) first = m;
   }
   if (!first) return null;
-  const rest = answer.slice(first.index + first[0].length);
+  const calls: ToolCall[] = [];
+  let rest = answer.slice(first.index + first[0].length);
+  for (;;) {
+    const read = readCall(rest, syntax, tools);
+    if (!read) return null;
+    calls.push(read.call);
+    if (!tools.parallel || syntax.betweenCalls === null) break;
+    const after = rest.slice(read.end);
+    const next = syntax.prefixes
+      .filter((p) => p.trim() !== "")
+      .map((p) => new RegExp(`^${loose(syntax.betweenCalls ?? "")}${loose(p)}`).exec(after))
+      .find((m) => m !== null);
+    if (!next) break;
+    rest = after.slice(next[0].length);
+  }
+  return { calls, start: first.index };
+}
+
+/** The first call of `answer` in the template's syntax (`parseTemplateCalls`), or null. */
+export function parseTemplateCall(answer: string, syntax: CallSyntax, tools: GenerationTools): ToolCall | null {
+  return parseTemplateCalls(answer, syntax, { ...tools, parallel: false })?.calls[0] ?? null;
+}
+
+/**
+ * One call right after its opener: the name, params prefix, arguments and suffix (or the end of
+ * the text inside the suffix); `end` is where it ends in `rest`. Null: not a well-formed call.
+ */
+function readCall(rest: string, syntax: CallSyntax, tools: GenerationTools): { call: ToolCall; end: number } | null {
   // Longer names first, so a name that begins another is not taken for it.
   const names = tools.specs.map((t) => t.name).sort((a, b) => b.length - a.length);
+  const suffix = syntax.suffix.replace(/\s+/g, "");
+  /** Where the suffix ends after `from`, or the end of the text inside it; -1: something else follows. */
+  const suffixEnd = (from: number): number => {
+    const m = new RegExp(`^${loose(syntax.suffix)}`).exec(rest.slice(from));
+    if (m) return from + m[0].length;
+    return suffix.startsWith(rest.slice(from).replace(/\s+/g, "")) ? rest.length : -1;
+  };
   for (const name of names) {
     const lead = new RegExp(
       `^\\s*${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}${loose(syntax.paramsPrefix.replaceAll("{{functionName}}", name))}`,
@@ -248,89 +307,126 @@ export function parseTemplateCall(answer: string, syntax: CallSyntax, tools: Gen
     if (!lead) continue;
     const from = lead[0].length;
     const end = jsonEnd(rest, from);
-    const suffix = syntax.suffix.replace(/\s+/g, "");
     if (end < 0) {
       // No arguments written: a call (`{}`) only where the suffix closes a call of its own (not
       // a JSON object the arguments sit in, as `"arguments": …}`), and it follows.
       const tail = rest.slice(from).replace(/\s+/g, "");
-      const closed = tail !== "" && !/^[}\]]/.test(suffix) && (tail.startsWith(suffix) || suffix.startsWith(tail));
-      return closed ? validToolCall({ name, arguments: "{}" }, tools) : null;
+      if (tail === "" || /^[}\]]/.test(suffix)) return null;
+      const closed = suffixEnd(from);
+      const call = closed < 0 ? null : validToolCall({ name, arguments: "{}" }, tools);
+      return call ? { call, end: closed } : null;
     }
     let args = jsonValue(rest.slice(from, end));
     if (typeof args === "string") args = jsonValue(args);
-    const tail = rest.slice(end).replace(/\s+/g, "");
-    if (!tail.startsWith(suffix) && !suffix.startsWith(tail)) return null;
-    if (typeof args !== "object" || args === null || Array.isArray(args)) return null;
-    return validToolCall({ name, arguments: JSON.stringify(args) }, tools);
+    const closed = suffixEnd(end);
+    if (closed < 0 || typeof args !== "object" || args === null || Array.isArray(args)) return null;
+    const call = validToolCall({ name, arguments: JSON.stringify(args) }, tools);
+    return call ? { call, end: closed } : null;
   }
   return null;
+}
+
+/** `text` as a GBNF string literal. */
+function gbnfLiteral(text: string): string {
+  const escaped = text
+    .replace(/\\/g, "\\\\")
+    .replace(/"/g, '\\"')
+    .replace(/\n/g, "\\n")
+    .replace(/\r/g, "\\r")
+    .replace(/\t/g, "\\t");
+  return `"${escaped}"`;
 }
 
 /**
  * The grammar of a forced call in the template's syntax (the prompt ends with `syntax.lead`):
  * for each allowed tool, its name and params prefix, then arguments valid against its schema.
- * Null where a params prefix holds special tokens: the documented format serves the request.
+ * With `maxCalls` above 1 and a wrapper that writes parallel calls, up to `maxCalls` such calls,
+ * each after the suffix of the one before, the text between calls and the call prefix (one call
+ * where that text holds special tokens). Null where a params prefix holds special tokens: the
+ * documented format serves the request.
  */
 export function forcedTemplateGrammar(
   format: TemplateToolFormat,
   specs: ToolDefinition[],
   names: string[],
+  maxCalls = 1,
 ): string | null {
+  const { syntax } = format;
   const choices = specs
     .filter((t) => names.includes(t.name))
     .map((t) => ({
-      lead: t.name + format.syntax.paramsPrefix.replaceAll("{{functionName}}", t.name),
+      lead: t.name + syntax.paramsPrefix.replaceAll("{{functionName}}", t.name),
       schema: { type: "object", ...t.parameters },
     }));
   if (choices.length === 0 || !choices.every((c) => format.plain(c.lead))) return null;
-  return jsonSchemaChoiceGrammar(choices);
+  const one = jsonSchemaChoiceGrammar(choices);
+  const glue = syntax.betweenCalls === null ? null : syntax.suffix + syntax.betweenCalls + syntax.prefixes[0];
+  if (maxCalls <= 1 || glue === null || !format.plain(glue) || !one.startsWith("root ::= ")) return one;
+  // The choice of one call becomes `tool-call`; the root repeats it (no rule of the choice grammar
+  // has that name: its own rules are `c<i>-…`, the shared ones JSON's).
+  return (
+    `root ::= tool-call (${gbnfLiteral(glue)} tool-call){0,${maxCalls - 1}}\n` +
+    `tool-call ::= ${one.slice("root ::= ".length)}`
+  );
 }
 
 /**
  * A request as the embedded engine decodes it in the template's tool format
  * (`PromptedRequest` in `generation.ts`), or null where the documented format serves it: no tools
  * and no tool turns (the plain template prompt), or a forced call `forcedTemplateGrammar` cannot
- * write. A forced call's grammar replaces the request's response format.
+ * write. A forced call's grammar replaces the request's response format, and its text is not
+ * streamed; under `auto`, streamed text is gated on the template's call openers (`call-gate.ts`).
  */
-export function templateToolRequest(
-  req: GenerateRequest,
-  format: TemplateToolFormat,
-): (GenerateRequest & { templateTools: TemplatePromptTools; gbnf?: string; rawText?: boolean }) | null {
+export function templateToolRequest(req: GenerateRequest, format: TemplateToolFormat): PromptedRequest | null {
   const turns = req.messages.some((m) => m.role === "tool" || (m.toolCalls?.length ?? 0) > 0);
   if (!req.tools && !turns) return null;
   const tools = req.tools ?? { specs: [], mode: { kind: "none" } };
   if (tools.mode.kind === "forced") {
-    const gbnf = forcedTemplateGrammar(format, tools.specs, tools.mode.names);
+    const gbnf = forcedTemplateGrammar(format, tools.specs, tools.mode.names, forcedCalls(tools));
     if (!gbnf) return null;
-    return { ...req, responseFormat: undefined, templateTools: { functions: tools.specs, forced: true }, gbnf };
+    return {
+      ...req,
+      responseFormat: undefined,
+      templateTools: { functions: tools.specs, forced: true },
+      gbnf,
+      callOpeners: null,
+    };
   }
-  const offered = tools.mode.kind === "auto" ? tools.specs : [];
-  return { ...req, templateTools: { functions: offered, forced: false }, rawText: tools.mode.kind === "auto" };
+  if (tools.mode.kind === "none") return { ...req, templateTools: { functions: [], forced: false } };
+  return {
+    ...req,
+    templateTools: { functions: tools.specs, forced: false },
+    rawText: true,
+    callOpeners: callOpeners(format.syntax),
+  };
 }
 
 /**
- * The result with the call its answer makes in the template's syntax, if any (`rawText`: the
- * answer with special tokens written out; a forced answer follows `syntax.lead`). An answer cut
- * short or cancelled makes none; under `auto` it stays text, one ended by a caller's stop string
- * read from its text. A forced answer that makes no call is the call cut short, never the
- * caller's text: empty text and no log-probabilities of it (review finding F6, as `withToolCalls`).
+ * The result with the calls its answer makes in the template's syntax, if any
+ * (`parseTemplateCalls`; `rawText`: the answer with special tokens written out, up to a caller's
+ * stop string; a forced answer follows `syntax.lead`), and the text before the first call as its
+ * `callPreamble`. An answer cut short or cancelled makes none; under `auto` it stays text. A
+ * forced answer that makes no call is the call cut short, never the caller's text: empty text and
+ * no log-probabilities of it (review finding F6, as `withToolCalls`).
  */
 export function withTemplateToolCalls(
-  result: GenerateResult & { rawText?: string },
+  result: GenerationResult,
   tools: GenerationTools | undefined,
   syntax: CallSyntax,
 ): GenerateResult {
-  const { rawText, ...plain } = result;
+  const { rawText, gate, ...plain } = result;
   if (!tools) return plain;
   const noCall =
     tools.mode.kind === "forced" ? { ...plain, text: "", ...(plain.logprobs ? { logprobs: [] } : {}) } : plain;
   if (result.finishReason === "length" || result.finishReason === "cancelled") return noCall;
+  // Without a gate, the raw text runs past a caller's stop string: the text is read instead.
   const answer =
     tools.mode.kind === "forced"
       ? syntax.lead + result.text
-      : result.finishReason === "stop_sequence"
+      : result.finishReason === "stop_sequence" && !gate
         ? result.text
         : (rawText ?? result.text);
-  const call = parseTemplateCall(answer, syntax, tools);
-  return call ? { ...plain, toolCalls: [call] } : noCall;
+  const read = parseTemplateCalls(answer, syntax, tools);
+  if (!read) return noCall;
+  return withCalls(plain, read.calls, gate ? gate.plainBefore(read.start) : answer.slice(0, read.start));
 }

@@ -127,7 +127,7 @@ export class UpstreamClient {
 
   /**
    * An answer with `calls` (> 1) usable tool calls although `parallel_tool_calls: false` was sent:
-   * logged; the protocols answer the first (issue 26 review, finding 7).
+   * logged; the first is answered (issue 26 review, finding 7).
    */
   parallelCalls(endpoint: UpstreamEndpoint, calls: number): void {
     this.logger.warn(

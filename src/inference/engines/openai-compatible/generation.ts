@@ -166,10 +166,14 @@ async function readStream(
   let sawLogprobs = false;
   let choice: Record<string, unknown> | undefined;
   const calls = new ToolCallAssembler();
+  // A forced call's text (the upstream may write some before the call) is sent only once the
+  // answer is known to make the call (`GenerateRequest.onText`); other text as it comes (an
+  // upstream that reads calls from the model's text holds back their syntax itself).
+  const forced = req.tools?.mode.kind === "forced";
   const emit = (chunk: string) => {
     if (!chunk) return;
     text += chunk;
-    req.onText?.(chunk);
+    if (!forced) req.onText?.(chunk);
   };
   const handle = (data: string) => {
     if (data === "[DONE]") return;
@@ -206,15 +210,16 @@ async function readStream(
   // The calls of an answer that ended (one cut short stays what it was: text), each valid, with
   // the text the upstream sent beside them (OpenAI allows `content` and `tool_calls` together).
   // An answer whose calls are all unusable is a broken answer, never an empty one (issue 26
-  // review, finding 7); a second call despite `parallel_tool_calls: false` is logged and the
-  // protocols answer the first.
+  // review, finding 7); every call when the caller allowed several (`tools.parallel`), else a
+  // second call despite `parallel_tool_calls: false` is logged and the first is answered.
   const answeredCalls = (reason: FinishReason): Pick<GenerateResult, "toolCalls" | "callPreamble"> => {
     if (reason !== "stop" || !calls.started) return {};
     const made = calls.finished(req.tools, (call) => client.unusableCall(endpoint, call.name));
     if (made.length === 0)
       throw client.broken(endpoint, "tool calls none of which names an offered tool with JSON-object arguments");
-    if (made.length > 1) client.parallelCalls(endpoint, made.length);
-    return { toolCalls: made, ...(text ? { callPreamble: text } : {}) };
+    if (made.length > 1 && !req.tools?.parallel) client.parallelCalls(endpoint, made.length);
+    if (forced && text) req.onText?.(text);
+    return { toolCalls: req.tools?.parallel ? made : made.slice(0, 1), ...(text ? { callPreamble: text } : {}) };
   };
   const result = (reason: FinishReason, stopSequence: string | null, final: EngineUsage): GenerateResult => ({
     text,

@@ -2,9 +2,10 @@
  * Tools on the OpenAI-compatible wire (issue 26, item 5): what a request's tools and tool turns
  * become in a chat completion body — `tools` (`[{type: "function", function: {name, description,
  * parameters, strict}}]`), `tool_choice` (`auto`, `required`, `{type: "function", function:
- * {name}}`; a forced set of several names is `required`), `parallel_tool_calls: false` (answers
- * carry one call: the protocols answer the first), assistant messages with `tool_calls` and `tool`
- * messages with `tool_call_id` — and how the streamed `delta.tool_calls` fragments (index, id and
+ * {name}}`; a forced set of several names, or of one where several calls may be made, is
+ * `required`), `parallel_tool_calls` as the caller asked (`GenerationTools.parallel`; false for
+ * a named function), assistant messages with `tool_calls` and `tool` messages with
+ * `tool_call_id` — and how the streamed `delta.tool_calls` fragments (index, id and
  * name once, the arguments in pieces) are put back together. vLLM, SGLang, llama.cpp server (with
  * `--jinja`) and Switchyard read these; an upstream that cannot refuses them (400 to the caller).
  */
@@ -23,7 +24,9 @@ export function toolFields(tools: GenerationTools | undefined): Record<string, u
   const { specs, mode } = tools;
   let choice: unknown = mode.kind;
   if (mode.kind === "forced") {
-    choice = mode.names.length === 1 ? { type: "function", function: { name: mode.names[0] } } : "required";
+    // One name is the named function, unless several calls may be made (`required` with one tool).
+    const named = mode.names.length === 1 && tools.parallel !== true;
+    choice = named ? { type: "function", function: { name: mode.names[0] } } : "required";
   }
   return {
     tools: specs.map((t) => ({
@@ -36,7 +39,7 @@ export function toolFields(tools: GenerationTools | undefined): Record<string, u
       },
     })),
     tool_choice: choice,
-    parallel_tool_calls: false,
+    parallel_tool_calls: tools.parallel === true,
   };
 }
 

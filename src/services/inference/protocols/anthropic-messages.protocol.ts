@@ -71,7 +71,8 @@ export type MessagesRequest = z.infer<typeof messagesRequest>;
 
 /**
  * The tools a Messages body offers and how the model must use them (`tool_choice`: `auto` by
- * default with tools; `any` and `tool` force a call).
+ * default with tools; `any` and `tool` force a call), and whether an answer may make several
+ * calls (unless `disable_parallel_tool_use`; `tool` names one tool: exactly one call).
  * @throws AppError 400 when `tool_choice` names a tool not in `tools`, or forces a call with no tools.
  */
 export function messagesTooling(req: MessagesRequest): Tooling {
@@ -83,21 +84,22 @@ export function messagesTooling(req: MessagesRequest): Tooling {
     strict: false,
   }));
   const choice = req.tool_choice ?? { type: tools.length > 0 ? "auto" : "none" };
-  if (choice.type === "none") return { tools, mode: { kind: "none" } };
+  if (choice.type === "none") return { tools, mode: { kind: "none" }, parallel: false };
   if (tools.length === 0) {
     throw AppError.invalid("tool_choice asks for tool use but no tools are given", [
       { field: "tool_choice", message: "needs tools" },
     ]);
   }
-  if (choice.type === "auto") return { tools, mode: { kind: "auto" } };
-  if (choice.type === "any") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  const parallel = !("disable_parallel_tool_use" in choice && choice.disable_parallel_tool_use === true);
+  if (choice.type === "auto") return { tools, mode: { kind: "auto" }, parallel };
+  if (choice.type === "any") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) }, parallel };
   const name = (choice as { name: string }).name;
   if (!tools.some((t) => t.name === name)) {
     throw AppError.invalid(`tool_choice names '${echo(name)}', which is not in tools`, [
       { field: "tool_choice.name", message: "is not one of the tools" },
     ]);
   }
-  return { tools, mode: { kind: "forced", names: [name] } };
+  return { tools, mode: { kind: "forced", names: [name] }, parallel: false };
 }
 
 /**
@@ -224,9 +226,9 @@ function textContent(text: string) {
 }
 
 /**
- * The `message` object: with `call`, its `tool_use` block after a text block with the text the
- * answer gave beside it (`callPreamble`, when there is some), else one text block. `noText`: a
- * forced call (`tool_choice` `any` / `tool`) that did not complete: no block at all
+ * The `message` object: with `calls`, a `tool_use` block each, after a text block with the text
+ * the answer gave before them (`callPreamble`, when there is some), else one text block.
+ * `noText`: a forced call (`tool_choice` `any` / `tool`) that did not complete: no block at all
  * (`content: []`) and `stop_reason: "max_tokens"`, never the call's JSON as a text block (review
  * finding F6).
  */
@@ -234,16 +236,17 @@ export function anthropicMessage(
   requestId: string,
   model: string,
   result: GenerateResult,
-  call?: AnthropicToolUse | null,
+  calls: AnthropicToolUse[] = [],
   noText = false,
 ) {
+  const call = calls.length > 0;
   const preamble = result.callPreamble ? [textContent(result.callPreamble)] : [];
   return {
     id: messageId(requestId),
     type: "message" as const,
     role: "assistant" as const,
     model,
-    content: call ? [...preamble, call] : noText ? [] : [textContent(result.text)],
+    content: call ? [...preamble, ...calls] : noText ? [] : [textContent(result.text)],
     stop_reason: call ? ("tool_use" as const) : stopReason(result.finishReason),
     stop_sequence: call ? null : result.stopSequence,
     usage: usage(result),
@@ -258,25 +261,41 @@ function blockStop(index: number): [string, unknown] {
   return ["content_block_stop", { type: "content_block_stop", index }];
 }
 
-/** SSE events of one streamed message, as `[event, data]` pairs. */
-export const messageEvents = {
-  start(
-    requestId: string,
-    model: string,
-    prompt: { promptTokens: number; cachedPromptTokens: number },
-    /** With tools offered: the first block is sent at the end, once it is known to be text or a call. */
-    held = false,
-  ): [string, unknown][] {
+function textDelta(text: string): [string, unknown] {
+  return ["content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } }];
+}
+
+/**
+ * The SSE events of one streamed message, as `[event, data]` pairs. Text streams in the text block
+ * (index 0) as it comes; with tools offered that block opens with the first text (an answer that
+ * is only calls has none), and the `tool_use` blocks follow it at the end.
+ */
+export class MessageStreamEvents {
+  /** The text block is open (with tools offered it opens with the first text). */
+  private opened = false;
+  private streamed = "";
+
+  constructor(
+    private readonly requestId: string,
+    private readonly model: string,
+  ) {}
+
+  /**
+   * `message_start` (its usage: the prompt), the text block unless `held`, `ping`.
+   * @param held with tools offered: the text block opens with the first text, if any comes.
+   */
+  start(prompt: { promptTokens: number; cachedPromptTokens: number }, held = false): [string, unknown][] {
+    this.opened = !held;
     return [
       [
         "message_start",
         {
           type: "message_start",
           message: {
-            id: messageId(requestId),
+            id: messageId(this.requestId),
             type: "message",
             role: "assistant",
-            model,
+            model: this.model,
             content: [],
             stop_reason: null,
             stop_sequence: null,
@@ -292,26 +311,36 @@ export const messageEvents = {
       ...(held ? [] : [textBlockStart()]),
       ["ping", { type: "ping" }],
     ];
-  },
-  delta(text: string): [string, unknown] {
-    return ["content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } }];
-  },
+  }
+
+  /** A piece of text (opening the text block first when it is not yet). */
+  delta(text: string): [string, unknown][] {
+    const open = this.opened ? [] : [textBlockStart()];
+    this.opened = true;
+    this.streamed += text;
+    return [...open, textDelta(text)];
+  }
+
   /**
-   * The closing events. `held`: the block was not opened at the start; it is sent now, as a text
-   * block with the whole text, or as the `tool_use` block of `call` (empty `input`, then its JSON
-   * as one `input_json_delta`), as Anthropic streams them — after a text block with the text the
-   * answer gave beside the call (`callPreamble`), when there is some; or no block at all with
-   * `noText` (a held forced call that did not complete, as `anthropicMessage` says).
+   * The closing events: the text block with what was not streamed of its text (the text before
+   * the calls, or the whole text), closed — or opened with it where none was open and there is
+   * text (or the answer is text: its one block); then each `tool_use` of `message` (empty
+   * `input`, then its JSON as one `input_json_delta`), as Anthropic streams them; `message_delta`,
+   * `message_stop`. No block at all for a forced call that did not complete (`content: []`).
    */
-  finish(result: GenerateResult, held = false, call?: AnthropicToolUse | null, noText = false): [string, unknown][] {
-    let blocks: [string, unknown][] = [blockStop(0)];
-    if (held && call) {
-      const preamble = result.callPreamble
-        ? [textBlockStart(), messageEvents.delta(result.callPreamble), blockStop(0)]
-        : [];
-      const index = preamble.length > 0 ? 1 : 0;
-      blocks = [
-        ...preamble,
+  finish(result: GenerateResult, message: ReturnType<typeof anthropicMessage>): [string, unknown][] {
+    const calls = message.content.filter((b): b is AnthropicToolUse => b.type === "tool_use");
+    const text = message.content.find((b) => b.type === "text")?.text;
+    const rest = text?.startsWith(this.streamed) ? text.slice(this.streamed.length) : "";
+    let blocks: [string, unknown][] = [];
+    if (this.opened || text !== undefined) {
+      const open = this.opened ? [] : [textBlockStart()];
+      blocks = [...open, ...(rest ? [textDelta(rest)] : []), blockStop(0)];
+    }
+    const first = blocks.length > 0 ? 1 : 0;
+    calls.forEach((call, i) => {
+      const index = first + i;
+      blocks.push(
         ["content_block_start", { type: "content_block_start", index, content_block: { ...call, input: {} } }],
         [
           "content_block_delta",
@@ -322,26 +351,19 @@ export const messageEvents = {
           },
         ],
         blockStop(index),
-      ];
-    } else if (held && noText) {
-      blocks = [];
-    } else if (held) {
-      blocks = [textBlockStart(), ...(result.text ? [messageEvents.delta(result.text)] : []), blockStop(0)];
-    }
+      );
+    });
     return [
       ...blocks,
       [
         "message_delta",
         {
           type: "message_delta",
-          delta: {
-            stop_reason: call ? "tool_use" : stopReason(result.finishReason),
-            stop_sequence: call ? null : result.stopSequence,
-          },
+          delta: { stop_reason: message.stop_reason, stop_sequence: message.stop_sequence },
           usage: usage(result),
         },
       ],
       ["message_stop", { type: "message_stop" }],
     ];
-  },
-};
+  }
+}

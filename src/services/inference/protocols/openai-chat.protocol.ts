@@ -96,7 +96,14 @@ export const chatCompletionRequest = z
         z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
       ])
       .nullish(),
-    parallel_tool_calls: z.boolean().nullish(),
+    parallel_tool_calls: z
+      .boolean()
+      .nullish()
+      .meta({
+        description:
+          "Default true: an answer may make several calls (required: one to eight, each under its function's " +
+          "schema); false: one at most. A named tool_choice is always exactly one call.",
+      }),
     functions: z.array(z.unknown()).nullish(),
     function_call: z.unknown().optional(),
     logprobs: z.boolean().nullish(),
@@ -166,7 +173,8 @@ export function chatParams(req: ChatCompletionRequest): GenerationParams {
 
 /**
  * The tools a chat body offers and how the model must use them (`tool_choice`: default `auto`
- * with tools, `none` without).
+ * with tools, `none` without), and whether an answer may make several calls
+ * (`parallel_tool_calls`, true by default; a named function is one call).
  * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
  *   no tools.
  */
@@ -185,17 +193,18 @@ export function chatTooling(req: ChatCompletionRequest): Tooling {
         { field: "tool_choice", message: "needs tools" },
       ]);
     }
-    return { tools, mode: { kind: "none" } };
+    return { tools, mode: { kind: "none" }, parallel: false };
   }
-  if (choice === "auto") return { tools, mode: { kind: "auto" } };
-  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  const parallel = req.parallel_tool_calls !== false;
+  if (choice === "auto") return { tools, mode: { kind: "auto" }, parallel };
+  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) }, parallel };
   const name = choice.function.name;
   if (!tools.some((t) => t.name === name)) {
     throw AppError.invalid(`tool_choice names '${echo(name)}', which is not in tools`, [
       { field: "tool_choice.function.name", message: "is not one of the tools" },
     ]);
   }
-  return { tools, mode: { kind: "forced", names: [name] } };
+  return { tools, mode: { kind: "forced", names: [name] }, parallel: false };
 }
 
 /** The fields of a chat body this service does not honour yet (legacy functions, `n` above 1). */
@@ -245,20 +254,21 @@ export function chatUsage(result: GenerateResult) {
 }
 
 /**
- * The `chat.completion` object: with `call`, its `tool_calls` and as `content` the text the answer
- * gave beside it (`callPreamble`; null when none), else the text. `created` is Unix seconds.
- * `noText`: a forced call that did not complete (cut by `max_tokens`, cancelled): no call and
- * `content: null`, as OpenAI's message has when it is no text, with the engine's `finish_reason`
- * (`length`), never the call's JSON as text (review finding F6).
+ * The `chat.completion` object: with `calls`, its `tool_calls` in order and as `content` the text
+ * the answer gave before them (`callPreamble`; null when none), else the text. `created` is Unix
+ * seconds. `noText`: a forced call that did not complete (cut by `max_tokens`, cancelled): no call
+ * and `content: null`, as OpenAI's message has when it is no text, with the engine's
+ * `finish_reason` (`length`), never the call's JSON as text (review finding F6).
  */
 export function chatCompletion(
   requestId: string,
   createdAt: Date,
   model: string,
   result: GenerateResult,
-  call?: ChatToolCall | null,
+  calls: ChatToolCall[] = [],
   noText = false,
 ) {
+  const call = calls.length > 0;
   return {
     id: chatCompletionId(requestId),
     object: "chat.completion" as const,
@@ -273,7 +283,7 @@ export function chatCompletion(
               content: result.callPreamble || null,
               refusal: null,
               annotations: [],
-              tool_calls: [call],
+              tool_calls: calls,
             }
           : { role: "assistant" as const, content: noText ? null : result.text, refusal: null, annotations: [] },
         logprobs: chatLogprobs(result, call),
@@ -288,9 +298,9 @@ export function chatCompletion(
 
 /**
  * `choices[].logprobs`: the content tokens' log-probabilities when they were asked for (the engine
- * returns them then), else null; null for an answer that is a tool call (it has no content).
+ * returns them then), else null; null for an answer that makes tool calls (`call`).
  */
-export function chatLogprobs(result: GenerateResult, call?: ChatToolCall | null) {
+export function chatLogprobs(result: GenerateResult, call = false) {
   if (!result.logprobs || call) return null;
   return { content: openAiLogprobs(result.logprobs), refusal: null };
 }
@@ -341,23 +351,24 @@ export class ChatChunkWriter {
    * knows them once the completion is decoded (`logprobs.ts`); the SDKs' stream helpers append
    * each chunk's `logprobs.content`, so the accumulated completion is the same as unstreamed.
    */
-  finish(result: GenerateResult, call?: ChatToolCall | null) {
+  finish(result: GenerateResult, call = false) {
     return this.chunk({}, call ? "tool_calls" : chatFinishReason(result.finishReason), chatLogprobs(result, call));
   }
 
-  /** A call as OpenAI streams it: id, type and name once (empty arguments), then the arguments. */
-  toolCall(call: ChatToolCall) {
-    return [
+  /**
+   * The answer's calls as OpenAI streams them: for each in turn, its `index` (0, 1, …) with id,
+   * type and name once (empty arguments), then its arguments under the same index.
+   */
+  toolCalls(calls: ChatToolCall[]) {
+    return calls.flatMap((call, index) => [
       this.chunk(
         {
-          tool_calls: [
-            { index: 0, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } },
-          ],
+          tool_calls: [{ index, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } }],
         },
         null,
       ),
-      this.chunk({ tool_calls: [{ index: 0, function: { arguments: call.function.arguments } }] }, null),
-    ];
+      this.chunk({ tool_calls: [{ index, function: { arguments: call.function.arguments } }] }, null),
+    ]);
   }
 
   /** The usage chunk (empty `choices`), sent only with `stream_options.include_usage`. */

@@ -87,7 +87,10 @@ export const responseRequest = z
     tool_choice: z
       .union([z.enum(["none", "auto", "required"]), z.object({ type: z.literal("function"), name: z.string() })])
       .nullish(),
-    parallel_tool_calls: z.boolean().nullish(),
+    parallel_tool_calls: z.boolean().nullish().meta({
+      description:
+        "Default true: an answer may make several function_call items (required: one to eight); false: one at most",
+    }),
     previous_response_id: z.string().nullish(),
     // OpenAI's include values: only the log-probabilities have anything to add here (this service
     // runs no built-in tools, no reasoning, no image input); the others are accepted as OpenAI
@@ -219,7 +222,8 @@ export function responseUnhonoured(req: ResponseRequest): UnhonouredField[] {
 
 /**
  * The function tools a Responses body offers and how the model must use them (`tool_choice`:
- * `auto` by default with tools).
+ * `auto` by default with tools), and whether an answer may make several calls
+ * (`parallel_tool_calls`, true by default; a named function is one call).
  * @throws AppError 400 when `tool_choice` names a function not in `tools`, or asks for a call with
  *   no tools.
  */
@@ -238,20 +242,21 @@ export function responseTooling(req: ResponseRequest): Tooling {
       : [],
   );
   const choice = req.tool_choice ?? (tools.length > 0 ? "auto" : "none");
-  if (choice === "none") return { tools, mode: { kind: "none" } };
+  if (choice === "none") return { tools, mode: { kind: "none" }, parallel: false };
   if (tools.length === 0) {
     throw AppError.invalid("tool_choice asks for a tool call but no function tools are given", [
       { field: "tool_choice", message: "needs tools" },
     ]);
   }
-  if (choice === "auto") return { tools, mode: { kind: "auto" } };
-  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) } };
+  const parallel = req.parallel_tool_calls !== false;
+  if (choice === "auto") return { tools, mode: { kind: "auto" }, parallel };
+  if (choice === "required") return { tools, mode: { kind: "forced", names: tools.map((t) => t.name) }, parallel };
   if (!tools.some((t) => t.name === choice.name)) {
     throw AppError.invalid(`tool_choice names '${echo(choice.name)}', which is not in tools`, [
       { field: "tool_choice.name", message: "is not one of the tools" },
     ]);
   }
-  return { tools, mode: { kind: "forced", names: [choice.name] } };
+  return { tools, mode: { kind: "forced", names: [choice.name] }, parallel: false };
 }
 
 /** `service_tier` as answered: `flex` when asked for, else `default` (DESIGN §3 Responses). */
@@ -314,8 +319,8 @@ function continuing(previous: string | null | undefined): { previous_response_id
 /**
  * The Response object of a finished generation (`incomplete` when it hit the token limit,
  * `cancelled` when it was aborted: its message, the text so far, is then `incomplete`). With
- * `call`, the output is the `function_call` item, after a message item with the text the answer
- * gave beside it (`callPreamble`), when there is some. `noText`: a forced call that did not
+ * `calls`, the output is a `function_call` item each, after a message item with the text the
+ * answer gave before them (`callPreamble`), when there is some. `noText`: a forced call that did not
  * complete: no output item at all (`output: []`, `incomplete` with `max_output_tokens`), never the
  * call's JSON as `output_text`, which a later `previous_response_id` would read as the assistant's
  * turn (review finding F6).
@@ -327,7 +332,7 @@ export function responseObject(
   tier: "default" | "flex",
   result: GenerateResult,
   previous?: string | null,
-  call?: ResponseFunctionCall | null,
+  calls: ResponseFunctionCall[] = [],
   noText = false,
 ): ResponseObject {
   const incomplete = result.finishReason === "length";
@@ -340,18 +345,19 @@ export function responseObject(
     model,
     status,
     incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
-    output: call
-      ? [...(result.callPreamble ? [outputMessage(requestId, "completed", result.callPreamble)] : []), call]
-      : noText
-        ? []
-        : [
-            outputMessage(
-              requestId,
-              incomplete || status === "cancelled" ? "incomplete" : "completed",
-              result.text,
-              result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
-            ),
-          ],
+    output:
+      calls.length > 0
+        ? [...(result.callPreamble ? [outputMessage(requestId, "completed", result.callPreamble)] : []), ...calls]
+        : noText
+          ? []
+          : [
+              outputMessage(
+                requestId,
+                incomplete || status === "cancelled" ? "incomplete" : "completed",
+                result.text,
+                result.logprobs ? openAiLogprobs(result.logprobs) : undefined,
+              ),
+            ],
     error: null,
     usage: {
       input_tokens: u.promptTokens,
@@ -406,11 +412,14 @@ export function inProgressResponse(
 
 /**
  * The Responses streaming events (`response.created` … `response.completed`), each with its
- * `type` and a running `sequence_number`, as `[event, data]` pairs.
+ * `type` and a running `sequence_number`, as `[event, data]` pairs. The message item (output
+ * index 0) streams its text as it comes; with tools offered it opens with the first text (an
+ * answer that is only calls has none), and the `function_call` items follow it at the end.
  */
 export class ResponseStreamEvents {
   private seq = 0;
   private text = "";
+  private opened = false;
   private readonly itemId: string;
 
   constructor(
@@ -427,7 +436,7 @@ export class ResponseStreamEvents {
     return [type, { type, sequence_number: this.seq++, ...fields }];
   }
 
-  /** @param held with tools offered: the output item is sent at the end, once it is known to be text or a call. */
+  /** @param held with tools offered: the message item opens with the first text, if any comes. */
   start(held = false): [string, unknown][] {
     const response = inProgressResponse(this.requestId, this.createdAt, this.model, this.tier, this.previous);
     const created = [this.event("response.created", { response }), this.event("response.in_progress", { response })];
@@ -435,6 +444,7 @@ export class ResponseStreamEvents {
   }
 
   private messageOpened(): [string, unknown][] {
+    this.opened = true;
     return [
       this.event("response.output_item.added", {
         output_index: 0,
@@ -449,9 +459,12 @@ export class ResponseStreamEvents {
     ];
   }
 
+  /** A piece of text (opening the message item first when it is not yet). */
   delta(text: string): [string, unknown][] {
+    const open = this.opened ? [] : this.messageOpened();
     this.text += text;
     return [
+      ...open,
       this.event("response.output_text.delta", {
         item_id: this.itemId,
         output_index: 0,
@@ -463,41 +476,46 @@ export class ResponseStreamEvents {
   }
 
   /**
-   * The closing events. `held`: the item was not opened at the start; a function call is sent now
-   * as OpenAI streams one (item added with empty arguments, the arguments as one delta, done),
-   * after the message item with the text the answer gave beside it, when there is one; a message
-   * with its whole text; nothing but the terminal event when there is no output item (a held
+   * The closing events: the message item, opened now where it was not and the response has one,
+   * with what was not streamed of its text, then closed; each function call as OpenAI streams one
+   * (item added with empty arguments, the arguments as one delta, done) at the next output index;
+   * the terminal event. Nothing but the terminal event when there is no output item (a held
    * forced call that did not complete, `responseObject`'s `noText`).
    */
-  finish(response: ResponseObject, held = false): [string, unknown][] {
-    if (held && response.output.length === 0) return [this.event(terminalEvent(response), { response })];
-    const call = response.output.find((item) => item.type === "function_call");
+  finish(response: ResponseObject): [string, unknown][] {
+    const calls = response.output.filter((item): item is ResponseFunctionCall => item.type === "function_call");
     const message = response.output.find((item) => item.type === "message");
-    const text0 = message?.content[0]?.text ?? "";
-    const opened = held && (message || !call) ? [...this.messageOpened(), ...(text0 ? this.delta(text0) : [])] : [];
-    const closed = message || !call ? this.messageClosed(message) : [];
-    if (!call) return [...opened, ...closed, this.event(terminalEvent(response), { response })];
-    const at = closed.length > 0 ? 1 : 0;
-    return [
-      ...opened,
-      ...closed,
-      this.event("response.output_item.added", {
-        output_index: at,
-        item: { ...call, arguments: "", status: "in_progress" },
-      }),
-      this.event("response.function_call_arguments.delta", {
-        item_id: call.id,
-        output_index: at,
-        delta: call.arguments,
-      }),
-      this.event("response.function_call_arguments.done", {
-        item_id: call.id,
-        output_index: at,
-        arguments: call.arguments,
-      }),
-      this.event("response.output_item.done", { output_index: at, item: call }),
-      this.event("response.completed", { response }),
-    ];
+    const events: [string, unknown][] = [];
+    if (message || this.opened) {
+      if (!this.opened) events.push(...this.messageOpened());
+      const full = message?.content[0]?.text ?? this.text;
+      const rest = full.startsWith(this.text) ? full.slice(this.text.length) : "";
+      if (rest) events.push(...this.delta(rest));
+      events.push(...this.messageClosed(message));
+    }
+    const first = events.length > 0 ? 1 : 0;
+    calls.forEach((call, i) => {
+      const at = first + i;
+      events.push(
+        this.event("response.output_item.added", {
+          output_index: at,
+          item: { ...call, arguments: "", status: "in_progress" },
+        }),
+        this.event("response.function_call_arguments.delta", {
+          item_id: call.id,
+          output_index: at,
+          delta: call.arguments,
+        }),
+        this.event("response.function_call_arguments.done", {
+          item_id: call.id,
+          output_index: at,
+          arguments: call.arguments,
+        }),
+        this.event("response.output_item.done", { output_index: at, item: call }),
+      );
+    });
+    const terminal = calls.length > 0 ? "response.completed" : terminalEvent(response);
+    return [...events, this.event(terminal, { response })];
   }
 
   /** The message item's closing events (output index 0). */

@@ -22,6 +22,12 @@ export interface ToolSpec extends ToolDefinition {
 export interface Tooling {
   tools: ToolSpec[];
   mode: ToolMode;
+  /**
+   * More than one call per answer is allowed (`GenerationTools.parallel`): OpenAI's
+   * `parallel_tool_calls` (true unless sent false), Anthropic's `disable_parallel_tool_use` not
+   * set; never for a named function, which is exactly one call.
+   */
+  parallel: boolean;
 }
 
 /** Function names as OpenAI and Anthropic accept them. */

@@ -54,10 +54,12 @@ export function checkChatCompletion(catalog: ModelCatalogService, teamId: string
  * calls and results structured) → generate, metered once → `chat.completion`, or
  * `chat.completion.chunk` events ending with `[DONE]` when `stream: true` (usage chunk with
  * `stream_options.include_usage`). With `tools`, the engine is offered them (`tool_choice`
- * `required` or a named function forces a call), and an answer that is a call comes back as
- * `tool_calls` with `finish_reason: "tool_calls"` (streamed: id and name once, then the arguments),
- * after any text the answer gave beside it (`content`); a forced call cut short answers no text
- * and no call (`content: null`, streamed: no content delta) with `finish_reason: "length"`.
+ * `required` or a named function forces a call; with `parallel_tool_calls`, not false, an answer
+ * may make several), and an answer that makes calls comes back as `tool_calls` with
+ * `finish_reason: "tool_calls"` (streamed: for each call by `index`, id and name once, then its
+ * arguments), after any text the answer gave before them (`content`, streamed as it came, before
+ * the calls' deltas); a forced call cut short answers no text and no call (`content: null`,
+ * streamed: no content delta) with `finish_reason: "length"`.
  * @throws AppError 400 (non-text parts, prompt or limits, `stream` where it cannot stream, a tool
  *   the engine cannot serve or a strict tool schema it cannot enforce), 401, 402, 404 unknown
  *   model, 429, 502/503 (see `InferenceService.generate`).
@@ -73,15 +75,15 @@ export async function createChatCompletion(
   const params = chatParams(body);
   const createdAt = new Date();
   const chunks = new ChatChunkWriter(requestId, createdAt, model.id, body.stream_options?.include_usage === true);
-  /** The call an answer makes, if any (the engine's first; ids are always ours). */
-  const toolCall = (result: GenerateResult): ChatToolCall | null => {
-    const call = result.toolCalls?.[0];
-    return call
-      ? { id: toolCallId("call_"), type: "function", function: { name: call.name, arguments: call.arguments } }
-      : null;
-  };
-  // With tools the text is held until the end: it may turn out to be a call.
-  const holdText = mode.kind !== "none";
+  /** The calls an answer makes, in order, each with an id of ours. */
+  const toolCalls = (result: GenerateResult): ChatToolCall[] =>
+    (result.toolCalls ?? []).map((call) => ({
+      id: toolCallId("call_"),
+      type: "function",
+      function: { name: call.name, arguments: call.arguments },
+    }));
+  /** The text streamed so far (the engine sends only text it answers, `GenerateRequest.onText`). */
+  let streamed = "";
   // A forced call that did not complete is no text (review finding F6: `content: null`, `length`).
   const noText = (result: GenerateResult) => mode.kind === "forced" && !result.toolCalls?.length;
   return runGeneration(
@@ -97,27 +99,28 @@ export async function createChatCompletion(
       tools,
       ...callFields(body, options),
       render: (result) => ({
-        body: chatCompletion(requestId, createdAt, model.id, result, toolCall(result), noText(result)),
+        body: chatCompletion(requestId, createdAt, model.id, result, toolCalls(result), noText(result)),
       }),
     },
     transport && {
       transport,
       events: {
         start: () => [{ data: chunks.start() }],
-        delta: (text) => (holdText ? [] : [{ data: chunks.delta(text) }]),
+        delta: (text) => {
+          streamed += text;
+          return [{ data: chunks.delta(text) }];
+        },
         finish: (result, completion) => {
           const message = completion.choices[0].message;
-          const call = message.tool_calls?.[0] ?? null;
-          // The held text: the answer's, or the text it gave beside its call (sent before the call);
-          // none for a forced call cut short (`content: null`).
+          const calls = message.tool_calls ?? [];
+          // Text the engine did not stream (none where it keeps its word), before the calls.
           const text = message.content ?? "";
-          const held = holdText && text ? [{ data: chunks.delta(text) }] : [];
-          const calls = call ? chunks.toolCall(call).map((data) => ({ data })) : [];
+          const rest = text.startsWith(streamed) ? text.slice(streamed.length) : "";
           const usage = chunks.usage(result);
           return [
-            ...held,
-            ...calls,
-            { data: chunks.finish(result, call) },
+            ...(rest ? [{ data: chunks.delta(rest) }] : []),
+            ...chunks.toolCalls(calls).map((data) => ({ data })),
+            { data: chunks.finish(result, calls.length > 0) },
             ...(usage ? [{ data: usage }] : []),
             { data: "[DONE]" },
           ];

@@ -135,10 +135,10 @@ export function checkToolGeneration(
 ) {
   const model = catalog.resolve(teamId, modelId, "text_generation");
   checkGeneration(model, translated, unhonoured);
-  const { tools, mode } = tooling();
+  const { tools, mode, parallel } = tooling();
   assertToolsServed(model, tools, mode);
   assertStopDecodable(model, decoding.params, mode, decoding.stopField ?? "stop");
-  const engineTools: GenerationTools | undefined = mode.kind === "none" ? undefined : { specs: tools, mode };
+  const engineTools: GenerationTools | undefined = mode.kind === "none" ? undefined : { specs: tools, mode, parallel };
   return { model, messages: translated.messages, mode, tools: engineTools };
 }
 

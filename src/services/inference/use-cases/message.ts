@@ -6,10 +6,10 @@ import { type RequestContext, requirePrincipal } from "../../platform/context.js
 import {
   type AnthropicToolUse,
   type MessagesRequest,
+  MessageStreamEvents,
   anthropicMessage,
   anthropicMessages,
   anthropicParams,
-  messageEvents,
   messagesTooling,
 } from "../protocols/anthropic-messages.protocol.js";
 import { toolCallId } from "../protocols/tools.js";
@@ -48,11 +48,12 @@ export function checkMessage(catalog: ModelCatalogService, teamId: string, body:
  * Runs a message: resolve the model → translate the messages (text only; earlier `tool_use` and
  * `tool_result` blocks as structured calls and tool turns) → generate, metered once → `message`,
  * or the Anthropic stream events when `stream: true`. With `tools`, the engine is offered them
- * (`tool_choice` `any` or `tool` forces a call), and an answer that is a call comes back as a
- * `tool_use` block (`toolu_…` id) with `stop_reason: "tool_use"` (streamed: `content_block_start`
- * with empty input, then `input_json_delta`), after a text block with any text the answer gave
- * beside it; a forced call cut short answers no block at all (`content: []`, streamed: no content
- * block) with `stop_reason: "max_tokens"`.
+ * (`tool_choice` `any` or `tool` forces a call; unless `disable_parallel_tool_use`, `auto` and `any`
+ * answers may make several), and each call an answer makes comes back as a `tool_use` block
+ * (`toolu_…` id) with `stop_reason: "tool_use"` (streamed: `content_block_start` with empty
+ * input, then `input_json_delta`), after a text block with any text the answer gave before them
+ * (streamed as it came); a forced call cut short answers no block at all (`content: []`,
+ * streamed: no content block) with `stop_reason: "max_tokens"`.
  * @throws AppError 400 (non-text blocks, prompt or limits, `stop_sequences`, tools the engine
  *   cannot serve), 401, 402, 404 unknown model, 429, 502/503 (see `InferenceService.generate`).
  */
@@ -65,14 +66,17 @@ export async function createMessage(
   const { model, messages, tools, mode } = checkMessage(ops.catalog, requirePrincipal(ctx).teamId, body);
   const { transport, requestId } = prepareGeneration(model, body, options);
   const params = anthropicParams(body);
-  /** The call an answer makes, if any (the engine's first; ids are always ours). */
-  const toolUse = (result: GenerateResult): AnthropicToolUse | null => {
-    const call = result.toolCalls?.[0];
-    if (!call) return null;
-    return { type: "tool_use", id: toolCallId("toolu_"), name: call.name, input: JSON.parse(call.arguments) };
-  };
-  // With tools the text is held until the end: it may turn out to be a call.
+  /** The calls an answer makes, in order, each with an id of ours. */
+  const toolUses = (result: GenerateResult): AnthropicToolUse[] =>
+    (result.toolCalls ?? []).map((call) => ({
+      type: "tool_use",
+      id: toolCallId("toolu_"),
+      name: call.name,
+      input: JSON.parse(call.arguments) as Record<string, unknown>,
+    }));
+  // With tools offered, the text block opens with the first text: an answer may be calls alone.
   const held = mode.kind !== "none";
+  const events = new MessageStreamEvents(requestId, model.id);
   // A forced call that did not complete is no text (review finding F6: no block, `max_tokens`).
   const noText = (result: GenerateResult) => mode.kind === "forced" && !result.toolCalls?.length;
   return runGeneration(
@@ -88,17 +92,16 @@ export async function createMessage(
       tools,
       stopField: "stop_sequences",
       ...callFields(body, options),
-      render: (result) => ({ body: anthropicMessage(requestId, model.id, result, toolUse(result), noText(result)) }),
+      render: (result) => ({
+        body: anthropicMessage(requestId, model.id, result, toolUses(result), noText(result)),
+      }),
     },
     transport && {
       transport,
       events: {
-        start: (prompt) => namedEvents(messageEvents.start(requestId, model.id, prompt, held)),
-        delta: (text) => (held ? [] : namedEvents([messageEvents.delta(text)])),
-        finish: (result, message) => {
-          const call = message.content.find((block) => block.type === "tool_use") ?? null;
-          return namedEvents(messageEvents.finish(result, held, call, noText(result)));
-        },
+        start: (prompt) => namedEvents(events.start(prompt, held)),
+        delta: (text) => namedEvents(events.delta(text)),
+        finish: (result, message) => namedEvents(events.finish(result, message)),
         // Anthropic's stream error: `event: error` with `{type: "error", error}` (the envelope beside it).
         error: (failure) => [{ event: "error", data: errorBody(failure, "anthropic") }],
       },

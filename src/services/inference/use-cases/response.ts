@@ -103,7 +103,9 @@ export function checkResponse(catalog: ModelCatalogService, teamId: string, body
  * metered once → the Response (stored unless `store: false`), or its stream events. Given `run`,
  * it is the background worker's generation of a submitted response (accepted earlier: a stream
  * closed since does not refuse it). With `previous_response_id`, the stored conversation it names
- * comes before the input (`ResponsesService.conversation`). A forced function call cut short
+ * comes before the input (`ResponsesService.conversation`). With `tools`, each call an answer
+ * makes is a `function_call` item (several where `parallel_tool_calls` is not false), after a
+ * message item with the text it gave before them (streamed as it came). A forced function call cut short
  * answers no output item (`output: []`, `incomplete`), so nothing of it is stored as text.
  * @throws AppError 400 (body, non-text parts, prompt or limits), 401, 402, 404 unknown model or
  *   another team's stream, 429, 502/503 (see `InferenceService.generate`,
@@ -124,20 +126,17 @@ export async function createResponse(
   const messages = body.previous_response_id ? continuedMessages(body, translated, history) : translated.messages;
   if (body.background && !run) return { body: await ops.background.submit(ctx, body, options.rawBody, model) };
   const params = responseParams(body);
-  /** The call an answer makes, if any (the engine's first; ids are always ours). */
-  const functionCall = (result: GenerateResult): ResponseFunctionCall | null => {
-    const call = result.toolCalls?.[0];
-    if (!call) return null;
-    return {
+  /** The calls an answer makes, in order, each a `function_call` item with ids of ours. */
+  const functionCalls = (result: GenerateResult): ResponseFunctionCall[] =>
+    (result.toolCalls ?? []).map((call) => ({
       type: "function_call",
       id: toolCallId("fc_"),
       call_id: toolCallId("call_"),
       name: call.name,
       arguments: call.arguments,
       status: "completed",
-    };
-  };
-  // With tools the text is held until the end: it may turn out to be a call.
+    }));
+  // With tools offered, the message item opens with the first text: an answer may be calls alone.
   const held = mode.kind !== "none";
   const previous = body.previous_response_id ?? null;
   const transport = streamTransport(body.stream, options);
@@ -167,8 +166,8 @@ export async function createResponse(
       render: (result) => {
         // A forced call that did not complete is no text (review finding F6: no output item, `incomplete`).
         const noText = mode.kind === "forced" && !result.toolCalls?.length;
-        const call = functionCall(result);
-        const object = responseObject(requestId, createdAt, model.id, tier, result, previous, call, noText);
+        const calls = functionCalls(result);
+        const object = responseObject(requestId, createdAt, model.id, tier, result, previous, calls, noText);
         const ended = run?.end(object) ?? { object };
         return {
           body: ended.object,
@@ -181,8 +180,8 @@ export async function createResponse(
       transport,
       events: {
         start: () => namedEvents(events.start(held)),
-        delta: (text) => (held ? [] : namedEvents(events.delta(text))),
-        finish: (_result, response) => namedEvents(events.finish(response, held)),
+        delta: (text) => namedEvents(events.delta(text)),
+        finish: (_result, response) => namedEvents(events.finish(response)),
         error: (failure) => namedEvents(events.error(failure)),
       },
     },
