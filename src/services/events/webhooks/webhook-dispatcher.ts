@@ -23,7 +23,9 @@ import type { DataSource } from "typeorm";
 import { queryRows } from "../../../db/sql.js";
 import type { CacheBus } from "../../platform/cache-bus.js";
 import { type AttemptResult, attemptDelivery } from "./webhook-client.js";
+import { traceAttempt } from "./webhook-tracing.js";
 import { signWebhook } from "./webhook-target.js";
+import type { Tracing } from "../../../shared/tracing.js";
 
 /** Settings (README "Configuration": `SWITCHYARD_WEBHOOK_*`). */
 export interface WebhookDispatcherOptions {
@@ -45,6 +47,8 @@ export interface WebhookDispatcherOptions {
   keepFailedMs?: number;
   /** Seals a failed delivery's webhook token while it is kept (never stored in plaintext then). */
   sealer?: TokenSealer;
+  /** Traces (issue 29, item 2): a span per attempt when on. */
+  tracing?: Tracing;
 }
 
 /**
@@ -336,14 +340,16 @@ export class WebhookDispatcher {
     };
     if (row.token) headers.authorization = `Bearer ${row.token}`;
     if (row.secret) headers["webhook-signature"] = signWebhook(row.secret, webhookId, timestamp, body);
-    const result = await attemptDelivery({
-      url: row.url,
-      headers,
-      body,
-      timeoutMs: this.opts.timeoutMs,
-      allowPrivate: this.opts.allowPrivate,
-      signal: this.abort.signal,
-    });
+    const result = await traceAttempt(this.opts.tracing, row, () =>
+      attemptDelivery({
+        url: row.url,
+        headers,
+        body,
+        timeoutMs: this.opts.timeoutMs,
+        allowPrivate: this.opts.allowPrivate,
+        signal: this.abort.signal,
+      }),
+    );
     if (this.abort.signal.aborted && !result.ok) {
       // Shutting down: hand the delivery back without counting the interrupted attempt.
       await this.ds
