@@ -85,7 +85,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     // Traces (issue 29, item 2): started first, stopped last; whether a team keeps bodies is
     // asked of the database, once it is up.
     const teams: { ds?: DataSource } = {};
-    const tracing = createTracing(config, logger, (teamId) => keepsBodies(teams.ds, teamId));
+    const tracing = await createTracing(config, logger, (teamId) => keepsBodies(teams.ds, teamId));
     if (tracing.enabled) await life.start({ name: "tracing", start: () => tracing, stop: (t) => t.close() });
     const db = await startDatabase(config, logger, life);
     teams.ds = db.dataSource;

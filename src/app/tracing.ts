@@ -8,16 +8,7 @@
  * limits by the SDK's provider, `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` here (over
  * `service.name=switchyard`). What the spans are: `shared/tracing.ts`.
  */
-import { ExportResultCode } from "@opentelemetry/core";
-import { OTLPTraceExporter as JsonExporter } from "@opentelemetry/exporter-trace-otlp-http";
-import { OTLPTraceExporter as ProtobufExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
-import {
-  BasicTracerProvider,
-  BatchSpanProcessor,
-  type ReadableSpan,
-  type SpanExporter,
-} from "@opentelemetry/sdk-trace-base";
+import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace-base";
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { type Config, packageVersion } from "../config/config.js";
@@ -29,15 +20,28 @@ const EXPORT_WARNING_EVERY_MS = 60_000;
 
 /**
  * The tracing of a process started with `config`: `Tracing.off` without `otlpTracesEndpoint`.
- * `contentAllowed` answers whether a team keeps bodies (asked only with `traceContent` on).
+ * `contentAllowed` answers whether a team keeps bodies (asked only with `traceContent` on). The
+ * SDK and the exporter are loaded only here, when tracing is on: a process without it never
+ * loads them.
  */
-export function createTracing(
+export async function createTracing(
   config: Config,
   logger: Logger,
   contentAllowed: (teamId: string) => Promise<boolean>,
-): Tracing {
+): Promise<Tracing> {
   const url = config.otlpTracesEndpoint;
   if (!url) return Tracing.off;
+  const [{ ExportResultCode, W3CTraceContextPropagator }, resources, sdk, json, protobuf] = await Promise.all([
+    import("@opentelemetry/core"),
+    import("@opentelemetry/resources"),
+    import("@opentelemetry/sdk-trace-base"),
+    import("@opentelemetry/exporter-trace-otlp-http"),
+    import("@opentelemetry/exporter-trace-otlp-proto"),
+  ]);
+  const { detectResources, envDetector, resourceFromAttributes } = resources;
+  const { BasicTracerProvider, BatchSpanProcessor } = sdk;
+  const JsonExporter = json.OTLPTraceExporter;
+  const ProtobufExporter = protobuf.OTLPTraceExporter;
   const exporter = config.otlpProtocol === "http/json" ? new JsonExporter({ url }) : new ProtobufExporter({ url });
   const resource = resourceFromAttributes({
     "service.name": "switchyard",
@@ -46,10 +50,11 @@ export function createTracing(
   }).merge(detectResources({ detectors: [envDetector] }));
   const provider = new BasicTracerProvider({
     resource,
-    spanProcessors: [new BatchSpanProcessor(new WarningExporter(exporter, logger))],
+    spanProcessors: [new BatchSpanProcessor(new WarningExporter(exporter, logger, ExportResultCode.SUCCESS))],
   });
   logger.info({ endpoint: url, protocol: config.otlpProtocol, content: config.traceContent }, "traces exported");
   return new Tracing(provider.getTracer("switchyard", packageVersion), {
+    propagator: new W3CTraceContextPropagator(),
     content: config.traceContent,
     contentAllowed,
     close: () => provider.shutdown(),
@@ -63,11 +68,13 @@ class WarningExporter implements SpanExporter {
   constructor(
     private readonly inner: SpanExporter,
     private readonly logger: Logger,
+    /** `ExportResultCode.SUCCESS` (the SDK is loaded lazily, with its enums). */
+    private readonly success: number,
   ) {}
 
   export(spans: ReadableSpan[], done: Parameters<SpanExporter["export"]>[1]): void {
     this.inner.export(spans, (result) => {
-      if (result.code !== ExportResultCode.SUCCESS && Date.now() - this.lastWarning >= EXPORT_WARNING_EVERY_MS) {
+      if (result.code !== this.success && Date.now() - this.lastWarning >= EXPORT_WARNING_EVERY_MS) {
         this.lastWarning = Date.now();
         this.logger.warn({ err: result.error, spans: spans.length }, "spans not exported (OTLP receiver)");
       }

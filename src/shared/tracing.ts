@@ -33,10 +33,10 @@ import {
   type SpanContext,
   SpanStatusCode,
   type TextMapGetter,
+  type TextMapPropagator,
   type Tracer,
   trace,
 } from "@opentelemetry/api";
-import { W3CTraceContextPropagator } from "@opentelemetry/core";
 
 export { SpanKind, type Span, type SpanContext };
 
@@ -45,12 +45,13 @@ export interface TraceScope {
   /** The OpenTelemetry context holding the active span. */
   ctx: Context;
   span: Span;
+  /** Writes the W3C headers of a request this work sends on. */
+  propagator: TextMapPropagator;
   /** The team the work is for, once known (`traceTeam`): content capture asks about it. */
   teamId?: string;
 }
 
 const scopes = new AsyncLocalStorage<TraceScope>();
-const propagator = new W3CTraceContextPropagator();
 
 const headerGetter: TextMapGetter<IncomingHttpHeaders | Record<string, string | undefined>> = {
   get: (carrier, key) => carrier[key],
@@ -71,6 +72,8 @@ export interface SpanOptions {
 
 /** Settings of a `Tracing` (see the module header). */
 export interface TracingOptions {
+  /** W3C trace context (`@opentelemetry/core`'s, loaded with the SDK only when tracing is on). */
+  propagator?: TextMapPropagator;
   /** `SWITCHYARD_TRACE_CONTENT`: prompts and answers may go into engine spans. */
   content: boolean;
   /**
@@ -97,7 +100,7 @@ export class Tracing {
 
   /** True when spans are made and exported. */
   get enabled(): boolean {
-    return this.tracer !== undefined;
+    return this.tracer !== undefined && this.opts.propagator !== undefined;
   }
 
   /** True when content may be recorded at all (the operator opted in); per team, see `contentAllowed`. */
@@ -123,11 +126,12 @@ export class Tracing {
    * when tracing is off. The caller ends `scope.span`.
    */
   start(name: string, opts: SpanOptions = {}): TraceScope | undefined {
-    if (!this.tracer) return undefined;
-    const parent = parentContext(opts.parent ?? "current");
+    const propagator = this.opts.propagator;
+    if (!this.tracer || !propagator) return undefined;
+    const parent = parentContext(opts.parent ?? "current", propagator);
     const links: Link[] | undefined = opts.links?.map((context) => ({ context }));
     const span = this.tracer.startSpan(name, { kind: opts.kind, attributes: opts.attributes, links }, parent);
-    return { ctx: trace.setSpan(parent, span), span, teamId: scopes.getStore()?.teamId };
+    return { ctx: trace.setSpan(parent, span), span, propagator, teamId: scopes.getStore()?.teamId };
   }
 
   /**
@@ -155,10 +159,17 @@ export class Tracing {
 }
 
 /** The context a new span hangs from. */
-function parentContext(parent: SpanParent): Context {
+function parentContext(parent: SpanParent, propagator: TextMapPropagator): Context {
   if (parent === "root") return ROOT_CONTEXT;
   if (parent === "current") return scopes.getStore()?.ctx ?? ROOT_CONTEXT;
   return propagator.extract(ROOT_CONTEXT, parent, headerGetter);
+}
+
+/** The W3C headers (`traceparent`, `tracestate`) of `scope`'s span. */
+function w3cHeaders(scope: TraceScope): Record<string, string> {
+  const out: Record<string, string> = {};
+  scope.propagator.inject(scope.ctx, out, { set: (carrier, key, value) => (carrier[key] = value) });
+  return out;
 }
 
 /** Marks `span` failed by `err`: status ERROR and `error.type`. */
@@ -205,19 +216,13 @@ export function traceTeam(teamId: string): void {
  */
 export function withTraceHeaders(headers: Record<string, string>): Record<string, string> {
   const scope = scopes.getStore();
-  if (!scope) return headers;
-  const out = { ...headers };
-  propagator.inject(scope.ctx, out, { set: (carrier, key, value) => (carrier[key] = value) });
-  return out;
+  return scope ? { ...headers, ...w3cHeaders(scope) } : headers;
 }
 
 /** The current span's `traceparent` value; undefined outside a scope. */
 export function currentTraceparent(): string | undefined {
   const scope = scopes.getStore();
-  if (!scope) return undefined;
-  const out: Record<string, string> = {};
-  propagator.inject(scope.ctx, out, { set: (carrier, key, value) => (carrier[key] = value) });
-  return out.traceparent;
+  return scope ? w3cHeaders(scope).traceparent : undefined;
 }
 
 /** `trace_id` and `span_id` of the current span for a log line; undefined outside a scope. */
