@@ -251,7 +251,6 @@ describe("a traced chat request", () => {
       "gen_ai.usage.input_tokens": 7,
       "gen_ai.usage.output_tokens": 4,
       "gen_ai.response.finish_reasons": ["stop"],
-      "switchyard.team_id": server.attributes["switchyard.team_id"],
     });
     expect(engine.attributes["gen_ai.input.messages"]).toBeUndefined();
     expect(engine.attributes["gen_ai.output.messages"]).toBeUndefined();
@@ -318,7 +317,9 @@ describe("jobs and webhooks", () => {
     });
     expect(res.status).toBe(200);
     const traceId = res.headers.get("x-trace-id")!;
-    const spans = await spansOf(traceId, (s) => s.some((x) => x.name === `chat ${MODEL}`));
+    // The job's span ends after the engine's: it may come in a later export.
+    const names = ["POST /v1/responses", "job response-generate", `chat ${MODEL}`];
+    const spans = await spansOf(traceId, (s) => names.every((n) => s.some((x) => x.name === n)));
     const server = spans.find((s) => s.kind === KIND.SERVER)!;
     expect(server.name).toBe("POST /v1/responses");
     const job = spans.find((s) => s.name === "job response-generate")!;

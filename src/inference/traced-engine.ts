@@ -28,14 +28,17 @@ export function tracedEngine<E extends InferenceEngine>(engine: E, tracing: Trac
       const teamId = currentTraceTeam();
       const result = await engine.generate(req);
       if (span) {
-        span.setAttributes({
+        const usage: Attributes = {
           "gen_ai.usage.input_tokens": result.usage.promptTokens,
           "gen_ai.usage.output_tokens": result.usage.completionTokens,
-          "gen_ai.usage.cache_read.input_tokens": result.usage.cachedPromptTokens,
           "gen_ai.response.finish_reasons": [finishReason(result)],
           "switchyard.engine.queue_ms": result.queueMs,
           "switchyard.engine.ms": result.engineMs,
-        });
+        };
+        if (result.usage.cachedPromptTokens > 0) {
+          usage["gen_ai.usage.cache_read.input_tokens"] = result.usage.cachedPromptTokens;
+        }
+        span.setAttributes(usage);
         if (await tracing.contentAllowed(teamId)) recordContent(span, req.messages, result);
       }
       return result;
@@ -81,33 +84,31 @@ export function tracedEngine<E extends InferenceEngine>(engine: E, tracing: Trac
   });
 }
 
-/** The span options shared by every operation: kind (a remote upstream is a client call), model, provider, team. */
+/**
+ * The span options shared by every operation: kind (a remote upstream is a client call), model,
+ * provider, and batch priority. The team is on the request's or job's span (`traceTeam`).
+ */
 function spanOptions(
   req: GenerateRequest | EmbedRequest | ScoreRequest,
   operation: string,
   extra: Attributes,
 ): { kind: SpanKind; attributes: Attributes } {
   const provider = req.model.engine.type;
-  const teamId = currentTraceTeam();
-  return {
-    kind: provider === "openai_compatible" ? SpanKind.CLIENT : SpanKind.INTERNAL,
-    attributes: {
-      "gen_ai.operation.name": operation,
-      "gen_ai.request.model": req.model.id,
-      "gen_ai.provider.name": provider,
-      "gen_ai.system": provider,
-      ...(teamId ? { "switchyard.team_id": teamId } : {}),
-      ...(req.priority ? { "switchyard.priority": req.priority } : {}),
-      ...extra,
-    },
+  const attributes: Attributes = {
+    "gen_ai.operation.name": operation,
+    "gen_ai.request.model": req.model.id,
+    "gen_ai.provider.name": provider,
+    "gen_ai.system": provider,
+    ...extra,
   };
+  if (req.priority === "batch") attributes["switchyard.priority"] = "batch";
+  return { kind: provider === "openai_compatible" ? SpanKind.CLIENT : SpanKind.INTERNAL, attributes };
 }
 
 /** The request's sampling parameters, as the conventions name them (absent ones left out). */
 function generationAttributes(req: GenerateRequest): Attributes {
-  const out: Attributes = {
-    "gen_ai.output.type": req.responseFormat ? "json" : "text",
-  };
+  const out: Attributes = {};
+  if (req.responseFormat) out["gen_ai.output.type"] = "json";
   const set = (key: string, value: number | undefined) => {
     if (value !== undefined) out[key] = value;
   };

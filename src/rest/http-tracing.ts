@@ -8,12 +8,15 @@
  * Not installed when tracing is off.
  */
 import type { RequestHandler, Response } from "express";
-import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { type Attributes, SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { type TraceScope, type Tracing, runInScope } from "../shared/tracing.js";
 import { loggedPath } from "./log-path.js";
 
 /** Where the request's scope is kept between the middleware and its handler. */
 const SCOPE = "traceScope";
+
+/** A path segment `loggedPath` would blank starts like one of these (case-insensitive, maybe %-encoded). */
+const MAY_HOLD_CREDENTIAL = /inv_|sk_|%/i;
 
 /** The answer header carrying the request's trace id (32 hex digits). */
 export const TRACE_ID_HEADER = "x-trace-id";
@@ -21,14 +24,17 @@ export const TRACE_ID_HEADER = "x-trace-id";
 /** The middleware starting and ending each request's span (after `timing`, which sets the request id). */
 export function traceRequests(tracing: Tracing): RequestHandler {
   return (req, res, next) => {
-    const path = loggedPath(req.originalUrl.split("?")[0]);
+    const raw = req.originalUrl.split("?", 1)[0];
+    // Only a path that may hold one of our credentials pays for blanking it (`loggedPath`).
+    const path = MAY_HOLD_CREDENTIAL.test(raw) ? loggedPath(raw) : raw;
     const scope = tracing.start(req.method, {
       kind: SpanKind.SERVER,
       parent: req.headers,
       attributes: {
         "http.request.method": req.method,
         "url.path": path,
-        "url.scheme": req.protocol,
+        // This server speaks plain HTTP (TLS ends at a proxy in front of it).
+        "url.scheme": "http",
         "switchyard.request_id": res.locals.requestId as string,
       },
     });
@@ -43,16 +49,17 @@ export function traceRequests(tracing: Tracing): RequestHandler {
         (req.route as { path?: string } | undefined)?.path ??
         (req.originalUrl.startsWith("/graphql") ? "/graphql" : undefined);
       const span = scope.span;
+      const attributes: Attributes = { "http.response.status_code": res.statusCode };
       if (route) {
         span.updateName(`${req.method} ${route}`);
-        span.setAttribute("http.route", route);
+        attributes["http.route"] = route;
       }
-      span.setAttribute("http.response.status_code", res.statusCode);
-      if (!res.writableFinished) span.setAttribute("switchyard.client_closed", true);
+      if (!res.writableFinished) attributes["switchyard.client_closed"] = true;
       if (res.statusCode >= 500) {
-        span.setAttribute("error.type", String(res.statusCode));
+        attributes["error.type"] = String(res.statusCode);
         span.setStatus({ code: SpanStatusCode.ERROR });
       }
+      span.setAttributes(attributes);
       span.end();
     };
     res.on("finish", end);
