@@ -26,6 +26,8 @@
  *   BENCH_CPU_PROF=1 npm run bench:gateway   # also profiles Switchyard and prints its top costs
  *   BENCH_PORTKEY=0 …                         # without Portkey (quicker before/after runs)
  *   API_PROCESSES=1,2 npm run bench:gateway   # req/s and CPU per request with N API processes (gateway-scale.ts)
+ *   BENCH_TRACING=1 npm run bench:gateway     # only: CPU per request, spans exported vs tracing off
+ *                                             # (issue 29; `gateway-tracing.ts`)
  *
  * On 2 cores the load generator, the upstream and the gateway share the CPU: absolute numbers are
  * floors; the ratios are what to compare.
@@ -42,6 +44,7 @@ import { Pool } from "undici";
 import { closeRequests, signup } from "./child-server.js";
 import { CHAT_BODY, startGatewaySwitchyard, startUpstream, streamBody } from "./gateway-processes.js";
 import { gatewayScale } from "./gateway-scale.js";
+import { runTracingBench } from "./gateway-tracing.js";
 import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
@@ -640,7 +643,7 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
+(process.env.BENCH_TRACING === "1" ? runTracingBench() : main()).catch((err: unknown) => {
   console.error(err);
   process.exit(1);
 });

@@ -9,6 +9,7 @@
  * aggregated errors are cleaned the same way. Every logger the server uses goes through it.
  */
 import type { Logger } from "pino";
+import { traceLogFields } from "./shared/tracing.js";
 
 /** Plain fields copied when they hold a string, number or boolean: codes and identifiers, never values. */
 const KEPT_FIELDS = [
@@ -105,7 +106,19 @@ export function safeErrorSerializer(err: unknown): SafeError | string {
   return safe(err, 0);
 }
 
-/** A child of `logger` whose `err` field always goes through `safeErrorSerializer`. */
+/**
+ * Adds the current span's `trace_id` and `span_id` to a log line written inside a traced piece of
+ * work (issue 29, item 2: the trace id in every log line); the line as is otherwise.
+ */
+function withTraceIds(object: object): object {
+  const ids = traceLogFields();
+  return ids ? { ...ids, ...object } : object;
+}
+
+/**
+ * A child of `logger` whose `err` field always goes through `safeErrorSerializer`, and whose
+ * lines carry the trace id of the span they are written in (`withTraceIds`).
+ */
 export function withSafeErrors(logger: Logger): Logger {
-  return logger.child({}, { serializers: { err: safeErrorSerializer } });
+  return logger.child({}, { serializers: { err: safeErrorSerializer }, formatters: { log: withTraceIds } });
 }

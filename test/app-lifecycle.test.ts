@@ -28,12 +28,13 @@ const STOP_ORDER = [
   "cache listener",
   "database pool",
   "embedded PostgreSQL",
+  "tracing",
 ];
 
 const WORKERS = ["body retention", "deployment reconciler", "batch runner", "background reconciler"];
 const HTTP = ["completion events", "HTTP and GraphQL", "password reset mail"];
-/** The harness gives every server a `DATABASE_URL`: no embedded PostgreSQL. */
-const without = (...names: string[][]) => STOP_ORDER.filter((n) => !names.flat().includes(n));
+/** The harness gives every server a `DATABASE_URL` (no embedded PostgreSQL) and no OTLP endpoint (no tracing). */
+const without = (...names: string[][]) => STOP_ORDER.filter((n) => !names.flat().includes(n) && n !== "tracing");
 
 /**
  * Lets a just-started server's pg-boss workers make their first fetch before it closes. Eleven

@@ -18,6 +18,7 @@ import {
 import type { DataPlaneDeps } from "../rest/handlers/deps.js";
 import type { CredentialService } from "../services/accounts/credential.service.js";
 import type { Metrics } from "../shared/metrics.js";
+import { Tracing } from "../shared/tracing.js";
 import { localUrl, startBanner } from "./exposure.js";
 import { usesPrettyLogs } from "./logger.js";
 
@@ -39,6 +40,7 @@ export function createHttp(
   deps: DataPlaneDeps,
   credentials: CredentialService,
   metrics: Metrics,
+  tracing: Tracing = Tracing.off,
 ): HttpParts {
   const app = createApp({
     deps,
@@ -49,6 +51,7 @@ export function createHttp(
     trustProxy: config.trustProxy,
     metrics,
     metricsToken: config.metricsToken,
+    tracing,
     // A person at a terminal sees one line per request (with its id); JSON logs keep it at debug.
     accessLogLevel: usesPrettyLogs(config.logFormat) ? "info" : "debug",
   });

@@ -7,12 +7,14 @@
 import type { Logger } from "pino";
 
 /**
- * Every component, in start order; they stop bottom to top. Optional ones (the embedded
+ * Every component, in start order; they stop bottom to top. Optional ones (tracing, the embedded
  * PostgreSQL, the workers, everything HTTP) are skipped where they do not start. Why each sits
  * where it does, read as the stop order:
  */
 export const COMPONENTS = [
-  "embedded PostgreSQL", // last to stop: everything above it writes to the database
+  // Last to stop: it exports the spans of everything below, the last metering flush's included.
+  "tracing",
+  "embedded PostgreSQL", // stops after everything below: they all write to the database
   "database pool",
   "cache listener", // the LISTEN connection of the cache bus
   // Leases are given back only after the last charges are written (both metering drains stop

@@ -13,12 +13,14 @@ import { LlamaCppEngine } from "../inference/engines/llama-cpp/llama-cpp.engine.
 import { LocalModelFiles } from "../inference/artifacts/model-store.js";
 import { OpenAiCompatibleEngine } from "../inference/engines/openai-compatible/openai-compatible.engine.js";
 import { measuredEngine } from "../inference/measured-engine.js";
+import { tracedEngine } from "../inference/traced-engine.js";
 import { PriceBook } from "../services/metering/price-book.service.js";
 import { ModelCatalogService } from "../services/models/model-catalog.service.js";
 import { PlatformModels } from "../services/models/model-sources.js";
 import { loadServedModels, logModelBanner, pullAtStart } from "../services/models/start-models.js";
 import { TeamModelDirectory } from "../services/models/team-models.js";
 import { Metrics } from "../shared/metrics.js";
+import { Tracing } from "../shared/tracing.js";
 import type { DatabaseParts } from "./database.js";
 import type { Lifecycle } from "./lifecycle.js";
 
@@ -29,6 +31,8 @@ export interface ModelParts {
   engines: EngineRouter;
   /** Prometheus metrics (issue 13, item 4): one registry per server; engines observed by model. */
   metrics: Metrics;
+  /** Traces (issue 29, item 2): engines traced when on; the services and HTTP take it from here. */
+  tracing: Tracing;
   /** Generation sequences per model (measured or configured; issue 12, item 3). */
   engineSequences: number;
   /** Slots of one custom model: generation sequences and embedding contexts. */
@@ -51,6 +55,7 @@ export async function startModels(
   life: Lifecycle,
   { dataSource: ds, bus }: DatabaseParts,
   drainAfterEngines: () => Promise<void>,
+  tracing: Tracing = Tracing.off,
 ): Promise<ModelParts> {
   // Issue 17: files of the catalog's models. The start pulls only what it is told to (and a
   // missing default model); a model whose file is not here is listed as not downloaded.
@@ -87,8 +92,8 @@ export async function startModels(
   });
   const metrics = new Metrics();
   const engines = new EngineRouter({
-    openai_compatible: measuredEngine(upstream, metrics),
-    llama_cpp: measuredEngine(embedded, metrics),
+    openai_compatible: tracedEngine(measuredEngine(upstream, metrics), tracing),
+    llama_cpp: tracedEngine(measuredEngine(embedded, metrics), tracing),
   });
   await life.start({ name: "metering (after engines)", start: () => {}, stop: drainAfterEngines });
   await life.start({ name: "engines", start: () => engines, stop: (e) => e.close() });
@@ -126,5 +131,5 @@ export async function startModels(
   const teamModels = new TeamModelDirectory(ds, bus, platform, engines, logger, customSlots);
   await teamModels.start();
   const catalog = new ModelCatalogService(platform, teamModels);
-  return { platform, prices, engines, metrics, engineSequences, customSlots, teamModels, catalog };
+  return { platform, prices, engines, metrics, tracing, engineSequences, customSlots, teamModels, catalog };
 }

@@ -53,7 +53,7 @@ export async function startServices(
   logger: Logger,
   life: Lifecycle,
   { dataSource: ds, bus, credit }: DatabaseParts,
-  { engines, metrics, prices }: ModelParts,
+  { engines, metrics, prices, tracing }: ModelParts,
   onMetering: (metering: MeteringService) => void,
 ): Promise<CoreServices> {
   const tokens = new TokenService(config.jwtSecret, config.accessTokenTtlS);
@@ -77,6 +77,7 @@ export async function startServices(
       ),
     stop: (metering) => metering.drainAll(),
   });
+  metering.tracing = tracing;
   onMetering(metering);
 
   // Completion webhooks (issue 6, item 3): the dispatcher sends what the group commit put in the
@@ -95,6 +96,7 @@ export async function startServices(
         // (issue 27, item 6), its token sealed as a custom model's hub token is.
         keepFailedMs: Math.min(KEEP_FAILED_MS, (config.bodyRetentionDays ?? Infinity) * DAY_MS),
         sealer: new SecretBox(config.jwtSecret, WEBHOOK_TOKEN_PURPOSE),
+        tracing,
       });
       webhooks.start();
       metering.onFlush = (rows, seconds) => {

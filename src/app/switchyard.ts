@@ -30,6 +30,7 @@ import { createLogger } from "./logger.js";
 import { startModels } from "./models.js";
 import { startServices } from "./services.js";
 import { startWorkers } from "./workers.js";
+import { createTracing, keepsBodies } from "./tracing.js";
 
 /** A started Switchyard, API or worker process. */
 export interface Switchyard {
@@ -81,13 +82,26 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
   const logger = withSafeErrors(opts.logger ?? createLogger(config.logLevel, config.logFormat));
   const life = new Lifecycle(COMPONENTS, logger);
   return startOrUnwind(life, async () => {
+    // Traces (issue 29, item 2): started first, stopped last; whether a team keeps bodies is
+    // asked of the database, once it is up.
+    const teams: { ds?: DataSource } = {};
+    const tracing = await createTracing(config, logger, (teamId) => keepsBodies(teams.ds, teamId));
+    if (tracing.enabled) await life.start({ name: "tracing", start: () => tracing, stop: (t) => t.close() });
     const db = await startDatabase(config, logger, life);
+    teams.ds = db.dataSource;
     // The second metering drain (after the engines stop) writes through the metering service,
     // which is built after the engines.
     let meteringBuilt: MeteringService | undefined;
-    const models = await startModels(config, logger, life, db, async () => {
-      await meteringBuilt?.drainAll();
-    });
+    const models = await startModels(
+      config,
+      logger,
+      life,
+      db,
+      async () => {
+        await meteringBuilt?.drainAll();
+      },
+      tracing,
+    );
     const services = await startServices(config, logger, life, db, models, (m) => (meteringBuilt = m));
     const workers = await startWorkers(config, logger, life, db, models, services);
     const loaders = new ControlLoaders(db.dataSource);
@@ -116,7 +130,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
 
     const deps = await startControlPlane(config, logger, life, db, models, services, workers, loaders);
-    const web = createHttp(config, logger, deps, services.credentials, models.metrics);
+    const web = createHttp(config, logger, deps, services.credentials, models.metrics, tracing);
     await startGraphql(life, {
       config,
       logger,

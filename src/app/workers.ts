@@ -41,11 +41,11 @@ export async function startWorkers(
   logger: Logger,
   life: Lifecycle,
   { databaseUrl, dataSource: ds, bus }: DatabaseParts,
-  { metrics, catalog, engines, platform, teamModels, customSlots, engineSequences }: ModelParts,
+  { metrics, catalog, engines, platform, teamModels, customSlots, engineSequences, tracing }: ModelParts,
   { inference, metering, responses, inFlight }: CoreServices,
 ): Promise<WorkerParts> {
   const runsWorkers = config.role !== "api";
-  const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
+  const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers, tracing });
   await jobs.start();
   metrics.gaugeFrom(
     "switchyard_job_queue_depth",

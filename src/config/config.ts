@@ -8,6 +8,7 @@ import { isIP } from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
+import { otelTracesFallbacks, otelTracesOff } from "./otel-env.js";
 import {
   LOG_LEVELS,
   exposure,
@@ -377,6 +378,25 @@ export const configSchema = z.object({
   pullWaitS: intFromEnv(0, 86_400).default(1800),
   /** Model hub token for pulls (`HF_TOKEN`): private or gated repositories. */
   hfToken: z.string().min(1).optional(),
+  /**
+   * Traces (issue 29, item 2): the OTLP/HTTP URL spans are sent to
+   * (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`,
+   * `otelTracesFallbacks`); unset, or `OTEL_SDK_DISABLED=true` / `OTEL_TRACES_EXPORTER=none`:
+   * tracing is off.
+   */
+  otlpTracesEndpoint: z.string().url().optional(),
+  /** How spans are encoded (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`). */
+  otlpProtocol: z
+    .enum(["http/protobuf", "http/json"], { message: "use http/protobuf or http/json (grpc is not supported)" })
+    .default("http/protobuf"),
+  /**
+   * Prompts and answers in engine spans (issue 29, item 2): off unless `true`, and never for a
+   * team with zero data retention on.
+   */
+  traceContent: z
+    .union([z.boolean(), z.enum(["true", "false", "1", "0"])])
+    .transform((v) => v === true || v === "true" || v === "1")
+    .default(false),
 });
 
 /** Who may create an account (config `signup`). */
@@ -463,6 +483,9 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   hfEndpoint: "HF_ENDPOINT",
   hfToken: "HF_TOKEN",
   pullWaitS: "SWITCHYARD_PULL_WAIT_S",
+  otlpTracesEndpoint: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+  otlpProtocol: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+  traceContent: "SWITCHYARD_TRACE_CONTENT",
 };
 
 /** Thrown for configuration that cannot be used; `main` prints the message without a trace. */
@@ -487,11 +510,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       throw new ConfigError(`cannot read config file ${file} (SWITCHYARD_CONFIG): ${(err as Error).message}`);
     }
   }
+  Object.assign(raw, otelTracesFallbacks(env));
   for (const [key, name] of Object.entries(ENV_KEYS)) {
     const value = env[name];
     if (value !== undefined && value !== "") raw[key] = value;
   }
   Object.assign(raw, overrides);
+  if (otelTracesOff(env)) delete raw.otlpTracesEndpoint;
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => {

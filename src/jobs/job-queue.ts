@@ -13,6 +13,7 @@
 import PgBoss from "pg-boss";
 import type { Logger } from "pino";
 import type { JobData, JobName, JobSender, SendOptions, SqlExecutor } from "../services/platform/job-queue.port.js";
+import { SpanKind, type Tracing, currentTraceparent } from "../shared/tracing.js";
 
 /** pg-boss's schema (its default, which `JobQueue` keeps). */
 const PG_BOSS_SCHEMA = "pgboss";
@@ -35,7 +36,15 @@ export interface JobQueueOptions {
   logger: Logger;
   /** Runs pg-boss's maintenance (expiry, archive) in this process: true where workers run. */
   supervise: boolean;
+  /**
+   * Traces (issue 29, item 2), when on: a job sent inside a span carries its `traceparent`, and
+   * each job runs in a span `job <queue>`, child of the span that sent it (else a root).
+   */
+  tracing?: Tracing;
 }
+
+/** The field of a job's data holding the `traceparent` of the span that sent it (tracing on only). */
+const TRACEPARENT_FIELD = "traceparent";
 
 /**
  * One pg-boss instance per process: sends jobs (every role) and runs handlers (worker roles).
@@ -82,7 +91,9 @@ export class JobQueue implements JobSender {
     if (options.expireInSeconds) sendOptions.expireInSeconds = options.expireInSeconds;
     if (options.priority) sendOptions.priority = options.priority;
     if (options.db) sendOptions.db = toPgBossDb(options.db);
-    const id = await this.boss.send(name, data, sendOptions);
+    const traceparent = this.opts.tracing?.enabled ? currentTraceparent() : undefined;
+    const sent = traceparent ? { ...data, [TRACEPARENT_FIELD]: traceparent } : data;
+    const id = await this.boss.send(name, sent, sendOptions);
     if (!id) throw new Error(`job ${name} was not created`);
     return id;
   }
@@ -119,7 +130,7 @@ export class JobQueue implements JobSender {
         if (!this.started) throw new Error(`job queue stopping: ${name} job left for a retry`);
         this.running++;
         try {
-          for (const job of jobs) await handler(job.data);
+          for (const job of jobs) await this.run(name, job, handler);
         } finally {
           this.running--;
           // pg-boss waits out the polling interval after every fetch, busy or not: a worker would
@@ -128,6 +139,31 @@ export class JobQueue implements JobSender {
         }
       });
     }
+  }
+
+  /** Runs one job's handler, inside its span when tracing is on (see `JobQueueOptions.tracing`). */
+  private run<N extends JobName>(
+    name: N,
+    job: PgBoss.Job<JobData[N]>,
+    handler: (data: JobData[N]) => Promise<void>,
+  ): Promise<void> {
+    const tracing = this.opts.tracing;
+    if (!tracing?.enabled) return handler(job.data);
+    const traceparent = (job.data as Record<string, unknown> | null)?.[TRACEPARENT_FIELD];
+    return tracing.inSpan(
+      `job ${name}`,
+      {
+        kind: SpanKind.CONSUMER,
+        parent: typeof traceparent === "string" ? { traceparent } : "root",
+        attributes: {
+          "messaging.system": "pg-boss",
+          "messaging.operation.name": "process",
+          "messaging.destination.name": name,
+          "messaging.message.id": job.id,
+        },
+      },
+      () => handler(job.data),
+    );
   }
 
   /**

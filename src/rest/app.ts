@@ -6,12 +6,13 @@
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import express, { type Express, type Request, type RequestHandler, type Response } from "express";
+import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
 import type { RequestContext } from "../services/platform/context.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
+import type { Tracing } from "../shared/tracing.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
@@ -23,6 +24,7 @@ import { mountOpenApi } from "./openapi.js";
 import { singleQueryValues } from "./query-params.js";
 import type { DataPlaneDeps } from "./handlers/deps.js";
 import { cors, securityHeaders } from "./http-headers.js";
+import { inRequestScope, requestTraceFields, traceRequests } from "./http-tracing.js";
 
 /**
  * One log line per request (request id, method, path, status, ms) at `level`: `debug` for JSON
@@ -37,6 +39,7 @@ function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
     res.on("finish", () =>
       logger[level](
         {
+          ...requestTraceFields(res),
           requestId: res.locals.requestId as string,
           method: req.method,
           path: loggedPath(req.originalUrl),
@@ -123,6 +126,8 @@ export interface AppOptions {
   metricsToken?: string;
   /** Level of the one line per request: `debug` (default; JSON logs) or `info` (readable logs). */
   accessLogLevel?: "debug" | "info";
+  /** Traces (issue 29, item 2): a span per request when enabled (`http-tracing.ts`). */
+  tracing?: Tracing;
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -227,6 +232,7 @@ export function createApp(opts: AppOptions): Express {
   // is an array, `a[]` and `a[b]` are keys of their own (`query-params.ts` refuses both).
   app.set("query parser", "simple");
   app.use(timing);
+  if (opts.tracing?.enabled) app.use(traceRequests(opts.tracing));
   app.use(securityHeaders);
   // Exactly one valid Host (RFC 9112 §3.2; issue 28, item 4), before anything else answers.
   app.use(hostHeaderRule);
@@ -267,28 +273,33 @@ export function createApp(opts: AppOptions): Express {
   const queryRule = (doc: { query?: { shape: object } } | undefined): RequestHandler[] =>
     doc?.query ? [singleQueryValues(Object.keys(doc.query.shape))] : [];
   for (const route of dataPlaneRoutes) {
-    app[route.method](route.path, ...queryRule(route.doc), async (req: Request, res: Response) => {
-      const ctx = await contextFor(req, res, opts.credentials, route.auth);
-      await route.handler(opts.deps, req, res, ctx);
-    });
+    // Inside the request's span (when traced), errors passed on from there: their log line carries its trace id.
+    app[route.method](route.path, ...queryRule(route.doc), (req: Request, res: Response, next: NextFunction) =>
+      inRequestScope(res, async () => {
+        const ctx = await contextFor(req, res, opts.credentials, route.auth);
+        await route.handler(opts.deps, req, res, ctx);
+      }).catch(next),
+    );
   }
   for (const route of controlRoutes) {
     const handlers: RequestHandler[] = [...queryRule(route.doc), ...(route.body === "raw" ? [parseRaw] : [])];
-    app[route.method](route.path, ...handlers, async (req: Request, res: Response) => {
-      const ctx = await contextFor(req, res, opts.credentials, route.auth);
-      const result = await route.call(
-        opts.deps.resolvers,
-        {
-          body: req.body,
-          params: req.params as Record<string, string>,
-          query: req.query as Record<string, unknown>,
-          header: (name) => req.get(name),
-        },
-        ctx,
-      );
-      if (route.status === 204) res.status(204).end();
-      else res.status(route.status).json(result);
-    });
+    app[route.method](route.path, ...handlers, (req: Request, res: Response, next: NextFunction) =>
+      inRequestScope(res, async () => {
+        const ctx = await contextFor(req, res, opts.credentials, route.auth);
+        const result = await route.call(
+          opts.deps.resolvers,
+          {
+            body: req.body,
+            params: req.params as Record<string, string>,
+            query: req.query as Record<string, unknown>,
+            header: (name) => req.get(name),
+          },
+          ctx,
+        );
+        if (route.status === 204) res.status(204).end();
+        else res.status(route.status).json(result);
+      }).catch(next),
+    );
   }
   return app;
 }

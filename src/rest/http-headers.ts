@@ -18,7 +18,7 @@ import type { RequestHandler } from "express";
 /** Methods the API serves, announced to allowed preflights. */
 const ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
 /** Answer headers a browser script may read. */
-const EXPOSED_HEADERS = "x-request-id, x-switchyard-overhead-ms, retry-after";
+const EXPOSED_HEADERS = "x-request-id, x-trace-id, x-switchyard-overhead-ms, retry-after";
 /** Asked-for request headers are echoed when they form a plain header-name list. */
 const HEADER_LIST = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*$/;
 /** How long a browser may reuse a preflight answer, seconds. */

@@ -14,6 +14,7 @@ import { AppError, ErrorCode } from "../../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "../metering/metering.service.js";
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
 import { costMicros, type TokenPrices } from "../../shared/money.js";
+import { traceTeam } from "../../shared/tracing.js";
 import { failureBody, withStatus } from "../events/webhooks/webhook-body.js";
 import { webhookTarget, type WebhookRequest } from "../events/webhooks/webhook-target.js";
 import type {
@@ -288,6 +289,7 @@ export class InferenceService {
     steps: MeteredSteps<R, T>,
   ): Promise<{ result: R; body: T; costMicros: bigint }> {
     const principal = requirePrincipal(ctx);
+    traceTeam(principal.teamId);
     const admitCall = () => {
       steps.precheck?.();
       return this.admitCall(principal.teamId, call);

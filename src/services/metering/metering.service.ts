@@ -21,6 +21,7 @@ import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
 import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "../events/completion-events.service.js";
 import type { Principal } from "../platform/context.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
+import { type SpanContext, Tracing, currentSpan, failSpan } from "../../shared/tracing.js";
 import type { TokenUsage } from "../../shared/money.js";
 import {
   type WebhookRequest,
@@ -91,6 +92,8 @@ interface Pending {
   webhookJson: string | null;
   resolve: (charge: MeteredCharge) => void;
   reject: (err: unknown) => void;
+  /** The span of the request that queued it, linked from its flush's span (tracing on only). */
+  link?: SpanContext;
 }
 
 interface CachedBalance {
@@ -131,6 +134,8 @@ export class MeteringService {
   readonly stats = { flushes: 0, rows: 0, flushMs: 0 };
   /** Called after each group commit with its rows and time (seconds): the metrics' histograms. */
   onFlush?: (rows: number, seconds: number) => void;
+  /** Traces (issue 29, item 2): a span per flush when on. */
+  tracing: Tracing = Tracing.off;
 
   constructor(
     private readonly ds: DataSource,
@@ -169,7 +174,8 @@ export class MeteringService {
     const webhook = webhookOf(record);
     const webhookJson = webhook ? toJsonbText(webhookRow(record, webhook)) : null;
     return new Promise((resolve, reject) => {
-      this.queue.push({ record, activityJson, responseJson, webhookJson, resolve, reject });
+      const link = this.tracing.enabled ? currentSpan()?.spanContext() : undefined;
+      this.queue.push({ record, activityJson, responseJson, webhookJson, resolve, reject, link });
       if (!this.flushing) {
         this.flushing = true;
         // Let the requests finishing in this turn of the event loop join the first flush.
@@ -218,7 +224,7 @@ export class MeteringService {
       while (this.queue.length > 0) {
         const batch = this.nextBatch();
         const started = performance.now();
-        const outcome = await this.writeWithRetry(batch);
+        const outcome = await this.tracedWrite(batch);
         if (outcome.charges) {
           this.settle(batch, outcome.charges, started);
           continue;
@@ -253,6 +259,21 @@ export class MeteringService {
       n++;
     }
     return this.queue.splice(0, n);
+  }
+
+  /**
+   * `writeWithRetry` inside a `metering flush` span (issue 29, item 2) when tracing is on: a root
+   * span (one flush writes many requests) linked to the spans of the requests it writes.
+   */
+  private tracedWrite(batch: Pending[]): ReturnType<MeteringService["writeWithRetry"]> {
+    if (!this.tracing.enabled) return this.writeWithRetry(batch);
+    const links = batch.flatMap((p) => (p.link ? [p.link] : []));
+    const attributes = { "db.system.name": "postgresql", "switchyard.flush.rows": batch.length };
+    return this.tracing.inSpan("metering flush", { parent: "root", links, attributes }, async (span) => {
+      const outcome = await this.writeWithRetry(batch);
+      if (span && outcome.error !== undefined) failSpan(span, outcome.error);
+      return outcome;
+    });
   }
 
   /** Two tries, 50 ms apart; the second failure is logged as an error and returned. */

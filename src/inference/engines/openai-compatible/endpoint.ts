@@ -7,6 +7,7 @@
 import type { Logger } from "pino";
 import { Pool } from "undici";
 import type { UpstreamConfig } from "../../../config/config.js";
+import { withTraceHeaders } from "../../../shared/tracing.js";
 import { SlotPool } from "../../slot-pool.js";
 import { PATHS, tokenizePath } from "./wire.js";
 
@@ -59,7 +60,8 @@ export class UpstreamEndpoint {
   readonly slots: SlotPool<number>;
   /** Base path of the OpenAI API on the server (e.g. `/v1`), without a trailing slash. */
   readonly basePath: string;
-  readonly headers: Record<string, string>;
+  /** Headers of every request (content type, the key), without the trace context (`headers`). */
+  private readonly baseHeaders: Record<string, string>;
   /** undefined until the first probe or request says; requests are still sent to it meanwhile. */
   healthy: boolean | undefined = undefined;
   /** Why it is not healthy (log-safe, shown in EngineUnavailable details). */
@@ -94,11 +96,19 @@ export class UpstreamEndpoint {
       bodyTimeout: timeouts.bodyTimeoutMs,
     });
     this.slots = new SlotPool(Array.from({ length: config.maxConcurrency }, (_, i) => i));
-    this.headers = {
+    this.baseHeaders = {
       "content-type": "application/json",
       accept: "application/json, text/event-stream",
       ...(config.apiKey ? { authorization: `Bearer ${config.apiKey}` } : {}),
     };
+  }
+
+  /**
+   * Headers of a request sent now: the base ones, plus the current span's W3C `traceparent` when
+   * the request is sent inside a traced engine call (issue 29, item 2).
+   */
+  get headers(): Record<string, string> {
+    return withTraceHeaders(this.baseHeaders);
   }
 
   /** Requests being served by it right now. */

@@ -34,7 +34,9 @@ import { queryRows } from "../../../db/sql.js";
 import type { CacheBus } from "../../platform/cache-bus.js";
 import { type AttemptResult, attemptDelivery } from "./webhook-client.js";
 import { LEASE_MS, type LeasedAttempt, LeaseKeeper } from "./webhook-leases.js";
+import { traceAttempt } from "./webhook-tracing.js";
 import { signWebhook } from "./webhook-target.js";
+import type { Tracing } from "../../../shared/tracing.js";
 
 /** Settings (README "Configuration": `SWITCHYARD_WEBHOOK_*`). */
 export interface WebhookDispatcherOptions {
@@ -58,6 +60,8 @@ export interface WebhookDispatcherOptions {
   keepFailedMs?: number;
   /** Seals a failed delivery's webhook token while it is kept (never stored in plaintext then). */
   sealer?: TokenSealer;
+  /** Traces (issue 29, item 2): a span per attempt when on. */
+  tracing?: Tracing;
 }
 
 /**
@@ -416,14 +420,16 @@ export class WebhookDispatcher {
     if (this.abort.signal.aborted) controller.abort();
     let result: AttemptResult;
     try {
-      result = await attemptDelivery({
-        url: row.url,
-        headers,
-        body,
-        timeoutMs: this.opts.timeoutMs,
-        allowPrivate: this.opts.allowPrivate,
-        signal: controller.signal,
-      });
+      result = await traceAttempt(this.opts.tracing, row, () =>
+        attemptDelivery({
+          url: row.url,
+          headers,
+          body,
+          timeoutMs: this.opts.timeoutMs,
+          allowPrivate: this.opts.allowPrivate,
+          signal: controller.signal,
+        }),
+      );
     } finally {
       this.abort.signal.removeEventListener("abort", onStop);
     }
