@@ -16,6 +16,11 @@ import type { Lifecycle } from "./lifecycle.js";
 export interface DatabaseParts {
   /** `config.databaseUrl`, or the embedded PostgreSQL's URL when that is unset. */
   databaseUrl: string;
+  /**
+   * A URL that keeps sessions, for LISTEN and pg-boss: `config.databaseDirectUrl` when set (then
+   * `databaseUrl` may be a transaction-mode pooler, issue 31 item 3), else `databaseUrl`.
+   */
+  sessionUrl: string;
   dataSource: DataSource;
   bus: CacheBus;
   credit: CreditService;
@@ -52,15 +57,18 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
     );
   }
   const url = databaseUrl;
+  // A direct URL only means something beside a DATABASE_URL of one's own (not the embedded one).
+  const directUrl = config.databaseUrl ? config.databaseDirectUrl : undefined;
+  const sessionUrl = directUrl ?? url;
   const dataSource = await life.start({
     name: "database pool",
-    start: () => openDatabase(url),
+    start: () => openDatabase(url, 20, directUrl),
     stop: (ds) => ds.destroy(),
   });
   const bus = await life.start({
     name: "cache listener",
     start: async () => {
-      const bus = new CacheBus(url, logger);
+      const bus = new CacheBus(sessionUrl, logger);
       await bus.start();
       return bus;
     },
@@ -75,5 +83,5 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
     },
     stop: (credit) => credit.close(),
   });
-  return { databaseUrl: url, dataSource, bus, credit };
+  return { databaseUrl: url, sessionUrl, dataSource, bus, credit };
 }

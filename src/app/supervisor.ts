@@ -96,6 +96,8 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
       SWITCHYARD_ROLE: slot.role,
       SWITCHYARD_API_PROCESSES: "1",
       DATABASE_URL: databaseUrl,
+      // A direct URL only goes with a DATABASE_URL of one's own, never with the embedded one.
+      ...(config.databaseUrl ? {} : { DATABASE_DIRECT_URL: "" }),
     });
     slot.worker = worker;
     slot.startedAt = Date.now();

@@ -40,12 +40,12 @@ export async function startWorkers(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { databaseUrl, dataSource: ds, bus }: DatabaseParts,
+  { sessionUrl, dataSource: ds, bus }: DatabaseParts,
   { metrics, catalog, engines, platform, teamModels, customSlots, engineSequences, tracing }: ModelParts,
   { inference, metering, responses, inFlight }: CoreServices,
 ): Promise<WorkerParts> {
   const runsWorkers = config.role !== "api";
-  const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers, tracing });
+  const jobs = new JobQueue({ databaseUrl: sessionUrl, logger, supervise: runsWorkers, tracing });
   await jobs.start();
   metrics.gaugeFrom(
     "switchyard_job_queue_depth",

@@ -67,6 +67,13 @@ export const configSchema = z.object({
   publicUrl: z.string().url().optional(),
   /** PostgreSQL URL; unset starts an embedded PostgreSQL in `<dataDir>/pg`. */
   databaseUrl: z.string().min(1).optional(),
+  /**
+   * PostgreSQL URL of a session connection (issue 31, item 3), for what needs one: migrations and
+   * their session advisory lock, the cache bus's LISTEN and pg-boss. Set, `databaseUrl` may be a
+   * transaction-mode pooler (PgBouncer `pool_mode = transaction`): its pool then sends unnamed
+   * statements only. Unset, everything uses `databaseUrl`, which must then keep sessions.
+   */
+  databaseDirectUrl: z.string().min(1).optional(),
   /** Folder for the embedded database, the generated JWT secret and the model cache. */
   dataDir: z.string().min(1).default("./.data"),
   /** Folder searched first for model files (e.g. ../shared/models). */
@@ -412,6 +419,7 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   localPayments: "SWITCHYARD_LOCAL_PAYMENTS",
   publicUrl: "SWITCHYARD_PUBLIC_URL",
   databaseUrl: "DATABASE_URL",
+  databaseDirectUrl: "DATABASE_DIRECT_URL",
   dataDir: "SWITCHYARD_DATA_DIR",
   modelsDir: "SWITCHYARD_MODELS_DIR",
   jwtSecret: "SWITCHYARD_JWT_SECRET",

@@ -32,6 +32,8 @@ import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-a
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
 import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
+import { NoSessionError, assertSession } from "./session.js";
+import { useUnnamedStatements } from "./sql.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -88,9 +90,14 @@ const MIGRATION_LOCK = 7_240_611;
 /**
  * Initialises the DataSource and applies pending migrations (each in its own transaction), holding
  * a PostgreSQL advisory lock so that several processes starting at once migrate one at a time.
- * @throws the driver's error when the database is unreachable or a migration fails.
+ * With `directUrl` (DATABASE_DIRECT_URL) the migrations and their lock go there and `url` may be a
+ * transaction-mode pooler (its DataSource then sends unnamed statements only).
+ * @throws NoSessionError when the URL the lock is taken through does not keep a session; the
+ *   driver's error when the database is unreachable or a migration fails.
  */
-export async function openDatabase(url: string, poolSize = 20): Promise<DataSource> {
+export async function openDatabase(url: string, poolSize = 20, directUrl?: string): Promise<DataSource> {
+  if (directUrl !== undefined) return openPooled(url, poolSize, directUrl);
+  await assertSession(url, "the migrations' advisory lock");
   // The lock holds one connection while the migrations run on another.
   const ds = createDataSource(url, Math.max(2, poolSize));
   await ds.initialize();
@@ -104,7 +111,26 @@ export async function openDatabase(url: string, poolSize = 20): Promise<DataSour
     await ds.destroy();
     throw err;
   }
-  await lock.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
+  const [{ unlocked }] = await lock.query("SELECT pg_advisory_unlock($1) AS unlocked", [MIGRATION_LOCK]);
   await lock.release();
+  if (!unlocked) {
+    // Taken by one server session, released on another: a transaction-mode pooler that the
+    // session probe missed. The lock stays held by a pooled server connection: say so loudly.
+    await ds.destroy();
+    throw new NoSessionError(url, "the migrations' advisory lock (taken and released on different sessions)");
+  }
+  return ds;
+}
+
+/**
+ * With a transaction-mode pooler (issue 31, item 3): migrates through `directUrl` (a session,
+ * for the advisory lock), then opens the pool on `url` with unnamed statements only.
+ */
+async function openPooled(url: string, poolSize: number, directUrl: string): Promise<DataSource> {
+  const migrator = await openDatabase(directUrl, 2);
+  await migrator.destroy();
+  const ds = createDataSource(url, poolSize);
+  await ds.initialize();
+  useUnnamedStatements(ds);
   return ds;
 }

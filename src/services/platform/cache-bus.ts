@@ -7,6 +7,7 @@
 import pg from "pg";
 import type { Logger } from "pino";
 import type { EntityManager } from "typeorm";
+import { assertSession } from "../../db/session.js";
 
 export const CACHE_CHANNEL = "switchyard_cache";
 
@@ -27,9 +28,12 @@ export class CacheBus {
    * Opens the listening connection. After a lost connection it reconnects with backoff (1 s
    * doubling to 30 s) until `close`, and once listening again runs the `*` handlers: whatever was
    * announced while it was away is unknown, so caches start over.
-   * @throws the driver's error when the first connection fails.
+   * @throws NoSessionError when the URL is a transaction-mode pooler (a LISTEN there is heard by
+   *   a server connection nobody reads, issue 31 item 3); the driver's error when the first
+   *   connection fails.
    */
   async start(): Promise<void> {
+    await assertSession(this.databaseUrl, "the cache bus's LISTEN");
     const client = new pg.Client({
       connectionString: this.databaseUrl,
       application_name: "switchyard-listen",
