@@ -116,7 +116,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
 
     const deps = await startControlPlane(config, logger, life, db, models, services, workers, loaders);
-    const web = createHttp(config, logger, deps, services.credentials, models.metrics);
+    const web = createHttp(config, logger, deps, services.credentials, models.metrics, db.circuit);
     await startGraphql(life, {
       config,
       logger,

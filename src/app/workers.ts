@@ -40,12 +40,20 @@ export async function startWorkers(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { databaseUrl, dataSource: ds, bus }: DatabaseParts,
+  { databaseUrl, dataSource: ds, bus, circuit, timeouts }: DatabaseParts,
   { metrics, catalog, engines, platform, teamModels, customSlots, engineSequences }: ModelParts,
   { inference, metering, responses, inFlight }: CoreServices,
 ): Promise<WorkerParts> {
   const runsWorkers = config.role !== "api";
-  const jobs = new JobQueue({ databaseUrl, logger, supervise: runsWorkers });
+  const jobs = new JobQueue({
+    databaseUrl,
+    logger,
+    supervise: runsWorkers,
+    timeouts,
+    statementTimeoutMs: config.jobsStatementTimeoutMs,
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    circuit,
+  });
   await jobs.start();
   metrics.gaugeFrom(
     "switchyard_job_queue_depth",

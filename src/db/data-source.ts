@@ -1,7 +1,8 @@
 /**
  * The TypeORM DataSource (PostgreSQL, `synchronize` never on) and start-up migration.
  */
-import { DataSource } from "typeorm";
+import type pg from "pg";
+import { DataSource, MigrationExecutor } from "typeorm";
 import { entities } from "../entities/index.js";
 import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
 import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-leases.js";
@@ -32,6 +33,8 @@ import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-a
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
 import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
+import type { DatabaseCircuit } from "./circuit.js";
+import { guardPool, guardedClientClass } from "./pool-guard.js";
 
 /** Migrations in the order they apply; append only. */
 export const migrations = [
@@ -66,8 +69,55 @@ export const migrations = [
   WebhookRedelivery1764890000000,
 ];
 
-/** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
-export function createDataSource(url: string, poolSize = 20): DataSource {
+/**
+ * Server-side bounds of every session of a pool, ms (issue 28, item 1; config `dbStatementTimeoutMs`,
+ * `dbLockTimeoutMs`, `dbIdleInTxTimeoutMs`). Sent as startup parameters when a connection
+ * opens; 0 leaves the server's own setting (PostgreSQL's default: none).
+ */
+export interface SessionTimeouts {
+  /** `statement_timeout`: a statement running longer is cancelled (SQLSTATE 57014). */
+  statementTimeoutMs: number;
+  /** `lock_timeout`: a wait for a lock longer than this fails (55P03). */
+  lockTimeoutMs: number;
+  /** `idle_in_transaction_session_timeout`: a session idle this long inside a transaction is closed (25P03). */
+  idleInTransactionTimeoutMs: number;
+}
+
+/** The defaults of the configuration (`src/config/config.ts`). */
+export const DEFAULT_SESSION_TIMEOUTS: SessionTimeouts = {
+  statementTimeoutMs: 30_000,
+  lockTimeoutMs: 10_000,
+  idleInTransactionTimeoutMs: 60_000,
+};
+
+/** node-postgres connection settings for `timeouts` (node-postgres sends none that is 0). */
+export function sessionSettings(timeouts: SessionTimeouts): {
+  statement_timeout: number;
+  lock_timeout: number;
+  idle_in_transaction_session_timeout: number;
+} {
+  return {
+    statement_timeout: timeouts.statementTimeoutMs,
+    lock_timeout: timeouts.lockTimeoutMs,
+    idle_in_transaction_session_timeout: timeouts.idleInTransactionTimeoutMs,
+  };
+}
+
+/** Options of `createDataSource` and `openDatabase`. */
+export interface DatabaseOptions {
+  /** Most pg connections. */
+  poolSize?: number;
+  /** Bounds of every session (default `DEFAULT_SESSION_TIMEOUTS`). */
+  timeouts?: SessionTimeouts;
+  /** Most time to get a connection (a new one, or a free one of a full pool), ms (default 10 s). */
+  connectTimeoutMs?: number;
+  /** The database circuit its pool runs under (`circuit.ts`); none in tools and tests. */
+  circuit?: DatabaseCircuit;
+}
+
+/** Creates (does not initialise) a DataSource for `url`. */
+export function createDataSource(url: string, poolSizeOrOptions: number | DatabaseOptions = {}): DataSource {
+  const opts = typeof poolSizeOrOptions === "number" ? { poolSize: poolSizeOrOptions } : poolSizeOrOptions;
   return new DataSource({
     type: "postgres",
     url,
@@ -77,8 +127,15 @@ export function createDataSource(url: string, poolSize = 20): DataSource {
     synchronize: false,
     migrationsRun: false,
     logging: false,
-    // A connection that cannot be had in 10 s fails the query instead of hanging it (unreachable host).
-    extra: { max: poolSize, application_name: "switchyard", connectionTimeoutMillis: 10_000, keepAlive: true },
+    extra: {
+      max: opts.poolSize ?? 20,
+      application_name: "switchyard",
+      // A connection that cannot be had in time fails the query instead of hanging it (unreachable host).
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 10_000,
+      keepAlive: true,
+      ...sessionSettings(opts.timeouts ?? DEFAULT_SESSION_TIMEOUTS),
+      ...(opts.circuit ? { Client: guardedClientClass(opts.circuit) } : {}),
+    },
   });
 }
 
@@ -86,25 +143,41 @@ export function createDataSource(url: string, poolSize = 20): DataSource {
 const MIGRATION_LOCK = 7_240_611;
 
 /**
- * Initialises the DataSource and applies pending migrations (each in its own transaction), holding
- * a PostgreSQL advisory lock so that several processes starting at once migrate one at a time.
+ * Initialises the DataSource (its pool under `options.circuit` when given) and applies pending
+ * migrations (each in its own transaction) on one session holding a PostgreSQL advisory lock, so
+ * that several processes starting at once migrate one at a time.
+ *
+ * The migration session has no statement or lock timeout (issue 28, item 1: long-but-legitimate
+ * work gets its own bound): it waits on the advisory lock for as long as another process migrates,
+ * and a migration lasts as long as its data needs (an index build, the backfill of a roll-up such
+ * as `usage_daily` on a large `activity`). Migrations run once per deploy, at start, watched by
+ * whoever deploys; a bound would only fail the deploy halfway, to be retried at every restart.
  * @throws the driver's error when the database is unreachable or a migration fails.
  */
-export async function openDatabase(url: string, poolSize = 20): Promise<DataSource> {
-  // The lock holds one connection while the migrations run on another.
-  const ds = createDataSource(url, Math.max(2, poolSize));
+export async function openDatabase(url: string, poolSizeOrOptions: number | DatabaseOptions = {}): Promise<DataSource> {
+  const opts = typeof poolSizeOrOptions === "number" ? { poolSize: poolSizeOrOptions } : poolSizeOrOptions;
+  // The migration session holds one connection; TypeORM may ask for another meanwhile.
+  const ds = createDataSource(url, { ...opts, poolSize: Math.max(2, opts.poolSize ?? 20) });
   await ds.initialize();
-  const lock = ds.createQueryRunner();
+  if (opts.circuit) guardPool((ds.driver as unknown as { master: pg.Pool }).master, opts.circuit);
+  const session = ds.createQueryRunner();
   try {
-    await lock.connect();
-    await lock.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
-    await ds.runMigrations({ transaction: "each" });
+    await session.connect();
+    await session.query("SET statement_timeout = 0");
+    await session.query("SET lock_timeout = 0");
+    await session.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+    const executor = new MigrationExecutor(ds, session);
+    executor.transaction = "each";
+    await executor.executePendingMigrations();
+    await session.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
+    // Back to the pool's bounds before the connection goes back to it.
+    await session.query("RESET statement_timeout");
+    await session.query("RESET lock_timeout");
   } catch (err) {
-    await lock.release();
+    await session.release();
     await ds.destroy();
     throw err;
   }
-  await lock.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
-  await lock.release();
+  await session.release();
   return ds;
 }

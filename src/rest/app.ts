@@ -10,11 +10,13 @@ import express, { type Express, type Request, type RequestHandler, type Response
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
 import type { RequestContext } from "../services/platform/context.js";
+import type { DatabaseAvailability } from "../shared/database-errors.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { mountDatabaseGate } from "./database-gate.js";
 import { homePage } from "./home.js";
 import { jsonBody } from "./json-body.js";
 import { loggedPath } from "./log-path.js";
@@ -121,6 +123,8 @@ export interface AppOptions {
   metricsToken?: string;
   /** Level of the one line per request: `debug` (default; JSON logs) or `info` (readable logs). */
   accessLogLevel?: "debug" | "info";
+  /** The database circuit: while it refuses, `/v1`, `/control` and `/graphql` answer 503 (`database-gate.ts`). */
+  database?: DatabaseAvailability;
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -235,6 +239,8 @@ export function createApp(opts: AppOptions): Express {
   mountDashboard(app);
   // Where to go from the root (issue 27, item 4).
   app.get("/", homePage);
+  // While the database is unavailable, 503 before any body is read (issue 28, item 1).
+  if (opts.database) mountDatabaseGate(app, opts.database);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

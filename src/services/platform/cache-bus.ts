@@ -21,6 +21,11 @@ export class CacheBus {
   constructor(
     private readonly databaseUrl: string,
     private readonly logger: Logger,
+    /**
+     * More node-postgres settings of the listening connection: the pools' session bounds and
+     * connect timeout (issue 28, item 1).
+     */
+    private readonly settings: pg.ClientConfig = { connectionTimeoutMillis: 10_000 },
   ) {}
 
   /**
@@ -31,11 +36,12 @@ export class CacheBus {
    */
   async start(): Promise<void> {
     const client = new pg.Client({
+      connectionTimeoutMillis: 10_000,
+      ...this.settings,
       connectionString: this.databaseUrl,
       application_name: "switchyard-listen",
       // TCP keepalive: a silently dropped connection errors (and reconnects) instead of going deaf.
       keepAlive: true,
-      connectionTimeoutMillis: 10_000,
     });
     client.on("notification", (msg) => {
       if (msg.channel !== CACHE_CHANNEL || !msg.payload) return;
