@@ -164,13 +164,11 @@ export class DatabaseCircuit implements DatabaseAvailability {
     if (isDatabaseUnavailable(err)) this.suspect();
   }
 
-  /** Stops watching and probing, and closes the probe's connection. */
+  /** Stops watching and probing, and closes the probe's connection (at once: the server may be frozen). */
   async close(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    const client = this.probeClient;
-    this.probeClient = undefined;
-    await client?.end().catch(() => undefined);
+    this.dropProbeClient();
   }
 
   private suspect(): void {

@@ -103,10 +103,21 @@ export class CacheBus {
     for (const h of this.handlers.get(topic) ?? []) h(key);
   }
 
+  /** Closes the listening connection: politely, or after 1 s at once (a frozen server never answers). */
   async close(): Promise<void> {
     this.closed = true;
     const client = this.client;
     this.client = undefined;
-    await client?.end().catch(() => undefined);
+    if (!client) return;
+    let timer: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([
+      client.end().then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 1_000))),
+    ]);
+    clearTimeout(timer);
+    if (!ended) (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
   }
 }
