@@ -14,16 +14,25 @@ interface Seen {
   values: unknown[];
 }
 
-/** Records the named statements `server` runs on its pool from now on. */
+/**
+ * Records the named statements `server` runs on its pool's connections from now on (the group
+ * commit takes a connection for its transaction: each one is watched as the pool hands it out).
+ */
 function watchNamedStatements(server: TestServer): Seen[] {
-  const pool = (server.app.dataSource.driver as unknown as { master: { query: (...a: unknown[]) => unknown } }).master;
+  type Query = (config: unknown, ...rest: unknown[]) => unknown;
+  const pool = (server.app.dataSource.driver as unknown as { master: NodeJS.EventEmitter }).master;
   const seen: Seen[] = [];
-  const original = pool.query.bind(pool);
-  pool.query = (config: unknown, ...rest: unknown[]) => {
-    const c = config as { name?: string; text?: string; values?: unknown[] };
-    if (c?.name?.startsWith("switchyard_group_commit_")) seen.push({ text: c.text!, values: c.values! });
-    return original(config, ...rest);
-  };
+  const watched = new WeakSet<object>();
+  pool.on("acquire", (client: { query: Query }) => {
+    if (watched.has(client)) return;
+    watched.add(client);
+    const original = client.query.bind(client);
+    client.query = (config: unknown, ...rest: unknown[]) => {
+      const c = config as { name?: string; text?: string; values?: unknown[] };
+      if (c?.name?.startsWith("switchyard_group_commit_")) seen.push({ text: c.text!, values: c.values! });
+      return original(config, ...rest);
+    };
+  });
   return seen;
 }
 

@@ -237,7 +237,7 @@ describe("each rule of a transaction-mode pooler, broken on purpose", () => {
   });
 
   test("when DATABASE_DIRECT_URL points at the pooler, then the migrations' session advisory lock refuses to start", async () => {
-    const err = await openDatabase(bouncer!.url, 2, bouncer!.url).catch((e: unknown) => e);
+    const err = await openDatabase(bouncer!.url, { poolSize: 2, directUrl: bouncer!.url }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NoSessionError);
     expect(String(err)).toMatch(/advisory lock.*DATABASE_DIRECT_URL/s);
     // And a whole Switchyard does not start on it.

@@ -6,7 +6,8 @@ import path from "node:path";
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import type { Config } from "../config/config.js";
-import { openDatabase } from "../db/data-source.js";
+import { DatabaseCircuit } from "../db/circuit.js";
+import { type SessionTimeouts, openDatabase, sessionSettings } from "../db/data-source.js";
 import { startEmbeddedPostgres } from "../db/embedded.js";
 import { CreditService } from "../services/ledger/credit.service.js";
 import { CacheBus } from "../services/platform/cache-bus.js";
@@ -22,6 +23,10 @@ export interface DatabaseParts {
    */
   sessionUrl: string;
   dataSource: DataSource;
+  /** The database circuit (issue 28, item 1): every pool of this process runs under it. */
+  circuit: DatabaseCircuit;
+  /** The sessions' bounds of the pools (config `dbStatementTimeoutMs` …). */
+  timeouts: SessionTimeouts;
   bus: CacheBus;
   credit: CreditService;
 }
@@ -60,15 +65,49 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
   // A direct URL only means something beside a DATABASE_URL of one's own (not the embedded one).
   const directUrl = config.databaseUrl ? config.databaseDirectUrl : undefined;
   const sessionUrl = directUrl ?? url;
-  const dataSource = await life.start({
+  const timeouts: SessionTimeouts = {
+    statementTimeoutMs: config.dbStatementTimeoutMs,
+    lockTimeoutMs: config.dbLockTimeoutMs,
+    idleInTransactionTimeoutMs: config.dbIdleInTxTimeoutMs,
+  };
+  const { dataSource, circuit } = await life.start({
     name: "database pool",
-    start: () => openDatabase(url, 20, directUrl),
-    stop: (ds) => ds.destroy(),
+    start: async () => {
+      const circuit = new DatabaseCircuit({
+        databaseUrl: url,
+        probeTimeoutMs: config.dbProbeTimeoutMs,
+        // A live server answers a COMMIT well within the statement timeout.
+        commitWaitMs: config.dbStatementTimeoutMs || 30_000,
+        logger,
+      });
+      try {
+        const dataSource = await openDatabase(url, {
+          timeouts,
+          connectTimeoutMs: config.dbConnectTimeoutMs,
+          circuit,
+          directUrl,
+        });
+        return { dataSource, circuit };
+      } catch (err) {
+        await circuit.close();
+        throw err;
+      }
+    },
+    stop: async ({ dataSource, circuit }) => {
+      try {
+        await dataSource.destroy();
+      } finally {
+        await circuit.close();
+      }
+    },
   });
   const bus = await life.start({
     name: "cache listener",
     start: async () => {
-      const bus = new CacheBus(sessionUrl, logger);
+      const bus = new CacheBus(sessionUrl, logger, {
+        ...sessionSettings(timeouts),
+        connectionTimeoutMillis: config.dbConnectTimeoutMs,
+      });
       await bus.start();
       return bus;
     },
@@ -83,5 +122,5 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
     },
     stop: (credit) => credit.close(),
   });
-  return { databaseUrl: url, sessionUrl, dataSource, bus, credit };
+  return { databaseUrl: url, sessionUrl, dataSource, circuit, timeouts, bus, credit };
 }

@@ -31,6 +31,7 @@ import type { CredentialService } from "../services/accounts/credential.service.
 import type { CompletionEventsService } from "../services/events/completion-events.service.js";
 import type { CacheBus } from "../services/platform/cache-bus.js";
 import type { RequestContext } from "../services/platform/context.js";
+import { asDatabaseUnavailable } from "../shared/database-errors.js";
 import { AppError } from "../shared/errors.js";
 import type { Lifecycle } from "./lifecycle.js";
 
@@ -78,7 +79,10 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
       const principal = await credentials.authenticate(credential?.value, { apiKeyOnly: credential?.apiKeyOnly });
       return { requestId, principal, origin, ip };
     } catch (err) {
-      if (err instanceof AppError) return { requestId, credentialError: err, origin, ip };
+      // An unavailable database fails the operations that need a caller with its 503, not the
+      // whole request with Apollo's 500 for a failed context (issue 28, item 1).
+      const refused = err instanceof AppError ? err : asDatabaseUnavailable(err);
+      if (refused) return { requestId, credentialError: refused, origin, ip };
       throw err;
     }
   };
@@ -130,7 +134,8 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
         try {
           return { ...base, principal: await sockets.principal(ctx.extra.socket) };
         } catch (err) {
-          if (err instanceof AppError) return { ...base, credentialError: err };
+          const refused = err instanceof AppError ? err : asDatabaseUnavailable(err);
+          if (refused) return { ...base, credentialError: refused };
           throw err;
         }
       },

@@ -17,6 +17,7 @@ import {
 } from "../rest/error-envelope.js";
 import type { DataPlaneDeps } from "../rest/handlers/deps.js";
 import type { CredentialService } from "../services/accounts/credential.service.js";
+import type { DatabaseAvailability } from "../shared/database-errors.js";
 import type { Metrics } from "../shared/metrics.js";
 import { Tracing } from "../shared/tracing.js";
 import { localUrl, startBanner } from "./exposure.js";
@@ -29,7 +30,8 @@ export interface HttpParts {
 }
 
 /**
- * Builds the Express app over `deps` and an HTTP server for it; nothing listens yet.
+ * Builds the Express app over `deps` and an HTTP server for it; nothing listens yet. While
+ * `database` (the database circuit) refuses, the app answers 503 (`rest/database-gate.ts`).
  * `requestTimeout` bounds receiving a request (headers and body), never the answer, so long SSE
  * streams are not cut; Node checks both timeouts every `connectionsCheckingInterval` (¼ of the
  * headers timeout, within 250 ms … 30 s).
@@ -41,6 +43,7 @@ export function createHttp(
   credentials: CredentialService,
   metrics: Metrics,
   tracing: Tracing = Tracing.off,
+  database?: DatabaseAvailability,
 ): HttpParts {
   const app = createApp({
     deps,
@@ -54,6 +57,7 @@ export function createHttp(
     tracing,
     // A person at a terminal sees one line per request (with its id); JSON logs keep it at debug.
     accessLogLevel: usesPrettyLogs(config.logFormat) ? "info" : "debug",
+    database,
   });
   const server = http.createServer(
     {

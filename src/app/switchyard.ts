@@ -130,7 +130,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
     }
 
     const deps = await startControlPlane(config, logger, life, db, models, services, workers, loaders);
-    const web = createHttp(config, logger, deps, services.credentials, models.metrics, tracing);
+    const web = createHttp(config, logger, deps, services.credentials, models.metrics, tracing, db.circuit);
     await startGraphql(life, {
       config,
       logger,

@@ -40,12 +40,21 @@ export async function startWorkers(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { sessionUrl, dataSource: ds, bus }: DatabaseParts,
+  { sessionUrl, dataSource: ds, bus, circuit, timeouts }: DatabaseParts,
   { metrics, catalog, engines, platform, teamModels, customSlots, engineSequences, tracing }: ModelParts,
   { inference, metering, responses, inFlight }: CoreServices,
 ): Promise<WorkerParts> {
   const runsWorkers = config.role !== "api";
-  const jobs = new JobQueue({ databaseUrl: sessionUrl, logger, supervise: runsWorkers, tracing });
+  const jobs = new JobQueue({
+    databaseUrl: sessionUrl,
+    logger,
+    supervise: runsWorkers,
+    timeouts,
+    statementTimeoutMs: config.jobsStatementTimeoutMs,
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    circuit,
+    tracing,
+  });
   await jobs.start();
   metrics.gaugeFrom(
     "switchyard_job_queue_depth",

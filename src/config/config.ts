@@ -74,6 +74,28 @@ export const configSchema = z.object({
    * statements only. Unset, everything uses `databaseUrl`, which must then keep sessions.
    */
   databaseDirectUrl: z.string().min(1).optional(),
+  /**
+   * Database bounds (issue 28, item 1), ms, 0 leaving PostgreSQL's own setting; every pool's
+   * sessions have them (migrations run without the first two, the job queue's statements have
+   * `jobsStatementTimeoutMs`). A statement running longer is cancelled (`statement_timeout`).
+   */
+  dbStatementTimeoutMs: intFromEnv(0, 86_400_000).default(30_000),
+  /** A wait for a lock longer than this fails (`lock_timeout`), ms. */
+  dbLockTimeoutMs: intFromEnv(0, 86_400_000).default(10_000),
+  /** A session idle this long inside a transaction is closed (`idle_in_transaction_session_timeout`), ms. */
+  dbIdleInTxTimeoutMs: intFromEnv(0, 86_400_000).default(60_000),
+  /**
+   * Statement bound of the job queue's own pool, ms: its maintenance archives and deletes finished
+   * jobs in statements as long as the queue is large.
+   */
+  jobsStatementTimeoutMs: intFromEnv(0, 86_400_000).default(600_000),
+  /** Most time to get a database connection (a new one, or a free one of a full pool), ms. */
+  dbConnectTimeoutMs: intFromEnv(100, 600_000).default(10_000),
+  /**
+   * The database circuit (issue 28, item 1): most time its probe (`SELECT 1` on a connection of
+   * its own) may take before the database counts as unavailable and requests get 503, ms.
+   */
+  dbProbeTimeoutMs: intFromEnv(100, 60_000).default(1_000),
   /** Folder for the embedded database, the generated JWT secret and the model cache. */
   dataDir: z.string().min(1).default("./.data"),
   /** Folder searched first for model files (e.g. ../shared/models). */
@@ -420,6 +442,12 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   publicUrl: "SWITCHYARD_PUBLIC_URL",
   databaseUrl: "DATABASE_URL",
   databaseDirectUrl: "DATABASE_DIRECT_URL",
+  dbStatementTimeoutMs: "SWITCHYARD_DB_STATEMENT_TIMEOUT_MS",
+  dbLockTimeoutMs: "SWITCHYARD_DB_LOCK_TIMEOUT_MS",
+  dbIdleInTxTimeoutMs: "SWITCHYARD_DB_IDLE_IN_TX_TIMEOUT_MS",
+  jobsStatementTimeoutMs: "SWITCHYARD_JOBS_STATEMENT_TIMEOUT_MS",
+  dbConnectTimeoutMs: "SWITCHYARD_DB_CONNECT_TIMEOUT_MS",
+  dbProbeTimeoutMs: "SWITCHYARD_DB_PROBE_TIMEOUT_MS",
   dataDir: "SWITCHYARD_DATA_DIR",
   modelsDir: "SWITCHYARD_MODELS_DIR",
   jwtSecret: "SWITCHYARD_JWT_SECRET",

@@ -1,7 +1,8 @@
 /**
  * The TypeORM DataSource (PostgreSQL, `synchronize` never on) and start-up migration.
  */
-import { DataSource } from "typeorm";
+import type pg from "pg";
+import { DataSource, MigrationExecutor } from "typeorm";
 import { entities } from "../entities/index.js";
 import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
 import { CreditLeases1764000000000 } from "./migrations/1764000000000-credit-leases.js";
@@ -32,6 +33,8 @@ import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-a
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
 import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
+import type { DatabaseCircuit } from "./circuit.js";
+import { guardPool, guardedClientClass } from "./pool-guard.js";
 import { NoSessionError, assertSession } from "./session.js";
 import { useUnnamedStatements } from "./sql.js";
 
@@ -68,8 +71,63 @@ export const migrations = [
   WebhookRedelivery1764890000000,
 ];
 
-/** Creates (does not initialise) a DataSource for `url`. `poolSize` bounds pg connections. */
-export function createDataSource(url: string, poolSize = 20): DataSource {
+/**
+ * Server-side bounds of every session of a pool, ms (issue 28, item 1; config `dbStatementTimeoutMs`,
+ * `dbLockTimeoutMs`, `dbIdleInTxTimeoutMs`). Sent as startup parameters when a connection
+ * opens; 0 leaves the server's own setting (PostgreSQL's default: none).
+ */
+export interface SessionTimeouts {
+  /** `statement_timeout`: a statement running longer is cancelled (SQLSTATE 57014). */
+  statementTimeoutMs: number;
+  /** `lock_timeout`: a wait for a lock longer than this fails (55P03). */
+  lockTimeoutMs: number;
+  /** `idle_in_transaction_session_timeout`: a session idle this long inside a transaction is closed (25P03). */
+  idleInTransactionTimeoutMs: number;
+}
+
+/** The defaults of the configuration (`src/config/config.ts`). */
+export const DEFAULT_SESSION_TIMEOUTS: SessionTimeouts = {
+  statementTimeoutMs: 30_000,
+  lockTimeoutMs: 10_000,
+  idleInTransactionTimeoutMs: 60_000,
+};
+
+/** node-postgres connection settings for `timeouts` (node-postgres sends none that is 0). */
+export function sessionSettings(timeouts: SessionTimeouts): {
+  statement_timeout: number;
+  lock_timeout: number;
+  idle_in_transaction_session_timeout: number;
+} {
+  return {
+    statement_timeout: timeouts.statementTimeoutMs,
+    lock_timeout: timeouts.lockTimeoutMs,
+    idle_in_transaction_session_timeout: timeouts.idleInTransactionTimeoutMs,
+  };
+}
+
+/** Options of `createDataSource` and `openDatabase`. */
+export interface DatabaseOptions {
+  /** Most pg connections. */
+  poolSize?: number;
+  /** Bounds of every session (default `DEFAULT_SESSION_TIMEOUTS`). */
+  timeouts?: SessionTimeouts;
+  /** Most time to get a connection (a new one, or a free one of a full pool), ms (default 10 s). */
+  connectTimeoutMs?: number;
+  /** The database circuit its pool runs under (`circuit.ts`); none in tools and tests. */
+  circuit?: DatabaseCircuit;
+  /**
+   * DATABASE_DIRECT_URL (issue 31, item 3): the migrations and their advisory lock go there, and
+   * `url` may be a transaction-mode pooler (its pool then sends unnamed statements only and no
+   * session timeouts as startup parameters, which PgBouncer refuses: set them on the role).
+   */
+  directUrl?: string;
+  /** Send `timeouts` as startup parameters (default true; false behind a pooler). */
+  startupTimeouts?: boolean;
+}
+
+/** Creates (does not initialise) a DataSource for `url`. */
+export function createDataSource(url: string, poolSizeOrOptions: number | DatabaseOptions = {}): DataSource {
+  const opts = typeof poolSizeOrOptions === "number" ? { poolSize: poolSizeOrOptions } : poolSizeOrOptions;
   return new DataSource({
     type: "postgres",
     url,
@@ -79,8 +137,15 @@ export function createDataSource(url: string, poolSize = 20): DataSource {
     synchronize: false,
     migrationsRun: false,
     logging: false,
-    // A connection that cannot be had in 10 s fails the query instead of hanging it (unreachable host).
-    extra: { max: poolSize, application_name: "switchyard", connectionTimeoutMillis: 10_000, keepAlive: true },
+    extra: {
+      max: opts.poolSize ?? 20,
+      application_name: "switchyard",
+      // A connection that cannot be had in time fails the query instead of hanging it (unreachable host).
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 10_000,
+      keepAlive: true,
+      ...(opts.startupTimeouts === false ? {} : sessionSettings(opts.timeouts ?? DEFAULT_SESSION_TIMEOUTS)),
+      ...(opts.circuit ? { Client: guardedClientClass(opts.circuit) } : {}),
+    },
   });
 }
 
@@ -88,31 +153,50 @@ export function createDataSource(url: string, poolSize = 20): DataSource {
 const MIGRATION_LOCK = 7_240_611;
 
 /**
- * Initialises the DataSource and applies pending migrations (each in its own transaction), holding
- * a PostgreSQL advisory lock so that several processes starting at once migrate one at a time.
- * With `directUrl` (DATABASE_DIRECT_URL) the migrations and their lock go there and `url` may be a
- * transaction-mode pooler (its DataSource then sends unnamed statements only).
+ * Initialises the DataSource (its pool under `options.circuit` when given) and applies pending
+ * migrations (each in its own transaction) on one session holding a PostgreSQL advisory lock, so
+ * that several processes starting at once migrate one at a time. With `options.directUrl` the
+ * migrations and their lock go there and `url` may be a transaction-mode pooler (`openPooled`).
+ *
+ * The migration session has no statement or lock timeout (issue 28, item 1: long-but-legitimate
+ * work gets its own bound): it waits on the advisory lock for as long as another process migrates,
+ * and a migration lasts as long as its data needs (an index build, the backfill of a roll-up such
+ * as `usage_daily` on a large `activity`). Migrations run once per deploy, at start, watched by
+ * whoever deploys; a bound would only fail the deploy halfway, to be retried at every restart.
  * @throws NoSessionError when the URL the lock is taken through does not keep a session; the
  *   driver's error when the database is unreachable or a migration fails.
  */
-export async function openDatabase(url: string, poolSize = 20, directUrl?: string): Promise<DataSource> {
-  if (directUrl !== undefined) return openPooled(url, poolSize, directUrl);
+export async function openDatabase(url: string, poolSizeOrOptions: number | DatabaseOptions = {}): Promise<DataSource> {
+  const opts = typeof poolSizeOrOptions === "number" ? { poolSize: poolSizeOrOptions } : poolSizeOrOptions;
+  if (opts.directUrl !== undefined) return openPooled(url, opts, opts.directUrl);
   await assertSession(url, "the migrations' advisory lock");
-  // The lock holds one connection while the migrations run on another.
-  const ds = createDataSource(url, Math.max(2, poolSize));
+  // The migration session holds one connection; TypeORM may ask for another meanwhile.
+  const ds = createDataSource(url, { ...opts, poolSize: Math.max(2, opts.poolSize ?? 20) });
   await ds.initialize();
-  const lock = ds.createQueryRunner();
+  if (opts.circuit) guardPool((ds.driver as unknown as { master: pg.Pool }).master, opts.circuit);
+  const session = ds.createQueryRunner();
+  let unlocked = true;
   try {
-    await lock.connect();
-    await lock.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
-    await ds.runMigrations({ transaction: "each" });
+    await session.connect();
+    await session.query("SET statement_timeout = 0");
+    await session.query("SET lock_timeout = 0");
+    await session.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+    const executor = new MigrationExecutor(ds, session);
+    executor.transaction = "each";
+    await executor.executePendingMigrations();
+    const [row] = (await session.query("SELECT pg_advisory_unlock($1) AS unlocked", [MIGRATION_LOCK])) as Array<{
+      unlocked: boolean;
+    }>;
+    unlocked = row.unlocked;
+    // Back to the pool's bounds before the connection goes back to it.
+    await session.query("RESET statement_timeout");
+    await session.query("RESET lock_timeout");
   } catch (err) {
-    await lock.release();
+    await session.release();
     await ds.destroy();
     throw err;
   }
-  const [{ unlocked }] = await lock.query("SELECT pg_advisory_unlock($1) AS unlocked", [MIGRATION_LOCK]);
-  await lock.release();
+  await session.release();
   if (!unlocked) {
     // Taken by one server session, released on another: a transaction-mode pooler that the
     // session probe missed. The lock stays held by a pooled server connection: say so loudly.
@@ -124,13 +208,15 @@ export async function openDatabase(url: string, poolSize = 20, directUrl?: strin
 
 /**
  * With a transaction-mode pooler (issue 31, item 3): migrates through `directUrl` (a session,
- * for the advisory lock), then opens the pool on `url` with unnamed statements only.
+ * for the advisory lock), then opens the pool on `url` with unnamed statements only and no
+ * startup timeouts (PgBouncer refuses unknown startup parameters; set them on the role).
  */
-async function openPooled(url: string, poolSize: number, directUrl: string): Promise<DataSource> {
-  const migrator = await openDatabase(directUrl, 2);
+async function openPooled(url: string, opts: DatabaseOptions, directUrl: string): Promise<DataSource> {
+  const migrator = await openDatabase(directUrl, { ...opts, poolSize: 2, directUrl: undefined, circuit: undefined });
   await migrator.destroy();
-  const ds = createDataSource(url, poolSize);
+  const ds = createDataSource(url, { ...opts, startupTimeouts: false });
   await ds.initialize();
+  if (opts.circuit) guardPool((ds.driver as unknown as { master: pg.Pool }).master, opts.circuit);
   useUnnamedStatements(ds);
   return ds;
 }

@@ -433,9 +433,13 @@ function readOwner(file: string): { pid: number; startTime?: string } | undefine
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Creates `database` in the cluster behind `adminUrl` unless it exists. */
+/**
+ * Creates `database` in the cluster behind `adminUrl` unless it exists. A connection that cannot
+ * be had in 10 s fails; the statements have no timeout (issue 28, item 1): one CREATE DATABASE at
+ * start, as long as copying its template takes.
+ */
 export async function ensureDatabase(adminUrl: string, database: string, template?: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
+  const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 10_000 });
   await client.connect();
   try {
     const found = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [database]);

@@ -18,9 +18,17 @@ export async function queryRows<T>(db: Queryable, text: string, params?: unknown
   return raw as T[];
 }
 
-/** What `queryPrepared` needs of node-postgres: a pool that runs named statements. */
+/** A connection of a node-postgres pool, as `queryPrepared` uses it. */
+interface PooledConnection {
+  query(config: string | { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
+  release(err?: Error): void;
+  on(event: "error", listener: (err: Error) => void): void;
+  off(event: "error", listener: (err: Error) => void): void;
+}
+
+/** What `queryPrepared` needs of node-postgres: a pool to take a connection from. */
 interface NamedStatementPool {
-  query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
+  connect(): Promise<PooledConnection>;
 }
 
 /** DataSources whose pool reaches PostgreSQL through a transaction-mode pooler. */
@@ -40,25 +48,49 @@ export function useUnnamedStatements(db: object): void {
 const statementNames = new Map<string, string>();
 
 /**
- * Runs `text` as a named prepared statement on a connection of `db`'s pool (a TypeORM
- * DataSource on PostgreSQL): each connection parses and plans it once, later calls only bind and
- * execute. For the large statements of the hot path (the metering group commit: 2.5 ms through a
- * plain query against 0.8 ms prepared, measured in bench/NOTES.md, issue 12 item 1). The name
- * sent is `name` plus a hash of `text`, so one name can never stand for two texts (a changed
- * statement after a deploy, behind a pooler that keeps server connections). Other `Queryable`s
- * (a transaction's manager, a DataSource marked by `useUnnamedStatements`) run it plainly.
- * Note: node-postgres closes a pool connection whose query failed, so a failed call costs a
- * reconnect and a new parse on the next one.
+ * Runs `text` as a named prepared statement, in a transaction of its own, on a connection of
+ * `db`'s pool (a TypeORM DataSource on PostgreSQL): each connection parses and plans it once,
+ * later calls only bind and execute. For the large statements of the hot path (the metering group
+ * commit: 2.5 ms through a plain query against 0.8 ms prepared, measured in bench/NOTES.md, issue
+ * 12 item 1). The name sent is `name` plus a hash of `text`, so one name can never stand for two
+ * texts (a changed statement after a deploy, behind a pooler that keeps server connections).
+ * Other `Queryable`s (a transaction's manager) run it plainly, inside their transaction, and so
+ * does a DataSource marked by `useUnnamedStatements` (one statement, atomic on its own).
+ *
+ * `BEGIN`, the statement and `COMMIT` go as three round trips (issue 28, item 1): a statement the
+ * database circuit abandons (PostgreSQL frozen under it, `circuit.ts`) has its connection closed
+ * before any COMMIT was sent, so PostgreSQL rolls it back when it runs again, instead of
+ * committing, unseen, what the caller was told had failed (for the group commit: charges for
+ * requests answered 503). A COMMIT already sent is waited for by the circuit.
+ * Note: a connection whose statement failed is closed, so the next call costs a reconnect and a
+ * new parse.
  */
 export async function queryPrepared<T>(db: Queryable, name: string, text: string, params: unknown[]): Promise<T[]> {
   if (pooled.has(db)) return queryRows<T>(db, text, params);
   const pool = (db as { driver?: { master?: unknown } }).driver?.master as NamedStatementPool | undefined;
-  if (typeof pool?.query !== "function") return queryRows<T>(db, text, params);
+  if (typeof pool?.connect !== "function") return queryRows<T>(db, text, params);
   let named = statementNames.get(text);
   if (named === undefined) {
     named = `${name}_${createHash("sha256").update(text).digest("hex").slice(0, 12)}`;
     statementNames.set(text, named);
   }
-  const result = await pool.query({ name: named, text, values: params });
-  return result.rows as T[];
+  const connection = await pool.connect();
+  let failure: Error | undefined;
+  // A connection lost between statements reports it here (unheard, it would throw); the statement
+  // under way fails with it too.
+  const onError = (err: Error) => (failure ??= err);
+  connection.on("error", onError);
+  try {
+    await connection.query("BEGIN");
+    const result = await connection.query({ name: named, text, values: params });
+    await connection.query("COMMIT");
+    return result.rows as T[];
+  } catch (err) {
+    failure = err instanceof Error ? err : new Error(String(err));
+    await connection.query("ROLLBACK").catch(() => undefined);
+    throw err;
+  } finally {
+    connection.off("error", onError);
+    connection.release(failure);
+  }
 }

@@ -10,13 +10,47 @@
  * graphile-worker 0.16 would also do, but adds its own migration runner and a TypeScript build
  * pipeline of its own (task files / crontab), for features we do not use.
  */
+import type { EventEmitter } from "node:events";
+import { createRequire } from "node:module";
+import pg from "pg";
 import PgBoss from "pg-boss";
 import type { Logger } from "pino";
+import type { DatabaseCircuit } from "../db/circuit.js";
+import { DEFAULT_SESSION_TIMEOUTS, type SessionTimeouts, sessionSettings } from "../db/data-source.js";
+import { guardPool, guardedClientClass } from "../db/pool-guard.js";
+import { isDatabaseUnavailable } from "../shared/database-errors.js";
 import type { JobData, JobName, JobSender, SendOptions, SqlExecutor } from "../services/platform/job-queue.port.js";
 import { SpanKind, type Tracing, currentTraceparent } from "../shared/tracing.js";
 
 /** pg-boss's schema (its default, which `JobQueue` keeps). */
 const PG_BOSS_SCHEMA = "pgboss";
+
+/**
+ * pg-boss 10 completes or fails each job a worker ran without awaiting it (`manager.watch`:
+ * `this.complete(…)` / `this.fail(…)` after the handler). With the database down at that moment
+ * the rejection goes unhandled, which ends the process (Node's default) — a sick database must not
+ * take the service down (issue 28, item 1). Here both report their failure as pg-boss's `error`
+ * event instead (logged by `JobQueue`) and answer "nothing changed"; the job stays active until it
+ * expires and is retried, as pg-boss does with any lost completion. Patched once per loaded copy.
+ */
+const requireCjs = createRequire(import.meta.url);
+const Manager = requireCjs("pg-boss/src/manager.js") as {
+  prototype: Record<string, unknown> & { __switchyardSettled?: boolean };
+};
+if (!Manager.prototype.__switchyardSettled) {
+  Manager.prototype.__switchyardSettled = true;
+  for (const name of ["complete", "fail"] as const) {
+    const settle = Manager.prototype[name] as (this: EventEmitter, ...args: unknown[]) => Promise<unknown>;
+    Manager.prototype[name] = async function settled(this: EventEmitter, ...args: unknown[]): Promise<unknown> {
+      try {
+        return await settle.apply(this, args);
+      } catch (err) {
+        this.emit("error", err);
+        return { jobs: [], requested: 0, affected: 0 };
+      }
+    };
+  }
+}
 
 /** The period of pg-boss's watch over stopping workers (`manager.offWork`: `delay(1000)`), ms. */
 const PG_BOSS_WATCH_MS = 1000;
@@ -41,6 +75,18 @@ export interface JobQueueOptions {
    * each job runs in a span `job <queue>`, child of the span that sent it (else a root).
    */
   tracing?: Tracing;
+  /**
+   * The bounds of the queue pool's sessions (issue 28, item 1): the pools' lock and
+   * idle-in-transaction timeouts (pg-boss takes its advisory locks under a local `lock_timeout`
+   * of its own), with `statementTimeoutMs` for statements instead (default 10 min): its
+   * maintenance archives and deletes finished jobs in statements as long as the queue is large.
+   */
+  timeouts?: SessionTimeouts;
+  statementTimeoutMs?: number;
+  /** Most time to get a connection, ms (default 10 s). */
+  connectTimeoutMs?: number;
+  /** The database circuit the queue's pool runs under (`db/circuit.ts`). */
+  circuit?: DatabaseCircuit;
 }
 
 /** The field of a job's data holding the `traceparent` of the span that sent it (tracing on only). */
@@ -52,22 +98,50 @@ const TRACEPARENT_FIELD = "traceparent";
  */
 export class JobQueue implements JobSender {
   private readonly boss: PgBoss;
+  /** pg-boss's connections: our pool, so that it has the session bounds and the circuit. */
+  private readonly pool: pg.Pool;
   private started = false;
   /** Queues this process works on, and handlers running now. */
   private readonly worked = new Set<JobName>();
   private running = 0;
 
   constructor(private readonly opts: JobQueueOptions) {
-    this.boss = new PgBoss({
+    const timeouts = opts.timeouts ?? DEFAULT_SESSION_TIMEOUTS;
+    this.pool = new pg.Pool({
       connectionString: opts.databaseUrl,
       application_name: "switchyard-jobs",
       max: 4,
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 10_000,
+      keepAlive: true,
+      ...sessionSettings({ ...timeouts, statementTimeoutMs: opts.statementTimeoutMs ?? 600_000 }),
+      ...(opts.circuit ? { Client: guardedClientClass(opts.circuit) } : {}),
+    });
+    if (opts.circuit) guardPool(this.pool, opts.circuit);
+    // Idle connections report their errors here; without a listener they would throw.
+    this.pool.on("error", (err) => this.onError(err));
+    this.boss = new PgBoss({
+      // As pg-boss's own pool adapter: nothing is run once the pool is closing (a worker's last poll).
+      db: {
+        executeSql: (text, values) => (this.pool.ending ? Promise.resolve(undefined!) : this.pool.query(text, values)),
+      },
       supervise: opts.supervise,
       schedule: false,
       migrate: true,
     });
     // pg-boss reports its own connection and maintenance errors here; without a listener they would throw.
-    this.boss.on("error", (err) => opts.logger.warn({ err }, "job queue error"));
+    this.boss.on("error", (err) => this.onError(err));
+  }
+
+  /**
+   * A pg-boss or pool error: a warning, except while the database is unavailable, when every
+   * worker's every poll fails alike and the database circuit has said so once (debug then).
+   */
+  private onError(err: unknown): void {
+    if (isDatabaseUnavailable(err) && this.opts.circuit?.state !== "closed") {
+      this.opts.logger.debug({ err }, "job queue error (database unavailable)");
+    } else {
+      this.opts.logger.warn({ err }, "job queue error");
+    }
   }
 
   /**
@@ -75,7 +149,12 @@ export class JobQueue implements JobSender {
    * @throws the driver's error when the database is unreachable.
    */
   async start(): Promise<void> {
-    await this.boss.start();
+    try {
+      await this.boss.start();
+    } catch (err) {
+      await this.pool.end().catch(() => undefined);
+      throw err;
+    }
     this.started = true;
     for (const name of JOB_NAMES) await this.boss.createQueue(name);
   }
@@ -167,7 +246,7 @@ export class JobQueue implements JobSender {
   }
 
   /**
-   * Stops fetching, waits up to `timeoutMs` for running handlers, then closes pg-boss's pool.
+   * Stops fetching, waits up to `timeoutMs` for running handlers, then closes the queue's pool.
    * Jobs still running after that are failed by pg-boss and retried elsewhere. Handlers are
    * awaited here, before pg-boss's own stop: pg-boss watches stopping workers from a 1 s timer
    * loop that outlives its `stop()` while a handler runs (and, under Jest, then fails after the
@@ -180,6 +259,12 @@ export class JobQueue implements JobSender {
     for (const name of this.worked) await this.boss.offWork(name).catch(() => undefined);
     while (this.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
     await this.boss.stop({ graceful: true, wait: true, timeout: Math.max(1000, deadline - Date.now()) });
+    // pg-boss closes only a pool of its own: ours ends here, once its queries are back (or
+    // abandoned by the database circuit), waited for until the deadline.
+    await Promise.race([
+      this.pool.end().catch(() => undefined),
+      new Promise((resolve) => setTimeout(resolve, Math.max(1000, deadline - Date.now())).unref()),
+    ]);
     // pg-boss's stopping-worker watch wakes every second until its workers report stopped, and
     // each wake-up loads a module. Its workers stop as the pool closes, so one more wake-up sees
     // them stopped and ends the watch: wait for it here, while the process (or a Jest file) is

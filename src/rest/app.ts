@@ -10,12 +10,14 @@ import express, { type Express, type NextFunction, type Request, type RequestHan
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
 import type { RequestContext } from "../services/platform/context.js";
+import type { DatabaseAvailability } from "../shared/database-errors.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
 import type { Tracing } from "../shared/tracing.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { mountDatabaseGate } from "./database-gate.js";
 import { homePage } from "./home.js";
 import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
@@ -128,6 +130,8 @@ export interface AppOptions {
   accessLogLevel?: "debug" | "info";
   /** Traces (issue 29, item 2): a span per request when enabled (`http-tracing.ts`). */
   tracing?: Tracing;
+  /** The database circuit: while it refuses, `/v1`, `/control` and `/graphql` answer 503 (`database-gate.ts`). */
+  database?: DatabaseAvailability;
 }
 
 /** A credential as presented: its value, and whether the header it came in takes API keys only. */
@@ -248,6 +252,8 @@ export function createApp(opts: AppOptions): Express {
   mountDashboard(app);
   // Where to go from the root (issue 27, item 4).
   app.get("/", homePage);
+  // While the database is unavailable, 503 before any body is read (issue 28, item 1).
+  if (opts.database) mountDatabaseGate(app, opts.database);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(

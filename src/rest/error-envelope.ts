@@ -4,7 +4,8 @@
  * Anthropic's `type: "error"`, `error: {type, message}` on `/v1/messages` (and any path under
  * it), OpenAI's `error: {message, type, code, param}` on every other path (`dialectForPath`).
  * `AppError`s keep their status, detail and extra; body-parser failures become 400 (malformed
- * JSON, nested too deep) and 413 (too large); anything else is a 500 without internals. Node's own
+ * JSON, nested too deep) and 413 (too large); a database that is down or past a timeout a 503 with
+ * `Retry-After` (issue 28, item 1); anything else is a 500 without internals. Node's own
  * refusals of malformed HTTP, before any route runs (parser errors, timeouts, an unknown `Expect`),
  * carry the same envelope (issue 5, item 3): `clientErrorHandler` and `expectationFailedHandler`.
  */
@@ -19,6 +20,7 @@ import {
   appFailure,
   errorBody,
 } from "../shared/error-dialects.js";
+import { asDatabaseUnavailable } from "../shared/database-errors.js";
 import { AppError, ErrorCode, echo } from "../shared/errors.js";
 import { loggedPath } from "./log-path.js";
 
@@ -44,6 +46,9 @@ function fromStatus(status: number, code: ErrorCode, detail: string, reason: str
 /** Maps any thrown value to the failure it answers, and `Retry-After` seconds. */
 export function toFailure(err: unknown): { failure: Failure; retryAfterS?: number } {
   if (err instanceof AppError) return { failure: appFailure(err), retryAfterS: err.retryAfterS };
+  // The database stopped, frozen or past a timeout: 503 with Retry-After, never 500 (issue 28, item 1).
+  const unavailable = asDatabaseUnavailable(err);
+  if (unavailable) return { failure: appFailure(unavailable), retryAfterS: unavailable.retryAfterS };
   const type = (err as { type?: string })?.type;
   if (type === "entity.parse.failed") {
     return { failure: fromStatus(400, ErrorCode.InvalidRequest, "Malformed JSON body", "invalid_json") };
@@ -128,24 +133,38 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
  */
 export function graphqlErrorMiddleware(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    const { status, body } = toEnvelope(err);
-    if (status >= 500) logFailure(logger, err, req, res);
+    if (toFailure(err).failure.status >= 500) logFailure(logger, err, req, res);
     if (res.headersSent) {
       res.end();
       return;
     }
-    const code =
-      status === 413
-        ? "PAYLOAD_TOO_LARGE"
-        : status === 415
-          ? "UNSUPPORTED_MEDIA_TYPE"
-          : status < 500
-            ? "BAD_REQUEST"
-            : "INTERNAL";
-    res
-      .status(status)
-      .json({ errors: [{ message: body.detail, extensions: { code, status_code: status, extra: null } }] });
+    sendGraphqlError(res, err);
   };
+}
+
+/**
+ * Writes `err` in the GraphQL error format with the envelope's status (and `Retry-After`), as
+ * `/graphql` answers failures before Apollo runs: `code` is `PAYLOAD_TOO_LARGE` (413),
+ * `UNSUPPORTED_MEDIA_TYPE` (415), `BAD_REQUEST` (other 4xx), `DATABASE_UNAVAILABLE` (the database's 503, issue 28 item 1) or
+ * `INTERNAL`.
+ */
+export function sendGraphqlError(res: Response, err: unknown): void {
+  const { failure, retryAfterS } = toFailure(err);
+  const status = failure.status;
+  if (retryAfterS !== undefined) res.setHeader("Retry-After", String(retryAfterS));
+  const code =
+    status === 413
+      ? "PAYLOAD_TOO_LARGE"
+      : status === 415
+        ? "UNSUPPORTED_MEDIA_TYPE"
+        : status < 500
+          ? "BAD_REQUEST"
+          : failure.code === ErrorCode.DatabaseUnavailable
+            ? "DATABASE_UNAVAILABLE"
+            : "INTERNAL";
+  res
+    .status(status)
+    .json({ errors: [{ message: failure.detail, extensions: { code, status_code: status, extra: null } }] });
 }
 
 /** Unknown paths: 404 with the envelope (the path repeated at most `MAX_ECHO_CHARS` long). */

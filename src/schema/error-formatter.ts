@@ -10,6 +10,7 @@
 import type { GraphQLFormattedError } from "graphql";
 import { GraphQLError } from "graphql";
 import { unwrapResolverError } from "@apollo/server/errors";
+import { asDatabaseUnavailable } from "../shared/database-errors.js";
 import { AppError, MAX_DETAIL_CHARS, clipText } from "../shared/errors.js";
 
 /** Codes of errors in the request itself, answered 400 when they carry no HTTP status of their own. */
@@ -35,13 +36,16 @@ function clientStatus(formatted: GraphQLFormattedError, original: unknown): numb
 }
 
 /**
- * Apollo `formatError` (and graphql-ws `onNext`/`onError`): `AppError` → message = detail,
+ * Apollo `formatError` (and graphql-ws `onNext`/`onError`): `AppError` (and an unavailable
+ * database, as its 503 `AppError`) → message = detail,
  * extensions `{code, status_code, extra}`; request errors keep message and code with their 4xx
  * status (400 by default); anything else becomes `{code: "INTERNAL", status_code: 500}` without
  * internals.
  */
 export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
-  const original = unwrapResolverError(error);
+  const unwrapped = unwrapResolverError(error);
+  // A database stopped, frozen or past a timeout is the database's 503, never INTERNAL (issue 28, item 1).
+  const original = unwrapped instanceof AppError ? unwrapped : asDatabaseUnavailable(unwrapped);
   if (original instanceof AppError) {
     return {
       ...formatted,

@@ -60,7 +60,7 @@ function parseArgs(args: string[]): { email: string; password?: string; name?: s
 /** The database of `config`, and how to let it go (see the module header). */
 async function openStore(config: Config): Promise<{ ds: DataSource; close(): Promise<void> }> {
   if (config.databaseUrl) {
-    const ds = await openDatabase(config.databaseUrl, 2, config.databaseDirectUrl);
+    const ds = await openDatabase(config.databaseUrl, { poolSize: 2, directUrl: config.databaseDirectUrl });
     return { ds, close: () => ds.destroy() };
   }
   const dir = path.join(config.dataDir, "pg");

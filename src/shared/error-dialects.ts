@@ -88,6 +88,7 @@ export function openAiErrorType(code: ErrorCode): string {
     case ErrorCode.EngineTimeout:
     case ErrorCode.Internal:
     case ErrorCode.ProviderFailure:
+    case ErrorCode.DatabaseUnavailable:
       return "server_error";
     default:
       return assertUnreachable(code);
@@ -97,7 +98,8 @@ export function openAiErrorType(code: ErrorCode): string {
 /**
  * Anthropic's `type` for each code (exhaustive), as its API documents them and its SDK's
  * `ErrorType` lists them: `billing_error` (402), `conflict_error` (409), `request_too_large`
- * (413), `overloaded_error` for a busy or not-ready engine (503), `timeout_error` (504).
+ * (413), `overloaded_error` for a busy or not-ready engine or an unavailable database (503),
+ * `timeout_error` (504).
  */
 export function anthropicErrorType(code: ErrorCode): string {
   switch (code) {
@@ -119,6 +121,7 @@ export function anthropicErrorType(code: ErrorCode): string {
     case ErrorCode.RateLimited:
       return "rate_limit_error";
     case ErrorCode.EngineUnavailable:
+    case ErrorCode.DatabaseUnavailable:
       return "overloaded_error";
     case ErrorCode.EngineTimeout:
       return "timeout_error";

@@ -23,6 +23,11 @@ export enum ErrorCode {
   Internal = "internal",
   /** An identity provider (OpenID Connect) could not be reached or answered with a server error. */
   ProviderFailure = "provider_failure",
+  /**
+   * PostgreSQL cannot be reached or does not answer in time (issue 28, item 1): 503 with
+   * `Retry-After`, never 500 (`shared/database-errors.ts`).
+   */
+  DatabaseUnavailable = "database_unavailable",
 }
 
 /** HTTP status for each error code (exhaustive). */
@@ -56,6 +61,8 @@ export function statusForCode(code: ErrorCode): number {
       return 500;
     case ErrorCode.ProviderFailure:
       return 502;
+    case ErrorCode.DatabaseUnavailable:
+      return 503;
     default:
       return assertUnreachable(code);
   }

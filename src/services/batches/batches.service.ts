@@ -231,6 +231,8 @@ export class BatchesService {
       if (qr) return qr;
       qr = this.ds.createQueryRunner();
       await qr.connect();
+      // Long as a 200 MiB import's transaction is, its statements (≤ 1 MiB of items each) and the gaps
+      // between them (parsing the next ones) are short: the pool's bounds fit it (issue 28, item 1).
       await qr.startTransaction();
       await this.assertRetentionAllowsBatches(qr.manager, principal.teamId, true);
       [created] = await queryRows<BatchRow>(

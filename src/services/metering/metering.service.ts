@@ -15,6 +15,7 @@ import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryPrepared, queryRows } from "../../db/sql.js";
+import { databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
 import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
@@ -231,8 +232,12 @@ export class MeteringService {
         }
         const refused = new AppError(ErrorCode.EngineUnavailable, "Could not record the request; retry later");
         if (!isDataError(outcome.error)) {
-          // The database is unreachable or overloaded: every record would fail the same way.
-          for (const p of batch) p.reject(refused);
+          // The database is unreachable or overloaded: every record would fail the same way, and
+          // the request with it (no answer without its charge), with a 503 and Retry-After.
+          const unavailable = databaseUnavailable(
+            "Could not record the request: the database is unavailable; retry later",
+          );
+          for (const p of batch) p.reject(isDatabaseUnavailable(outcome.error) ? unavailable : refused);
           continue;
         }
         // A record's data was refused: write them one by one so that one fails alone.

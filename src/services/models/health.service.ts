@@ -10,6 +10,7 @@
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import type { EngineRouter } from "../../inference/engine-router.js";
+import type { DatabaseAvailability } from "../../shared/database-errors.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
 import type { ModelCatalogService } from "./model-catalog.service.js";
 
@@ -26,6 +27,11 @@ export class HealthService {
     private readonly catalog: ModelCatalogService,
     /** Where a change of readiness is logged (see the module header). */
     private readonly logger?: Pick<Logger, "warn" | "info">,
+    /**
+     * The database circuit (issue 28, item 1): while it refuses, the database is unreachable
+     * without asking it, so readiness says what every other request is answered.
+     */
+    private readonly database?: DatabaseAvailability,
   ) {}
 
   /** Liveness: the process serves HTTP. */
@@ -41,6 +47,8 @@ export class HealthService {
   async ready(): Promise<Record<string, string>> {
     const checks: Record<string, string> = { database: "ok", migrations: "ok", engine: "ok" };
     try {
+      const refused = this.database?.refusal();
+      if (refused) throw refused;
       await this.ds.query("SELECT 1");
       if (!this.migrated) {
         if (await this.ds.showMigrations()) checks.migrations = "pending";

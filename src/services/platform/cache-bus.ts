@@ -22,6 +22,11 @@ export class CacheBus {
   constructor(
     private readonly databaseUrl: string,
     private readonly logger: Logger,
+    /**
+     * More node-postgres settings of the listening connection: the pools' session bounds and
+     * connect timeout (issue 28, item 1).
+     */
+    private readonly settings: pg.ClientConfig = { connectionTimeoutMillis: 10_000 },
   ) {}
 
   /**
@@ -35,11 +40,12 @@ export class CacheBus {
   async start(): Promise<void> {
     await assertSession(this.databaseUrl, "the cache bus's LISTEN");
     const client = new pg.Client({
+      connectionTimeoutMillis: 10_000,
+      ...this.settings,
       connectionString: this.databaseUrl,
       application_name: "switchyard-listen",
       // TCP keepalive: a silently dropped connection errors (and reconnects) instead of going deaf.
       keepAlive: true,
-      connectionTimeoutMillis: 10_000,
     });
     client.on("notification", (msg) => {
       if (msg.channel !== CACHE_CHANNEL || !msg.payload) return;
@@ -101,10 +107,21 @@ export class CacheBus {
     for (const h of this.handlers.get(topic) ?? []) h(key);
   }
 
+  /** Closes the listening connection: politely, or after 1 s at once (a frozen server never answers). */
   async close(): Promise<void> {
     this.closed = true;
     const client = this.client;
     this.client = undefined;
-    await client?.end().catch(() => undefined);
+    if (!client) return;
+    let timer: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([
+      client.end().then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 1_000))),
+    ]);
+    clearTimeout(timer);
+    if (!ended) (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
   }
 }
