@@ -5,7 +5,9 @@
  *   `{"n": 1e+21.9}` (not JSON); it is now "no number is within the bounds" (400 under strict);
  * - R2: `oneOf` disjointness proofs took exponential time on small schemas (a recursive
  *   discriminator, nested `anyOf`s through `$defs`), blocking the event loop for seconds to hours;
- *   they are now bounded, and a `oneOf` past the bound is one that cannot be shown disjoint.
+ *   they are now bounded, and a `oneOf` past the bound is one that cannot be shown disjoint;
+ * - R3: a tool whose parameters are not an object schema (`{type: "string"}`) was accepted, and a
+ *   forced call under it could only come back empty; it is now a 400 naming `parameters.type`.
  */
 import { jsonSchemaGrammar } from "../src/inference/structured/json-schema-gbnf.js";
 import {
@@ -106,4 +108,20 @@ describe("R2: oneOf proofs are bounded", () => {
     const res = await chat(nested(12));
     expectInvalid(res, "response_format.json_schema.schema.oneOf");
   }, 20_000);
+});
+
+describe("R3: a function's parameters must be an object schema", () => {
+  test("when a forced tool's parameters are a string schema, then the request is a 400 naming their type", async () => {
+    const res = await http(server.url, "POST", "/v1/chat/completions", {
+      token: caller.key,
+      body: {
+        model: CHAT_MODEL,
+        max_tokens: 40,
+        tool_choice: "required",
+        tools: [{ type: "function", function: { name: "g", parameters: { type: "string" } } }],
+        messages: [{ role: "user", content: "hi" }],
+      },
+    });
+    expectInvalid(res, "tools[0].function.parameters.type");
+  });
 });
