@@ -204,9 +204,12 @@ function magnitudes(lo: number, loEx: boolean, hi: number | undefined, hiEx: boo
 /**
  * GBNF for the numbers within the bounds (either may be absent; integers or decimals with at most
  * 15 significant digits, see `decimalBound`), or null when no number is within them. Bounds beyond
- * ±10^15 are dropped (no number written reaches them). Throws nothing; the caller checks the bounds.
+ * ±10^15 are dropped (no number written reaches them), or make it null (a minimum above 10^15). Throws nothing; the caller checks the bounds.
  */
 export function boundedNumber(lower: NumberBound | undefined, upper: NumberBound | undefined): string | null {
+  // A lower bound above 10^15 (an upper one below -10^15): no number written reaches it. Its
+  // integer part is no digit string either (`String(1e21)` is `1e+21`: review of issue 26).
+  if ((lower && lower.value > LIMIT) || (upper && upper.value < -LIMIT)) return null;
   const L = lower && lower.value >= -LIMIT ? lower : undefined;
   const H = upper && upper.value <= LIMIT ? upper : undefined;
   const alts: string[] = [];

@@ -34,8 +34,23 @@ function valuesOf(s: Record<string, unknown>): unknown[] | undefined {
   return Array.isArray(s.enum) ? s.enum : undefined;
 }
 
-/** The JSON types `s` allows, or undefined when any type may match. */
-function typesOf(root: unknown, s: unknown, depth = 0): Set<JsonType> | undefined {
+/**
+ * The most steps (comparisons of two schemas, or of two `enum` values) one `oneOf` may take to be
+ * shown disjoint. Without it a recursive discriminator (`A` requiring n properties that are
+ * `$ref: A`, compared with a `B` alike) takes n^9 steps, and nested `anyOf`s of n alternatives 8
+ * deep n^8: seconds to hours of the event loop for one request (review of issue 26).
+ * A `oneOf` past it is one that cannot be shown disjoint (a 400 under `strict`).
+ */
+const MAX_STEPS = 100_000;
+
+/** What is left of `MAX_STEPS` for one `oneOf`. */
+interface Budget {
+  left: number;
+}
+
+/** The JSON types `s` allows, or undefined when any type may match (or `budget` runs out). */
+function typesOf(root: unknown, s: unknown, budget: Budget, depth = 0): Set<JsonType> | undefined {
+  if (--budget.left < 0) return undefined;
   const schema = resolved(root, s);
   if (!isObject(schema) || depth > 8) return undefined;
   const values = valuesOf(schema);
@@ -44,7 +59,7 @@ function typesOf(root: unknown, s: unknown, depth = 0): Set<JsonType> | undefine
   if (list) {
     const all = new Set<JsonType>();
     for (const alt of list) {
-      const t = typesOf(root, alt, depth + 1);
+      const t = typesOf(root, alt, budget, depth + 1);
       if (!t) return undefined;
       for (const x of t) all.add(x);
     }
@@ -60,16 +75,28 @@ function typesMeet(a: JsonType, b: JsonType): boolean {
   return a === b || (a === "integer" && b === "number") || (a === "number" && b === "integer");
 }
 
-/** Whether no value matches both `a` and `b` (false when that cannot be shown). */
-export function disjoint(root: unknown, a: unknown, b: unknown, depth = 0): boolean {
+/** Whether no value matches both `a` and `b` (false when that cannot be shown, or `budget` runs out). */
+export function disjoint(
+  root: unknown,
+  a: unknown,
+  b: unknown,
+  depth = 0,
+  budget: Budget = { left: MAX_STEPS },
+): boolean {
+  if (--budget.left < 0) return false;
   const x = resolved(root, a);
   const y = resolved(root, b);
   if (!isObject(x) || !isObject(y) || depth > 8) return false;
   const vx = valuesOf(x);
   const vy = valuesOf(y);
-  if (vx && vy) return !vx.some((p) => vy.some((q) => JSON.stringify(p) === JSON.stringify(q)));
-  const tx = typesOf(root, x);
-  const ty = typesOf(root, y);
+  if (vx && vy) {
+    budget.left -= vx.length + vy.length;
+    if (budget.left < 0) return false;
+    const seen = new Set(vx.map((p) => JSON.stringify(p)));
+    return !vy.some((q) => seen.has(JSON.stringify(q)));
+  }
+  const tx = typesOf(root, x, budget);
+  const ty = typesOf(root, y, budget);
   if (vx && ty) return !vx.some((v) => [...ty].some((t) => typesMeet(typeOfValue(v), t)));
   if (vy && tx) return !vy.some((v) => [...tx].some((t) => typesMeet(typeOfValue(v), t)));
   if (tx && ty && ![...tx].some((p) => [...ty].some((q) => typesMeet(p, q)))) return true;
@@ -81,7 +108,7 @@ export function disjoint(root: unknown, a: unknown, b: unknown, depth = 0): bool
   const ry = required(y);
   for (const key of Object.keys(x.properties)) {
     if (!rx.has(key) || !ry.has(key) || !(key in y.properties)) continue;
-    if (disjoint(root, x.properties[key], y.properties[key], depth + 1)) return true;
+    if (disjoint(root, x.properties[key], y.properties[key], depth + 1, budget)) return true;
   }
   return false;
 }
@@ -92,9 +119,16 @@ export function disjoint(root: unknown, a: unknown, b: unknown, depth = 0): bool
  * is the document the alternatives' `$ref`s point into.
  */
 export function oneOfOverlap(root: unknown, alternatives: unknown[]): string | undefined {
+  const budget: Budget = { left: MAX_STEPS };
   for (let i = 0; i < alternatives.length; i++) {
     for (let j = i + 1; j < alternatives.length; j++) {
-      if (!disjoint(root, alternatives[i], alternatives[j])) {
+      if (!disjoint(root, alternatives[i], alternatives[j], 0, budget)) {
+        if (budget.left < 0) {
+          return (
+            `its alternatives take more than ${MAX_STEPS} steps to tell apart (too many or too deeply nested` +
+            "); use anyOf, or fewer alternatives"
+          );
+        }
         return (
           `alternatives ${i} and ${j} may both match, and a grammar cannot keep a value from matching two; ` +
           "oneOf is enforced when its alternatives have different types, different const/enum values, or a " +

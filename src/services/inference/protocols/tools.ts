@@ -48,11 +48,18 @@ export function toolCallId(prefix: "call_" | "toolu_" | "fc_"): string {
  * The tools' parameter keywords the embedded engine's grammar cannot enforce, as 400 issues
  * (`tools[0].function.parameters.properties.x.pattern`): a strict tool's every one; and for a tool
  * a forced call decodes under the grammar (`mode.names`), a fatal one whatever `strict` says (a
- * `$ref` cycle that reads no input, review finding F3). `fatal` says which the first one is.
+ * `$ref` cycle that reads no input, review finding F3), and parameters whose `type` is not
+ * `object` whatever `strict` says. `fatal` says which the first one is.
  */
 export function toolSchemaIssues(tools: ToolSpec[], mode: ToolMode): { issues: FieldIssue[]; fatal: boolean } {
   const forced = mode.kind === "forced" ? mode.names : [];
   const found = tools.flatMap((t) => {
+    // A call's arguments are a JSON object: parameters of another type make no call at all, only
+    // a forced answer that comes back empty (review of issue 26; OpenAI refuses them too).
+    const type = t.parameters.type;
+    if (type !== undefined && !(type === "object" || (Array.isArray(type) && type.includes("object")))) {
+      return [{ field: `${t.field}.type`, message: "a function's parameters must be an object schema", fatal: true }];
+    }
     const { issues } = jsonSchemaGrammar(t.parameters);
     const refused = t.strict ? issues : forced.includes(t.name) ? issues.filter((i) => i.fatal) : [];
     return refused.map((i) => ({ field: schemaIssueField(t.field, i.path), message: i.message, fatal: !!i.fatal }));
