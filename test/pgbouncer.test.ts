@@ -257,7 +257,8 @@ describe("each rule of a transaction-mode pooler, broken on purpose", () => {
     // A second server connection is made busy (an open transaction) between the two calls, so the
     // second call lands on a server connection that never saw the statement prepared.
     const run = async (unnamed: boolean): Promise<unknown> => {
-      const ds = createDataSource(bouncer!.url, 1);
+      // As the pooled pool is made (openPooled): no session bounds as startup parameters.
+      const ds = createDataSource(bouncer!.url, { poolSize: 1, startupTimeouts: false });
       await ds.initialize();
       if (unnamed) useUnnamedStatements(ds);
       const holder = new pg.Client({ connectionString: bouncer!.url });
