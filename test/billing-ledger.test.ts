@@ -1,7 +1,8 @@
 /**
  * Credit-side ledger entries (issue 10, item 4; `src/services/ledger/ledger.ts`): concurrent
  * entries of one team serialise on the team row, each source applies once, a negative entry never
- * takes the balance below zero (409 instead), and the balance is the sum of the ledger.
+ * takes the balance below zero nor below the credit leased to requests in flight (409 instead),
+ * and the balance is the sum of the ledger.
  */
 import { appendLedgerCredit } from "../src/services/ledger/ledger.js";
 import type { AppError } from "../src/shared/errors.js";
@@ -59,4 +60,49 @@ test("when one source is appended twice at once, then it applies once", async ()
     owner.teamId,
   ]);
   expect(team.b).toBe("7000000");
+});
+
+test("when credit is reserved for a request in flight, then a debit may take the balance down to the reservation's lease and no further", async () => {
+  // Issue 28, item 6: the rule's own test. The reservation is the one a request takes before it
+  // runs (`CreditService.reserve`), so the team's lease row is the real one, headroom included.
+  const owner = await createTestUser(server.url);
+  const reservation = await server.app.credit.reserve(owner.teamId, 1_000_000n);
+  try {
+    const [lease] = await server.db<{ micros: string }>(
+      "SELECT coalesce(sum(micros), 0)::text AS micros FROM credit_leases WHERE team_id = $1 AND expires_at > now()",
+      [owner.teamId],
+    );
+    const leased = BigInt(lease.micros);
+    expect(leased).toBeGreaterThanOrEqual(1_000_000n);
+    expect(leased).toBeLessThan(5_000_000n);
+    const free = 5_000_000n - leased;
+
+    // One micro-USD past the free credit: refused though the balance covers it, nothing written.
+    const over = await append(owner.teamId, "adjustment", -(free + 1n), `floor-over-${owner.teamId}`).then(
+      () => undefined,
+      (err: AppError) => err,
+    );
+    expect(over?.status).toBe(409);
+    expect(over?.message).toMatch(/promised to requests in flight/);
+    const entries = () =>
+      server.db<{ type: string; amount_micros: string }>(
+        "SELECT type, amount_micros::text FROM credit_ledger WHERE team_id = $1 ORDER BY created_at, id",
+        [owner.teamId],
+      );
+    expect(await entries()).toEqual([{ type: "grant", amount_micros: "5000000" }]);
+
+    // Exactly the free credit: applied, and the balance is left at the lease.
+    const done = await append(owner.teamId, "adjustment", -free, `floor-exact-${owner.teamId}`);
+    expect(done).toMatchObject({ applied: true, balanceAfterMicros: leased });
+    const [team] = await server.db<{ b: string }>("SELECT credit_balance_micros::text AS b FROM teams WHERE id = $1", [
+      owner.teamId,
+    ]);
+    expect(BigInt(team.b)).toBe(leased);
+    // Nothing more comes off while the request is in flight.
+    await expect(append(owner.teamId, "refund", -1n, `floor-more-${owner.teamId}`)).rejects.toMatchObject({
+      status: 409,
+    });
+  } finally {
+    reservation.release();
+  }
 });

@@ -1,12 +1,13 @@
 /**
  * Billing with the local payment provider (issue 10, items 4–6; spec "Billing", "Limits";
  * DESIGN §3 Money and Roles): the transaction list and its cursor, top-ups with nonce
- * idempotency (concurrent same-nonce requests → one session, one credit; another amount → 409),
- * the signed confirm link (opened twice → credited once; forged or altered → 400), invoices of a
- * period's usage by model with cents rounded half up once, bad input (400, nothing stored), 401,
- * members 403, and another team's ids.
+ * idempotency (concurrent same-nonce requests, in one process or racing through two → one
+ * session, one credit; another amount → 409), the signed confirm link (opened twice → credited
+ * once; forged or altered → 400), invoices of a period's usage by model with cents rounded half
+ * up once, bad input (400, nothing stored), 401, members 403, and another team's ids.
  */
 import { randomUUID } from "node:crypto";
+import type { ConfigInput } from "../src/config/config.js";
 import { isoDateTime } from "../src/services/platform/validation.js";
 import {
   INVOICE_SETTLE_MS,
@@ -33,19 +34,22 @@ import { writeTestCatalog } from "./support/test-catalog.js";
 const PUBLIC_URL = "https://switchyard.example.test";
 const logs = captureLogs("warn");
 let server: TestServer;
+/** The server's settings: a second process on the same database starts with the same. */
+let SERVER_OPTIONS: Partial<ConfigInput>;
 
 beforeAll(async () => {
   // No signup credit: a new team has nothing until it tops up (and its ledger starts empty).
   // Prices of 1 micro-USD per token, so a request leaves a `usage` entry.
   const catalogPath = writeTestCatalog(CHAT_MODEL, { input: "1", cachedInput: "1", output: "1" });
   // Exposed (a public URL): the local provider needs the opt-in, which keeps its start warning.
-  server = await startTestServer(
-    { signupCreditMicros: 0, publicUrl: PUBLIC_URL, localPayments: "allow", signup: "open", catalogPath },
-    undefined,
-    {
-      logger: logs.logger,
-    },
-  );
+  SERVER_OPTIONS = {
+    signupCreditMicros: 0,
+    publicUrl: PUBLIC_URL,
+    localPayments: "allow",
+    signup: "open",
+    catalogPath,
+  };
+  server = await startTestServer(SERVER_OPTIONS, undefined, { logger: logs.logger });
 }, 30_000);
 afterAll(() => server.close());
 
@@ -120,6 +124,48 @@ describe("POST /control/v1/billing/topups (local provider)", () => {
     expect(later.body).toEqual(answers[0].body);
     expect(await balance(owner.teamId)).toBe(25_500_000n);
   });
+
+  test("when the same nonce races through two processes on one database, then one session is made, every answer names it, and the link credits once", async () => {
+    // Issue 28, item 6: inside one process same-nonce requests join one call before they reach
+    // the database, so only two processes race the INSERT … ON CONFLICT (a broken one gave two
+    // sessions, one of them naming a row that does not exist).
+    const second = await startTestServer(SERVER_OPTIONS, server);
+    try {
+      const owner = await createTestUser(server.url);
+      for (let round = 0; round < 10; round++) {
+        const nonce = `race-${round}-${randomUUID()}`;
+        const answers = await Promise.all(
+          Array.from({ length: 6 }, (_, i) =>
+            http(i % 2 === 0 ? server.url : second.url, "POST", `/control/v1/billing/topups?nonce=${nonce}`, {
+              token: owner.token,
+              body: { amount_usd: "2.00" },
+            }),
+          ),
+        );
+        expect(answers.map((a) => a.status)).toEqual(Array(6).fill(201));
+        const rows = await server.db<{ id: string; external_session_id: string }>(
+          "SELECT id, external_session_id FROM topup_sessions WHERE team_id = $1 AND nonce = $2",
+          [owner.teamId, nonce],
+        );
+        expect(rows).toHaveLength(1);
+        expect(new Set(answers.map((a) => a.body.payment_session_id))).toEqual(new Set([rows[0].external_session_id]));
+        expect(new Set(answers.map((a) => a.body.checkout_url)).size).toBe(1);
+      }
+      // Each session's link credits its amount once, whichever process opens it.
+      const sessions = await server.db<{ checkout_url: string }>(
+        "SELECT checkout_url FROM topup_sessions WHERE team_id = $1",
+        [owner.teamId],
+      );
+      for (const [i, s] of sessions.entries()) {
+        const url = new URL(s.checkout_url);
+        const opened = await http(i % 2 === 0 ? server.url : second.url, "GET", url.pathname + url.search);
+        expect(opened.status).toBe(200);
+      }
+      expect(await balance(owner.teamId)).toBe(20_000_000n);
+    } finally {
+      await second.close();
+    }
+  }, 60_000);
 
   test("when the nonce was used with another amount, then 409 and nothing changes", async () => {
     const owner = await createTestUser(server.url);

@@ -8,10 +8,12 @@
  *
  * Requests run one at a time, so a change seen after a refusal is that refusal's. Accepted
  * generations are cheap (templates ask for 2 tokens of a 260K-parameter model). Each property
- * stops after its time budget (a slow machine runs fewer cases); the request it was waiting for
- * is awaited before the next property starts, so its effects are not blamed on another request.
- * A failure prints fast-check's seed and the shrunk request; `FUZZ_SEED`, `FUZZ_RUNS` (a
- * multiplier) and `FUZZ_BUDGET_MS` replay or widen a run.
+ * stops after its time budget (a slow machine runs fewer cases), but a property that ran fewer
+ * than its minimum number of cases fails (issue 28, item 6: a busy machine must not pass having
+ * checked almost nothing); the request it was waiting for is awaited before the next property
+ * starts, so its effects are not blamed on another request. A failure prints fast-check's seed
+ * and the shrunk request; `FUZZ_SEED`, `FUZZ_RUNS` (a multiplier) and `FUZZ_BUDGET_MS` replay or
+ * widen a run.
  */
 import { randomUUID } from "node:crypto";
 import fc from "fast-check";
@@ -29,8 +31,10 @@ import {
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 1);
 const SEED = process.env.FUZZ_SEED === undefined ? undefined : Number(process.env.FUZZ_SEED);
-/** Wall-clock budget per property, ms: a slow machine runs fewer cases rather than time out. */
-const BUDGET_MS = Number(process.env.FUZZ_BUDGET_MS ?? 10_000);
+/** Wall-clock budget per property, ms: a slow machine runs fewer cases rather than time out (but at least MIN_CASES). */
+const BUDGET_MS = Number(process.env.FUZZ_BUDGET_MS ?? 20_000);
+/** Fewest cases a property must run within its budget, else it fails (times `FUZZ_RUNS`). */
+const MIN_CASES = 100;
 
 let server: TestServer;
 let caller: Awaited<ReturnType<typeof createTestCaller>>;
@@ -408,13 +412,30 @@ function params(runs: number): fc.Parameters<unknown> {
   return { numRuns: runs * RUNS, seed: SEED, interruptAfterTimeLimit: BUDGET_MS };
 }
 
+/**
+ * Runs `property` for `runs` cases or until the time budget, like `fc.assert`, and then fails
+ * unless at least `minimum` cases ran: a budget that ran out early is a failed check, not a pass.
+ * @throws Error with fast-check's report (seed, shrunk counterexample) when the property failed.
+ */
+async function assertAtLeast(property: fc.IAsyncProperty<[FuzzRequest]>, runs: number, minimum: number) {
+  const details = await fc.check(property, params(runs));
+  if (details.failed) throw new Error(await fc.asyncDefaultReportMessage(details));
+  if (details.numRuns < minimum * RUNS) {
+    throw new Error(
+      `only ${details.numRuns} cases ran in ${BUDGET_MS} ms (at least ${minimum * RUNS} wanted, seed ${details.seed}): ` +
+        "the machine is too slow for this budget; raise FUZZ_BUDGET_MS",
+    );
+  }
+}
+
 describe("fuzzing the REST surface", () => {
   it(
     "when every served endpoint gets wrong, missing, extra, huge, deep and odd input, then no 5xx, always the envelope, and refusals change nothing",
     async () => {
-      await fc.assert(
+      await assertAtLeast(
         fc.asyncProperty(routeRequests(), (req) => check(req)),
-        params(400),
+        400,
+        MIN_CASES,
       );
     },
     BUDGET_MS + 50_000,
@@ -442,9 +463,10 @@ describe("fuzzing the REST surface", () => {
             body,
           })),
         );
-      await fc.assert(
+      await assertAtLeast(
         fc.asyncProperty(creates, (req) => check(req)),
-        params(300),
+        300,
+        MIN_CASES,
       );
     },
     BUDGET_MS + 50_000,
@@ -506,7 +528,7 @@ describe("fuzzing GraphQL", () => {
             body: JSON.stringify({ query, variables: mutated }),
           };
         });
-      await fc.assert(
+      await assertAtLeast(
         fc.asyncProperty(requests, async (req) => {
           const before = await snapshot();
           const res = await send(req);
@@ -525,7 +547,8 @@ describe("fuzzing GraphQL", () => {
               );
           }
         }),
-        params(200),
+        200,
+        MIN_CASES,
       );
     },
     BUDGET_MS + 50_000,
