@@ -149,11 +149,18 @@ export class RemoteEngine implements InferenceEngine {
     return this.tuning;
   }
 
-  /** What the engine process computes on (`cpu`, `cuda`, …). */
+  /**
+   * What the engine process computes on (`cpu, in the engine process`, …), for the start banner;
+   * `an engine process not reachable now` rather than an error, so a start does not depend on it.
+   */
   async backend(): Promise<string> {
-    const info = (await this.call("info", {})) as { backend: string; tuning: EngineTuning | null };
-    if (info.tuning) this.tuning = info.tuning;
-    return info.backend;
+    try {
+      const info = (await this.call("info", {})) as { backend: string; tuning: EngineTuning | null };
+      if (info.tuning) this.tuning = info.tuning;
+      return `${info.backend}, in the engine process`;
+    } catch {
+      return "an engine process not reachable now";
+    }
   }
 
   /**
