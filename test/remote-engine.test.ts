@@ -198,6 +198,15 @@ describe("answers through the hop are the embedded engine's", () => {
     there.vectors.forEach((v, i) => v.forEach((x, j) => expect(x).toBeCloseTo(here.vectors[i][j], 6)));
   });
 
+  test("when an answer is one long line (many vectors), then it arrives whole over many reads", async () => {
+    const inputs = Array.from({ length: 300 }, (_, i) => `story number ${i} about a cat`);
+    const there = await remote.embed({ model: embedModel, inputs, maxQueueWaitMs: 10_000 });
+    expect(JSON.stringify(there.vectors).length).toBeGreaterThan(256 * 1024);
+    expect(there.vectors).toHaveLength(300);
+    const here = await local.embed({ model: embedModel, inputs: [inputs[299]], maxQueueWaitMs: 10_000 });
+    here.vectors[0].forEach((x, j) => expect(there.vectors[299][j]).toBeCloseTo(x, 6));
+  });
+
   test("when decisions are scored, then the scores are the local engine's and onStart is called", async () => {
     const questions = [
       { messages: [{ role: "user" as const, content: "Is the sky blue?" }], candidates: ["yes", "no"], field: "q" },
@@ -216,6 +225,23 @@ describe("answers through the hop are the embedded engine's", () => {
       expect(s.tokens).toBe(here.scores[0][i].tokens);
       expect(s.logprob).toBeCloseTo(here.scores[0][i].logprob, 4);
     });
+  });
+
+  test("when a dedicated runtime (a deployment) is loaded and unloaded through the hop, then the engine builds it and then refuses it", async () => {
+    const deployed = { ...chat, runtime: { key: "deployment-remote-test", slots: 1 } };
+    await remote.load(deployed);
+    expect(remote.isLoaded(deployed)).toBe(true);
+    expect(await local.slots(deployed)).toMatchObject({ size: 1, available: 1 });
+    expect((await remote.generate({ ...ask("Once"), model: deployed })).finishReason).toBe("length");
+    await remote.unload(deployed);
+    expect(remote.isLoaded(deployed)).toBe(false);
+    expect(local.isLoaded(deployed)).toBe(false);
+    await expect(remote.generate({ ...ask("Once"), model: deployed })).rejects.toMatchObject({
+      code: ErrorCode.EngineUnavailable,
+      detail: expect.stringContaining("no longer deployed"),
+    });
+    // The shared runtime of the same model is untouched.
+    expect((await remote.generate(ask("Once"))).finishReason).toBe("length");
   });
 
   test("when tokens are counted, then the count is the engine's tokenizer's", async () => {

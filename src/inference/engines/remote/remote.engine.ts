@@ -298,10 +298,13 @@ function unreachable(err: unknown): AppError {
   );
 }
 
-/** The NDJSON events of a call's stream; a failed read throws `ReadFailure`. */
+/**
+ * The NDJSON events of a call's stream; a failed read throws `ReadFailure`. A long line (a big
+ * embeddings result) is gathered in parts and joined once: each chunk is searched, not the line.
+ */
 async function* events(body: AsyncIterable<unknown>): AsyncGenerator<EngineEvent> {
   const decoder = new TextDecoder();
-  let pending = "";
+  let parts: string[] = [];
   const iterator = body[Symbol.asyncIterator]();
   for (;;) {
     let next: IteratorResult<unknown>;
@@ -311,12 +314,15 @@ async function* events(body: AsyncIterable<unknown>): AsyncGenerator<EngineEvent
       throw new ReadFailure((err as Error).message);
     }
     if (next.done) return;
-    pending += decoder.decode(next.value as Buffer, { stream: true });
+    let text = decoder.decode(next.value as Buffer, { stream: true });
     let nl: number;
-    while ((nl = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, nl);
-      pending = pending.slice(nl + 1);
+    while ((nl = text.indexOf("\n")) >= 0) {
+      parts.push(text.slice(0, nl));
+      const line = parts.join("");
+      parts = [];
+      text = text.slice(nl + 1);
       if (line) yield JSON.parse(line) as EngineEvent;
     }
+    if (text) parts.push(text);
   }
 }
