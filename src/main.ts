@@ -9,7 +9,6 @@ import { createLogger } from "./app/logger.js";
 import { reportReady, startSupervisor, supervises } from "./app/supervisor.js";
 import { ConfigError, loadConfig } from "./config/config.js";
 import { EmbeddedPostgresError } from "./db/embedded.js";
-import { startSwitchyard } from "./server.js";
 import { lowerCpuPriority } from "./shared/process-priority.js";
 
 /** Several API processes (`SWITCHYARD_API_PROCESSES` > 1): this process only supervises them. */
@@ -33,13 +32,46 @@ async function supervise(config: ReturnType<typeof loadConfig>): Promise<void> {
   process.on("SIGTERM", () => stop("SIGTERM"));
 }
 
+/**
+ * `SWITCHYARD_ROLE=engine` (issue 31, item 2): the embedded models only, for the machine's other
+ * processes; it stops (calls in flight finished) on SIGINT / SIGTERM or when its supervisor goes.
+ */
+async function serveEngine(config: ReturnType<typeof loadConfig>): Promise<void> {
+  // Imported here: an engine process loads neither the HTTP API nor the ORM (start time, memory).
+  const { startEngineProcess } = await import("./app/engine-process.js");
+  const engine = await startEngineProcess(config);
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    engine.logger.info({ signal }, "shutting down");
+    const force = setTimeout(() => process.exit(1), 40_000);
+    force.unref();
+    engine.close().then(
+      () => process.exit(0),
+      (err) => {
+        engine.logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  if (cluster.isWorker) {
+    reportReady("engine", engine.url, engine.port);
+    process.on("disconnect", () => stop("supervisor gone"));
+  }
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
+  if (config.role === "engine") return serveEngine(config);
   if (supervises(config)) return supervise(config);
   // A worker process yields the CPU to API processes (issue 12, item 3). Done here, by the
   // process's entry point, before any thread of the engine exists (they inherit it), and never in
   // startSwitchyard: a host process embedding Switchyard keeps its own priority.
   const priority = config.role === "worker" && config.workerNice > 0 ? lowerCpuPriority(config.workerNice) : undefined;
+  const { startSwitchyard } = await import("./server.js");
   const app = await startSwitchyard(config);
   if (priority) {
     if (priority.failed > 0) {

@@ -1,15 +1,14 @@
 /**
  * The models side of the composition root: the platform catalog and its files (issue 17), price
- * versions (issue 10, item 3), the engines (llama.cpp and upstream OpenAI-compatible servers,
- * issue 9, item 3) with the models they serve loaded, and each team's custom models and
- * deployments (issue 9).
+ * versions (issue 10, item 3), the engines (llama.cpp, here or in the machine's engine process
+ * (issue 31, item 2), and upstream OpenAI-compatible servers, issue 9, item 3) with the models
+ * they serve loaded, and each team's custom models and deployments (issue 9).
  */
 import type { Logger } from "pino";
 import { loadCatalog } from "../config/catalog.js";
 import type { Config } from "../config/config.js";
 import { EngineRouter } from "../inference/engine-router.js";
 import { DEFAULT_ENGINE_SEQUENCES } from "../inference/tuning.js";
-import { LlamaCppEngine } from "../inference/engines/llama-cpp/llama-cpp.engine.js";
 import { LocalModelFiles } from "../inference/artifacts/model-store.js";
 import { OpenAiCompatibleEngine } from "../inference/engines/openai-compatible/openai-compatible.engine.js";
 import { measuredEngine } from "../inference/measured-engine.js";
@@ -22,6 +21,7 @@ import { TeamModelDirectory } from "../services/models/team-models.js";
 import { Metrics } from "../shared/metrics.js";
 import { Tracing } from "../shared/tracing.js";
 import type { DatabaseParts } from "./database.js";
+import { embeddedEngine } from "./engine-process.js";
 import type { Lifecycle } from "./lifecycle.js";
 
 /** The models as served by this process. */
@@ -78,18 +78,8 @@ export async function startModels(
     logger,
   });
   upstream.checkCatalog(platform.catalog.models);
-  const embedded = new LlamaCppEngine({
-    threads: config.engineThreads,
-    sequences: config.engineSequences,
-    embeddingContexts: config.engineEmbeddingContexts,
-    batchWhileInteractive: config.batchWhileInteractive,
-    modelsDir: config.modelsDir,
-    dataDir: config.dataDir,
-    gpu: config.gpu,
-    gpuProbe: { timeoutMs: config.gpuProbeTimeoutS * 1000 },
-    scoringTimeLimitMs: config.decisionsTimeLimitMs,
-    logger,
-  });
+  // node-llama-cpp here, or the machine's engine process (issue 31, item 2: models loaded once).
+  const embedded = embeddedEngine(config, logger);
   const metrics = new Metrics();
   const engines = new EngineRouter({
     openai_compatible: tracedEngine(measuredEngine(upstream, metrics), tracing),

@@ -8,21 +8,34 @@
  * 30 s while it keeps dying within a minute of its start), and on SIGTERM / SIGINT stops every
  * child (each drains as a single process does: in-flight metering written) before the database.
  *
- * Every child is a whole Switchyard of its role; they share nothing but PostgreSQL, which already
- * carries what processes must agree on (balances, revocations, the events feed: DESIGN §2). Each
- * API process loads the catalog's embedded models itself (memory × N).
+ * One engine per machine (issue 31, item 2): when the catalog has embedded models
+ * (`SWITCHYARD_ENGINE_PROCESS=auto`, or `on`), it first forks an engine process
+ * (`SWITCHYARD_ROLE=engine`, `engine-process.ts`) on a free loopback port with a fresh secret,
+ * and only once that serves the others, with `SWITCHYARD_ENGINE_URL` and `SWITCHYARD_ENGINE_TOKEN`:
+ * the models are loaded once, there, not once per API process. A dead engine process is restarted
+ * on the same port (its callers answer 503 meanwhile); at shutdown it stops last, after the
+ * processes whose requests it serves have drained.
+ *
+ * Every API or worker child is a whole Switchyard of its role; they share nothing but PostgreSQL
+ * (and the engine process), which already carries what processes must agree on (balances,
+ * revocations, the events feed: DESIGN §2).
  */
 import cluster, { type Worker } from "node:cluster";
+import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import type { Logger } from "pino";
+import { loadCatalog } from "../config/catalog.js";
 import type { Config } from "../config/config.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "../db/embedded.js";
 
-/** What a child tells the supervisor once it serves (or, for the worker, runs). */
+/** What a supervisor's child is: an API process, the worker, or the engine process. */
+export type ChildRole = "api" | "worker" | "engine";
+
+/** What a child tells the supervisor once it serves (API, engine: with its URL) or runs (worker). */
 export interface ChildReady {
   type: "switchyard:ready";
-  role: "api" | "worker";
+  role: ChildRole;
   url: string;
   port: number;
 }
@@ -32,9 +45,30 @@ export function apiProcessCount(config: Pick<Config, "apiProcesses">): number {
   return config.apiProcesses === "auto" ? os.availableParallelism() : config.apiProcesses;
 }
 
-/** Whether this process should supervise children rather than serve (the primary, N > 1, not a worker role). */
-export function supervises(config: Pick<Config, "apiProcesses" | "role">): boolean {
-  return cluster.isPrimary && config.role !== "worker" && apiProcessCount(config) > 1;
+/**
+ * Whether this process should supervise children rather than serve: the primary, not a worker or
+ * engine role, with N > 1 API processes or `SWITCHYARD_ENGINE_PROCESS=on`.
+ */
+export function supervises(config: Pick<Config, "apiProcesses" | "role" | "engineProcess">): boolean {
+  if (!cluster.isPrimary || config.role === "worker" || config.role === "engine") return false;
+  return apiProcessCount(config) > 1 || config.engineProcess === "on";
+}
+
+/**
+ * Whether the supervisor starts an engine process (issue 31, item 2): `on`, or `auto` with N > 1
+ * API processes and an embedded (`llama_cpp`) model in the catalog; never with `off` or when
+ * `SWITCHYARD_ENGINE_URL` names an engine process already.
+ * @throws ConfigError for an unreadable catalog (under `auto`).
+ */
+export function runsEngineProcess(
+  config: Pick<Config, "apiProcesses" | "engineProcess" | "engineUrl" | "catalogPath">,
+): boolean {
+  if (config.engineUrl || config.engineProcess === "off") return false;
+  if (config.engineProcess === "on") return true;
+  if (apiProcessCount(config) < 2) return false;
+  return loadCatalog(config.catalogPath).models.some(
+    (m) => m.engine.type === "llama_cpp" && m.platformStatus !== "coming_soon",
+  );
 }
 
 /** A running supervisor: `stop` ends every child, then the embedded PostgreSQL. */
@@ -46,10 +80,12 @@ export interface Supervisor {
 
 /** A child's slot: its role and the restarts it has had. */
 interface Slot {
-  role: "api" | "worker";
+  role: ChildRole;
   worker?: Worker;
   startedAt: number;
   delayMs: number;
+  /** Times it reported ready (the later ones are restarts coming back). */
+  readies: number;
 }
 
 const FIRST_DELAY_MS = 1_000;
@@ -60,10 +96,11 @@ const HEALTHY_AFTER_MS = 60_000;
 const DRAIN_MS = 35_000;
 
 /**
- * Starts the embedded PostgreSQL (when `config.databaseUrl` is unset) and the children; resolves
- * once every API process listens (it logs "Switchyard supervisor ready" with the URL and pids).
- * @throws EmbeddedPostgresError when the embedded PostgreSQL cannot start; Error when an API
- *   process exits before every one was ready (its own log says why).
+ * Starts the embedded PostgreSQL (when `config.databaseUrl` is unset), the engine process (when
+ * `runsEngineProcess`) and, once it serves, the other children; resolves once every API process
+ * listens (it logs "Switchyard supervisor ready" with the URL and pids).
+ * @throws EmbeddedPostgresError when the embedded PostgreSQL cannot start; Error when a child
+ *   exits before every API process was ready (its own log says why).
  */
 export async function startSupervisor(config: Config, logger: Logger): Promise<Supervisor> {
   let embedded: EmbeddedDatabase | undefined;
@@ -80,61 +117,82 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     databaseUrl = embedded.url;
     logger.info({ port: embedded.port, postgresPid: embedded.pid }, "embedded PostgreSQL started");
   }
+  const slot = (role: ChildRole): Slot => ({ role, startedAt: 0, delayMs: FIRST_DELAY_MS, readies: 0 });
   const apiCount = apiProcessCount(config);
+  const engineSlot = runsEngineProcess(config) ? slot("engine") : undefined;
   const slots: Slot[] = [
-    ...Array.from({ length: apiCount }, (): Slot => ({ role: "api", startedAt: 0, delayMs: FIRST_DELAY_MS })),
-    ...(config.role === "all" ? [{ role: "worker" as const, startedAt: 0, delayMs: FIRST_DELAY_MS }] : []),
+    ...Array.from({ length: apiCount }, () => slot("api")),
+    ...(config.role === "all" ? [slot("worker")] : []),
   ];
+  // The engine process's address (its first start picks a free port; restarts keep it, so the
+  // other children's SWITCHYARD_ENGINE_URL stays right) and the secret its callers send.
+  const engine = { url: "", port: 0, token: engineSlot ? randomBytes(32).toString("base64url") : "" };
   let stopping = false;
   let url = "";
-  let readyCount = 0;
-  let settle: { resolve: () => void; reject: (err: Error) => void } | undefined;
-  const allReady = new Promise<void>((resolve, reject) => (settle = { resolve, reject }));
+  /** While starting: the slots not yet ready, and how the start ends. */
+  let starting: { waiting: Set<Slot>; resolve: () => void; reject: (err: Error) => void } | undefined;
 
-  const fork = (slot: Slot) => {
-    const worker = cluster.fork({
-      SWITCHYARD_ROLE: slot.role,
-      SWITCHYARD_API_PROCESSES: "1",
-      DATABASE_URL: databaseUrl,
-      // A direct URL only goes with a DATABASE_URL of one's own, never with the embedded one.
-      ...(config.databaseUrl ? {} : { DATABASE_DIRECT_URL: "" }),
-    });
-    slot.worker = worker;
-    slot.startedAt = Date.now();
+  const envFor = (s: Slot): Record<string, string> =>
+    s.role === "engine"
+      ? {
+          SWITCHYARD_ROLE: "engine",
+          SWITCHYARD_API_PROCESSES: "1",
+          HOST: "127.0.0.1",
+          PORT: String(engine.port),
+          SWITCHYARD_ENGINE_TOKEN: engine.token,
+        }
+      : {
+          SWITCHYARD_ROLE: s.role,
+          SWITCHYARD_API_PROCESSES: "1",
+          DATABASE_URL: databaseUrl,
+          // A direct URL only goes with a DATABASE_URL of one's own, never with the embedded one.
+          ...(config.databaseUrl ? {} : { DATABASE_DIRECT_URL: "" }),
+          ...(engineSlot ? { SWITCHYARD_ENGINE_URL: engine.url, SWITCHYARD_ENGINE_TOKEN: engine.token } : {}),
+        };
+
+  const fork = (s: Slot) => {
+    const worker = cluster.fork(envFor(s));
+    s.worker = worker;
+    s.startedAt = Date.now();
     worker.on("message", (msg: ChildReady) => {
       if (msg?.type !== "switchyard:ready") return;
       if (msg.role === "api" && !url) url = msg.url;
-      if (!settle) logger.info({ role: slot.role, pid: worker.process.pid }, "Switchyard process back");
-      else if (msg.role === "api" && ++readyCount === apiCount) settle.resolve();
+      if (msg.role === "engine") Object.assign(engine, { url: msg.url, port: msg.port });
+      if (++s.readies > 1) logger.info({ role: s.role, pid: worker.process.pid }, "Switchyard process back");
+      if (starting?.waiting.delete(s) && starting.waiting.size === 0) starting.resolve();
     });
     worker.on("exit", (code, signal) => {
-      if (slot.worker !== worker) return;
-      slot.worker = undefined;
+      if (s.worker !== worker) return;
+      s.worker = undefined;
       if (stopping) return;
-      if (settle && readyCount < apiCount) {
-        settle.reject(
-          new Error(`a ${slot.role} process exited (${signal ?? code}) before every API process was ready`),
-        );
+      if (starting) {
+        starting.reject(new Error(`a ${s.role} process exited (${signal ?? code}) before every API process was ready`));
         return;
       }
-      const lived = Date.now() - slot.startedAt;
-      if (lived >= HEALTHY_AFTER_MS) slot.delayMs = FIRST_DELAY_MS;
+      const lived = Date.now() - s.startedAt;
+      if (lived >= HEALTHY_AFTER_MS) s.delayMs = FIRST_DELAY_MS;
       logger.warn(
-        { role: slot.role, pid: worker.process.pid, code, signal, restartInMs: slot.delayMs },
+        { role: s.role, pid: worker.process.pid, code, signal, restartInMs: s.delayMs },
         "a Switchyard process exited; restarting it",
       );
-      const delay = slot.delayMs;
-      slot.delayMs = Math.min(MAX_DELAY_MS, slot.delayMs * 2);
+      const delay = s.delayMs;
+      s.delayMs = Math.min(MAX_DELAY_MS, s.delayMs * 2);
       setTimeout(() => {
-        if (!stopping) fork(slot);
+        if (!stopping) fork(s);
       }, delay).unref();
     });
   };
 
-  const stop = async () => {
-    if (stopping) return;
-    stopping = true;
-    const running = slots.map((s) => s.worker).filter((w): w is Worker => !!w && !w.isDead());
+  /** Forks `group` (in reverse order) and waits until each of `awaited` reported ready. */
+  const startGroup = (group: Slot[], awaited: Slot[]) =>
+    new Promise<void>((resolve, reject) => {
+      starting = { waiting: new Set(awaited), resolve, reject };
+      for (const s of [...group].reverse()) fork(s);
+    }).finally(() => (starting = undefined));
+
+  /** SIGTERMs the children of `group`, SIGKILLs those still running after DRAIN_MS. */
+  const stopGroup = async (group: Slot[]) => {
+    const running = group.map((s) => s.worker).filter((w): w is Worker => !!w && !w.isDead());
     const exits = running.map(
       (w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once("exit", resolve))),
     );
@@ -144,24 +202,36 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     }, DRAIN_MS);
     await Promise.all(exits);
     clearTimeout(killer);
+  };
+
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    // The API processes and the worker drain first: what they have in flight needs the engine.
+    await stopGroup(slots);
+    if (engineSlot) await stopGroup([engineSlot]);
     await embedded?.stop();
   };
 
-  // The worker first: its migrations (an advisory lock) run while the API processes start.
-  for (const slot of [...slots].reverse()) fork(slot);
   try {
-    await allReady;
+    // The engine process first: the others are told its URL. Then the worker first, so its
+    // migrations (an advisory lock) run while the API processes start.
+    if (engineSlot) await startGroup([engineSlot], [engineSlot]);
+    await startGroup(
+      slots,
+      slots.filter((s) => s.role === "api"),
+    );
   } catch (err) {
     await stop();
     throw err;
   }
-  settle = undefined;
   logger.info(
     {
       url,
       apiProcesses: apiCount,
       workerProcess: config.role === "all",
-      pids: slots.map((s) => ({ role: s.role, pid: s.worker?.process.pid })),
+      engineProcess: engineSlot ? engine.url : null,
+      pids: [...(engineSlot ? [engineSlot] : []), ...slots].map((s) => ({ role: s.role, pid: s.worker?.process.pid })),
     },
     "Switchyard supervisor ready",
   );
@@ -173,8 +243,8 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
   };
 }
 
-/** In a child: tells the supervisor this process serves (API, with its URL) or runs (worker). */
-export function reportReady(role: "api" | "worker", url: string, port: number): void {
+/** In a child: tells the supervisor this process serves (API, engine: with its URL) or runs (worker). */
+export function reportReady(role: ChildRole, url: string, port: number): void {
   if (!cluster.isWorker || !process.send) return;
   const msg: ChildReady = { type: "switchyard:ready", role, url, port };
   process.send(msg);

@@ -8,7 +8,7 @@
 import "reflect-metadata";
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
-import type { Config } from "../config/config.js";
+import { type Config, ConfigError } from "../config/config.js";
 import type { EngineRouter } from "../inference/engine-router.js";
 import { withSafeErrors } from "../logging.js";
 import type { CompletionEventsService } from "../services/events/completion-events.service.js";
@@ -79,6 +79,9 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
   // Error logs never carry SQL parameters or bodies (issue 5, item 4): one serializer for every line.
   // Before anything starts: an exposed bind with free top-ups stops here (issue 27, item 2).
   refuseUnsafeExposure(config);
+  if (config.role === "engine") {
+    throw new ConfigError("SWITCHYARD_ROLE=engine runs the engine process (startEngineProcess), not Switchyard");
+  }
   const logger = withSafeErrors(opts.logger ?? createLogger(config.logLevel, config.logFormat));
   const life = new Lifecycle(COMPONENTS, logger);
   return startOrUnwind(life, async () => {

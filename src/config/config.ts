@@ -154,8 +154,12 @@ export const configSchema = z.object({
   logLevel: z.enum(LOG_LEVELS).default("info"),
   /** Log lines: `auto` (readable in a terminal, JSON otherwise), `json` or `pretty` (issue 13, item 5). */
   logFormat: z.enum(["auto", "json", "pretty"]).default("auto"),
-  /** What this process runs (issue 6, item 1): `api` (HTTP only), `worker` (job handlers only), or `all`. */
-  role: z.enum(["api", "worker", "all"]).default("all"),
+  /**
+   * What this process runs (issue 6, item 1): `api` (HTTP only), `worker` (job handlers only),
+   * `all`, or `engine` (issue 31, item 2: the embedded models only, served to the machine's other
+   * processes over loopback; no HTTP API, no jobs, no database).
+   */
+  role: z.enum(["api", "worker", "all", "engine"]).default("all"),
   /** Background responses one worker process generates at once (issue 6, item 2). */
   workerConcurrency: intFromEnv(1, 256).default(4),
   /**
@@ -170,6 +174,16 @@ export const configSchema = z.object({
    * processes sharing the port, plus one worker process when the role is `all`.
    */
   apiProcesses: autoOrInt(1, 64).default(1),
+  /**
+   * One engine process per machine (issue 31, item 2): `auto` (the supervisor starts one when the
+   * catalog has embedded models), `on` (always, even for one API process), `off` (each process
+   * loads the embedded models itself).
+   */
+  engineProcess: z.enum(["auto", "on", "off"]).default("auto"),
+  /** The engine process this one calls for embedded models (set by the supervisor); unset: in-process. */
+  engineUrl: z.string().url().optional(),
+  /** Shared secret between an engine process and its callers (the supervisor generates one). */
+  engineToken: z.string().min(32).optional(),
   /**
    * Let the start pull the default model's file from its `hf:` source when it is missing (issue
    * 17: the start downloads nothing else; `npm run models -- pull <id>` does).
@@ -472,6 +486,9 @@ const ENV_KEYS: Record<keyof ConfigInput, string> = {
   workerConcurrency: "SWITCHYARD_WORKER_CONCURRENCY",
   workerNice: "SWITCHYARD_WORKER_NICE",
   apiProcesses: "SWITCHYARD_API_PROCESSES",
+  engineProcess: "SWITCHYARD_ENGINE_PROCESS",
+  engineUrl: "SWITCHYARD_ENGINE_URL",
+  engineToken: "SWITCHYARD_ENGINE_TOKEN",
   allowModelDownload: "SWITCHYARD_ALLOW_MODEL_DOWNLOAD",
   webhookAllowPrivate: "SWITCHYARD_WEBHOOK_ALLOW_PRIVATE",
   webhookRetryDelaysMs: "SWITCHYARD_WEBHOOK_RETRY_DELAYS_MS",
@@ -571,6 +588,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (cfg.headersTimeoutMs > cfg.requestTimeoutMs) {
     throw new ConfigError(
       `invalid configuration: SWITCHYARD_HEADERS_TIMEOUT_MS (${cfg.headersTimeoutMs}) must not exceed SWITCHYARD_REQUEST_TIMEOUT_MS (${cfg.requestTimeoutMs})`,
+    );
+  }
+  if ((cfg.engineUrl || cfg.role === "engine") && !cfg.engineToken) {
+    throw new ConfigError(
+      `invalid configuration: ${cfg.engineUrl ? "SWITCHYARD_ENGINE_URL" : "SWITCHYARD_ROLE=engine"} needs SWITCHYARD_ENGINE_TOKEN (32+ characters, the same for the engine process and its callers)`,
     );
   }
   if (cfg.paymentProvider === "stripe" && !cfg.stripeSecretKey) {

@@ -156,7 +156,25 @@ export class JobQueue implements JobSender {
       throw err;
     }
     this.started = true;
-    for (const name of JOB_NAMES) await this.boss.createQueue(name);
+    for (const name of JOB_NAMES) await this.createQueue(name);
+  }
+
+  /**
+   * pg-boss's `createQueue`, tried again (up to 5 times) when PostgreSQL picks it as a deadlock's
+   * victim: processes starting together on a fresh database (a supervisor's children, issue 31)
+   * create the same queue at once, and two creations (an insert, then a partition attached to
+   * the job table) can deadlock. The retry finds the queue created and does nothing.
+   */
+  private async createQueue(name: JobName): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.boss.createQueue(name);
+      } catch (err) {
+        if ((err as { code?: string }).code !== "40P01" || attempt >= 5) throw err;
+        this.opts.logger.info({ queue: name, attempt }, "job queue creation deadlocked with another process; retrying");
+        await new Promise((r) => setTimeout(r, 50 * attempt + Math.random() * 100));
+      }
+    }
   }
 
   /**

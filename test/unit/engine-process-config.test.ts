@@ -1,0 +1,73 @@
+/**
+ * One engine per machine (issue 31, item 2), its settings: `SWITCHYARD_ENGINE_PROCESS`
+ * (auto/on/off), when the supervisor starts an engine process, and the secret an engine process
+ * and its callers must share.
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { runsEngineProcess, supervises } from "../../src/app/supervisor.js";
+import { ConfigError, loadConfig, packageRoot } from "../../src/config/config.js";
+
+const tmp = () => mkdtempSync(path.join(os.tmpdir(), "switchyard-engine-config-"));
+const TOKEN = "t".repeat(32);
+
+/** The configuration from `env` (a fresh data folder). */
+const config = (env: Record<string, string>) => loadConfig({ SWITCHYARD_DATA_DIR: tmp(), ...env });
+
+/** The shipped catalog with every model served by upstream servers instead (no embedded model). */
+function upstreamOnlyCatalog(): string {
+  const catalog = JSON.parse(readFileSync(path.join(packageRoot, "src/config/catalog.json"), "utf8")) as {
+    models: Array<{ id: string; engine: { type: string } }>;
+  };
+  for (const m of catalog.models) m.engine = { type: "openai_compatible" };
+  const file = path.join(tmp(), "catalog.json");
+  writeFileSync(file, JSON.stringify(catalog));
+  return file;
+}
+
+test("when nothing is set, then the engine process is auto and this process runs its own engine", () => {
+  const cfg = config({});
+  expect(cfg.engineProcess).toBe("auto");
+  expect(cfg.engineUrl).toBeUndefined();
+  expect(runsEngineProcess(cfg)).toBe(false);
+  expect(supervises(cfg)).toBe(false);
+});
+
+test("when several API processes run and the catalog has embedded models, then auto starts an engine process", () => {
+  expect(runsEngineProcess(config({ SWITCHYARD_API_PROCESSES: "2" }))).toBe(true);
+  expect(runsEngineProcess(config({ SWITCHYARD_API_PROCESSES: "2", SWITCHYARD_ENGINE_PROCESS: "off" }))).toBe(false);
+  const upstreamOnly = upstreamOnlyCatalog();
+  expect(runsEngineProcess(config({ SWITCHYARD_API_PROCESSES: "2", SWITCHYARD_CATALOG: upstreamOnly }))).toBe(false);
+});
+
+test("when the engine process is on, then one API process is supervised too, with an engine process beside it", () => {
+  const cfg = config({ SWITCHYARD_ENGINE_PROCESS: "on" });
+  expect(supervises(cfg)).toBe(true);
+  expect(runsEngineProcess(cfg)).toBe(true);
+  expect(supervises(config({ SWITCHYARD_ENGINE_PROCESS: "on", SWITCHYARD_ROLE: "worker" }))).toBe(false);
+});
+
+test("when SWITCHYARD_ENGINE_URL names an engine process already, then the supervisor starts none", () => {
+  const cfg = config({
+    SWITCHYARD_API_PROCESSES: "2",
+    SWITCHYARD_ENGINE_PROCESS: "on",
+    SWITCHYARD_ENGINE_URL: "http://127.0.0.1:7000",
+    SWITCHYARD_ENGINE_TOKEN: TOKEN,
+  });
+  expect(runsEngineProcess(cfg)).toBe(false);
+});
+
+test("when an engine process or its caller has no SWITCHYARD_ENGINE_TOKEN, then the start is refused naming it", () => {
+  expect(() => config({ SWITCHYARD_ENGINE_URL: "http://127.0.0.1:7000" })).toThrow(ConfigError);
+  expect(() => config({ SWITCHYARD_ENGINE_URL: "http://127.0.0.1:7000" })).toThrow(/SWITCHYARD_ENGINE_TOKEN/);
+  expect(() => config({ SWITCHYARD_ROLE: "engine" })).toThrow(/SWITCHYARD_ROLE=engine needs SWITCHYARD_ENGINE_TOKEN/);
+  expect(() => config({ SWITCHYARD_ROLE: "engine", SWITCHYARD_ENGINE_TOKEN: "short" })).toThrow(
+    /SWITCHYARD_ENGINE_TOKEN/,
+  );
+  expect(() => config({ SWITCHYARD_ENGINE_URL: "not a url", SWITCHYARD_ENGINE_TOKEN: TOKEN })).toThrow(
+    /SWITCHYARD_ENGINE_URL/,
+  );
+  expect(config({ SWITCHYARD_ROLE: "engine", SWITCHYARD_ENGINE_TOKEN: TOKEN })).toMatchObject({ role: "engine" });
+  expect(supervises(config({ SWITCHYARD_ROLE: "engine", SWITCHYARD_ENGINE_TOKEN: TOKEN }))).toBe(false);
+});
