@@ -24,6 +24,7 @@ import {
   startTestServer,
 } from "./support/harness.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
+import { principalOf, usageRecordFor } from "./support/records.js";
 import { joinTeam } from "./support/teams.js";
 
 let server: TestServer;
@@ -469,6 +470,43 @@ describe("enforcing a key's policy", () => {
     ]);
     const res = await patchKey(caller.token, caller.keyId, { budget_micros: 1_000, budget_period: "month" });
     expect(res.body).toMatchObject({ spent_micros: row.cost, remaining_micros: 1_000 - row.cost });
+  });
+});
+
+describe("the group commit's key spend", () => {
+  test("when charges reach a key whose budget was not reserved (a lease lost, a budget lowered), then they are capped at what is left and spend equals the ledger", async () => {
+    // The safety net under the reservation: costs recorded straight through metering, with no
+    // reservation, as a process whose lease expired would write them.
+    const caller = await createTestCaller(server.url);
+    await patchKey(caller.token, caller.keyId, { budget_micros: 1_000, budget_period: "week" });
+    const principal = principalOf(caller);
+    const charges = await Promise.all(
+      [600n, 300n, 250n, 50n].map((cost) =>
+        server.app.metering.record(usageRecordFor(principal, { costMicros: cost })),
+      ),
+    );
+    expect(charges.reduce((sum, c) => sum + c.chargedMicros, 0n)).toBe(1_000n);
+    const entries = await server.db<any>(
+      `SELECT -l.amount_micros::int AS charged, l.description, a.cost_micros::int AS cost
+         FROM credit_ledger l JOIN activity a ON a.id::text = l.source_id
+        WHERE a.api_key_id = $1 ORDER BY l.id`,
+      [caller.keyId],
+    );
+    expect(entries.map((e: any) => e.cost)).toEqual([600, 300, 250, 50]);
+    expect(entries.map((e: any) => e.charged)).toEqual([600, 300, 100, 0]);
+    expect(entries[2].description).toContain("(cost 250 capped at the API key's budget)");
+    expect(entries[0].description).not.toContain("capped");
+    const key = await listed(caller.token, caller.keyId);
+    expect(key).toMatchObject({ spent_micros: 1_000, remaining_micros: 0 });
+    // Another key of the team is not capped by this one's budget.
+    const other = await createTestApiKey(server.url, caller.token);
+    const free = await server.app.metering.record(
+      usageRecordFor(
+        { ...principal, apiKey: { id: other.id, name: "other", prefix: other.prefix } },
+        { costMicros: 700n },
+      ),
+    );
+    expect(free.chargedMicros).toBe(700n);
   });
 });
 

@@ -144,13 +144,16 @@ export const KEY_BUDGET_CTES = `key_locked AS (
      FOR NO KEY UPDATE OF s
 ),
 key_capped AS (
+  -- Requests of keys without a budget keep their cost (no sort: the common case costs little).
+  SELECT m.id, m.team_id, m.model, m.endpoint, m.ledger_id, m.api_key_id, m.cost_micros AS full_cost, m.cost_micros
+    FROM metered m
+   WHERE m.api_key_id IS NULL OR NOT EXISTS (SELECT FROM key_locked l WHERE l.key_id = m.api_key_id)
+  UNION ALL
   SELECT m.id, m.team_id, m.model, m.endpoint, m.ledger_id, m.api_key_id, m.cost_micros AS full_cost,
-         CASE WHEN l.key_id IS NULL THEN m.cost_micros
-              ELSE LEAST(m.cost_micros, GREATEST(0, l.budget_micros - l.before - (m.key_running - m.cost_micros)))
-         END AS cost_micros
+         LEAST(m.cost_micros, GREATEST(0, l.budget_micros - l.before - (m.key_running - m.cost_micros)))
     FROM (SELECT metered.*, sum(cost_micros) OVER (PARTITION BY api_key_id ORDER BY ledger_id) AS key_running
-            FROM metered) m
-    LEFT JOIN key_locked l ON l.key_id = m.api_key_id
+            FROM metered WHERE api_key_id IN (SELECT key_id FROM key_locked)) m
+    JOIN key_locked l ON l.key_id = m.api_key_id
 )`;
 
 /**
