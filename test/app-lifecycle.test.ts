@@ -24,6 +24,7 @@ const STOP_ORDER = [
   "mailer",
   "engines",
   "metering (after engines)",
+  "key budget leases",
   "credit leases",
   "cache listener",
   "database pool",

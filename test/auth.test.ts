@@ -25,7 +25,27 @@ afterAll(() => server.close());
 const PASSWORD = "correct horse battery";
 const KEY_PATTERN = /^sk_[0-9A-Za-z]{48}$/;
 const USER_KEYS = ["created_at", "email", "id", "name", "role", "team_id", "username"];
-const LIST_ITEM_KEYS = ["created_at", "expires_at", "id", "last_used_at", "name", "prefix", "revoked_at"];
+/** A key's policy and spend (issue 29, item 1; test/api-key-policy.test.ts checks their values). */
+const POLICY_KEYS = [
+  "allowed_models",
+  "budget_micros",
+  "budget_period",
+  "budget_resets_at",
+  "remaining_micros",
+  "rpm_limit",
+  "spent_micros",
+  "tpm_limit",
+];
+const LIST_ITEM_KEYS = [
+  "created_at",
+  "expires_at",
+  "id",
+  "last_used_at",
+  "name",
+  "prefix",
+  "revoked_at",
+  ...POLICY_KEYS,
+].sort();
 
 let emailSeq = 0;
 function freshEmail(tag = "auth"): string {
@@ -304,7 +324,9 @@ describe("POST /control/v1/auth/api-keys", () => {
   test("when a name is given, then 201 with an sk_ key shown once, its prefix, and only its hash stored", async () => {
     const res = await createKey(user.token, { name: "  ci key  " });
     expect(res.status).toBe(201);
-    expect(Object.keys(res.body).sort()).toEqual(["created_at", "expires_at", "id", "name", "plaintext", "prefix"]);
+    expect(Object.keys(res.body).sort()).toEqual(
+      ["created_at", "expires_at", "id", "name", "plaintext", "prefix", ...POLICY_KEYS].sort(),
+    );
     const { plaintext } = res.body;
     expect(plaintext).toMatch(KEY_PATTERN);
     expect(res.body.prefix).toBe(plaintext.slice(0, 12));

@@ -284,6 +284,29 @@ const rows: Row[] = [
   { name: "GET /control/v1/auth/api-keys", expect: anyCaller(200) },
   { name: "POST /control/v1/auth/api-keys", body: () => ({ name: "matrix" }), expect: anyCaller(201) },
   {
+    name: "PATCH /control/v1/auth/api-keys/{key} (a member's key)",
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.member.token)).id }),
+    body: () => ({ rpm_limit: 60 }),
+    expect: teamOnly(200),
+  },
+  {
+    name: "PATCH /control/v1/auth/api-keys/{key} (the owner's key)",
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.owner.token)).id }),
+    body: () => ({ rpm_limit: 60 }),
+    expect: { ...teamOnly(200), member: 404 },
+  },
+  {
+    // A member may tighten their own key's limits but not lift one (issue 29, item 1).
+    name: "PATCH /control/v1/auth/api-keys/{key} (lifting a member key's budget)",
+    prepare: async (fx) => {
+      const key = await createTestApiKey(server.url, fx.member.token);
+      await server.db("UPDATE api_keys SET budget_micros = 100, budget_period = 'day' WHERE id = $1", [key.id]);
+      return { key: key.id };
+    },
+    body: () => ({ budget_micros: null }),
+    expect: { ...teamOnly(200), member: 403 },
+  },
+  {
     name: "DELETE /control/v1/auth/api-keys/{key} (a member's key)",
     prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.member.token)).id }),
     expect: teamOnly(204),
@@ -547,6 +570,13 @@ const rows: Row[] = [
     name: "graphql createApiKey",
     query: `mutation { createApiKey(input: { name: "g" }) { id } }`,
     expect: anyCaller(200),
+  },
+  {
+    name: "graphql updateApiKey (a member's key)",
+    query: `mutation($id: String!) { updateApiKey(id: $id, input: { tpmLimit: 1000 }) { id tpmLimit } }`,
+    prepare: async (fx) => ({ key: (await createTestApiKey(server.url, fx.member.token)).id }),
+    variables: (_fx, p) => ({ id: p.key }),
+    expect: teamOnly(200),
   },
   {
     name: "graphql revokeApiKey (a member's key)",

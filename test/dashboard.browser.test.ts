@@ -131,6 +131,11 @@ function micros(text: string | null): number {
   return Number(m[1].replace(/,/g, "")) * 1e6 + Number(m[2]);
 }
 
+/** 83 micro-USD → `$0.000083`, as the dashboard writes amounts. */
+function usdText(microsValue: number): string {
+  return `$${Math.floor(microsValue / 1e6).toLocaleString("en-US")}.${String(microsValue % 1e6).padStart(6, "0")}`;
+}
+
 /** The pages of the navigation: link name and heading. */
 const NAV_PAGES: Array<[string, string | RegExp]> = [
   ["Usage", "Usage"],
@@ -191,6 +196,7 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
   const keyRow = page.locator("tr", { hasText: "browser test" });
   await keyRow.getByText("active").waitFor();
   expect(await keyRow.locator("code").textContent()).toBe(`${key.slice(0, 12)}…`);
+  const keyId = await keyRow.getAttribute("data-key-id");
   await shot("keys-created");
 
   // Live events: subscribed before the request is made, the event arrives without a reload.
@@ -323,8 +329,21 @@ test("when a person signs up, creates a key and it is used, then the dashboard s
 
   // Revoke the key: listed as revoked, and the API refuses it. Back on the page, the key itself is
   // nowhere (it was shown once, at creation): only its prefix is listed.
+  // The key's limits, set through the API (issue 29), are listed with what it spent this month.
+  const limited = await http(server.url, "PATCH", `/control/v1/auth/api-keys/${keyId}`, {
+    token: key,
+    body: { budget_micros: 1_000_000, budget_period: "month", rpm_limit: 60 },
+  });
+  expect(limited.status).toBe(200);
   await open("API keys");
   await keyRow.getByText("active").waitFor();
+  const spent = usdText(limited.body.spent_micros);
+  const left = usdText(limited.body.remaining_micros);
+  await keyRow.getByText(`${spent} of $1.000000/month`).waitFor();
+  await keyRow.getByText(`${left} left, resets`, { exact: false }).waitFor();
+  await keyRow.getByText("60 rpm").waitFor();
+  expect(limited.body.spent_micros).toBeGreaterThan(0);
+  await shot("keys-limits");
   expect(await page.getByLabel("Your new API key").count()).toBe(0);
   expect(await page.content()).not.toContain(key);
   page.once("dialog", (dialog) => void dialog.accept());

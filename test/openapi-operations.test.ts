@@ -260,6 +260,13 @@ const CASES: Record<string, Case> = {
   getControlV1AuthMe: { invalid: noCredentials },
   getControlV1AuthApiKeys: { invalid: noCredentials },
   postControlV1AuthApiKeys: { valid: () => ({ set: { name: "ops" } }), invalid: { set: { name: "" }, status: 400 } },
+  patchControlV1AuthApiKeysKeyId: {
+    valid: async () => ({
+      path: { key_id: (await createTestApiKey(server.url, owner.token)).id },
+      set: { budget_micros: 1_000, budget_period: "month", allowed_models: [CHAT_MODEL] },
+    }),
+    invalid: (valid) => ({ ...valid, set: { rpm_limit: 0 }, status: 400 }),
+  },
   deleteControlV1AuthApiKeysKeyId: {
     valid: async () => ({ path: { key_id: (await createTestApiKey(server.url, owner.token)).id } }),
     invalid: badId("key_id"),

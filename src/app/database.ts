@@ -1,6 +1,6 @@
 /**
  * The database side of the composition root: PostgreSQL (embedded when `DATABASE_URL` is unset)
- * with migrations, the cache bus's LISTEN connection, and this process's credit leases.
+ * with migrations, the cache bus's LISTEN connection, and this process's credit and key budget leases.
  */
 import path from "node:path";
 import type { Logger } from "pino";
@@ -10,6 +10,7 @@ import { DatabaseCircuit } from "../db/circuit.js";
 import { type SessionTimeouts, openDatabase, sessionSettings } from "../db/data-source.js";
 import { startEmbeddedPostgres } from "../db/embedded.js";
 import { CreditService } from "../services/ledger/credit.service.js";
+import { KeyBudgetService } from "../services/ledger/key-budget.service.js";
 import { CacheBus } from "../services/platform/cache-bus.js";
 import type { Lifecycle } from "./lifecycle.js";
 
@@ -29,12 +30,14 @@ export interface DatabaseParts {
   timeouts: SessionTimeouts;
   bus: CacheBus;
   credit: CreditService;
+  /** API key budgets (issue 29, item 1): leases under the same holder as `credit`. */
+  keyBudgets: KeyBudgetService;
 }
 
 /**
  * Starts the components "embedded PostgreSQL" (only when `config.databaseUrl` is unset; its
- * folder is `<dataDir>/pg`), "database pool" (migrations run), "cache listener" and "credit
- * leases", in that order.
+ * folder is `<dataDir>/pg`), "database pool" (migrations run), "cache listener", "credit
+ * leases" and "key budget leases", in that order.
  * @throws EmbeddedPostgresError when the embedded PostgreSQL cannot start; the driver's error
  *   when PostgreSQL is unreachable.
  */
@@ -122,5 +125,14 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
     },
     stop: (credit) => credit.close(),
   });
-  return { databaseUrl: url, sessionUrl, dataSource, circuit, timeouts, bus, credit };
+  const keyBudgets = await life.start({
+    name: "key budget leases",
+    start: () => {
+      const keyBudgets = new KeyBudgetService(dataSource, bus, logger, credit.holder);
+      keyBudgets.start();
+      return keyBudgets;
+    },
+    stop: (keyBudgets) => keyBudgets.close(),
+  });
+  return { databaseUrl: url, sessionUrl, dataSource, circuit, timeouts, bus, credit, keyBudgets };
 }

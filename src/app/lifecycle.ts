@@ -20,6 +20,7 @@ export const COMPONENTS = [
   // Leases are given back only after the last charges are written (both metering drains stop
   // before this), so no in-flight charge lands on credit another process leased meanwhile.
   "credit leases",
+  "key budget leases", // the same holder's API key budget leases (issue 29), given back alike
   // Failures recorded while the engines shut down are written by this second drain, after them.
   "metering (after engines)",
   "engines",

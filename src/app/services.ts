@@ -5,6 +5,7 @@
 import type { Logger } from "pino";
 import type { Config } from "../config/config.js";
 import { CredentialService } from "../services/accounts/credential.service.js";
+import { KeyPolicyCache } from "../services/accounts/key-policy-cache.js";
 import { CompletionEventsService } from "../services/events/completion-events.service.js";
 import {
   KEEP_FAILED_MS,
@@ -18,6 +19,7 @@ import { StreamDirectory } from "../services/inference/responses/stream-director
 import { InFlightActivity } from "../services/metering/in-flight-activity.js";
 import { MeteringService } from "../services/metering/metering.service.js";
 import { RateLimitService } from "../services/metering/rate-limit.service.js";
+import { KeyLimitsService } from "../services/metering/key-limits.service.js";
 import { OutboxMailer } from "../services/platform/mail/mailer.js";
 import { TokenService } from "../services/platform/tokens.js";
 import type { DatabaseParts } from "./database.js";
@@ -52,7 +54,7 @@ export async function startServices(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { dataSource: ds, bus, credit }: DatabaseParts,
+  { dataSource: ds, bus, credit, keyBudgets }: DatabaseParts,
   { engines, metrics, prices, tracing }: ModelParts,
   onMetering: (metering: MeteringService) => void,
 ): Promise<CoreServices> {
@@ -62,7 +64,9 @@ export async function startServices(
     start: () => new OutboxMailer(ds, logger, { smtpUrl: config.smtpUrl, from: config.mailFrom }),
     stop: (mailer) => mailer.close(),
   });
-  const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs);
+  // API key policies (issue 29, item 1): cached as credentials are, primed by their lookups.
+  const keyPolicies = new KeyPolicyCache(ds, bus, config.authCacheTtlMs);
+  const credentials = new CredentialService(ds, tokens, bus, config.authCacheTtlMs, keyPolicies);
   const metering = await life.start({
     name: "metering",
     start: () =>
@@ -147,6 +151,8 @@ export async function startServices(
     prices,
     inFlight,
     logger,
+    new KeyLimitsService(ds, keyPolicies, logger),
+    keyBudgets,
   );
   const responses = new ResponsesService(ds);
   return { tokens, mailer, credentials, metering, events, streamDirectory, inFlight, inference, responses };

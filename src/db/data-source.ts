@@ -33,6 +33,7 @@ import { ActivityFilterIndexes1764881000000 } from "./migrations/1764881000000-a
 import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usage-daily-covering.js";
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
 import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
+import { ApiKeyPolicy1764905000000 } from "./migrations/1764905000000-api-key-policy.js";
 import type { DatabaseCircuit } from "./circuit.js";
 import { guardPool, guardedClientClass } from "./pool-guard.js";
 import { NoSessionError, assertSession } from "./session.js";
@@ -69,6 +70,7 @@ export const migrations = [
   UsageDailyCovering1764882000000,
   PlatformModelRequests1764883000000,
   WebhookRedelivery1764890000000,
+  ApiKeyPolicy1764905000000,
 ];
 
 /**

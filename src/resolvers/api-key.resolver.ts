@@ -1,17 +1,23 @@
 /**
- * API-key resolver: list, create, revoke, and each key's user (batched per request). Inputs arrive
- * in the REST spelling (see `MappedArg`).
+ * API-key resolver: list, create, update (name and policy), revoke, and each key's user (batched
+ * per request). Inputs arrive in the REST spelling (see `MappedArg`).
  */
 import { Arg, Ctx, FieldResolver, Mutation, Query, Resolver, Root } from "type-graphql";
 import { ApiKeyEntity } from "../entities/api-key.entity.js";
 import { UserEntity } from "../entities/user.entity.js";
-import { ApiKeyListType, CreateApiKeyInputType, CreatedApiKeyType } from "../schema/api-key.types.js";
+import {
+  ApiKeyListType,
+  CreateApiKeyInputType,
+  CreatedApiKeyType,
+  UpdateApiKeyInputType,
+} from "../schema/api-key.types.js";
 import { MappedArg } from "../schema/mapped-arg.js";
 import type {
   ApiKeyList,
   ApiKeyService,
   CreateApiKeyInput,
   CreatedApiKeyDto,
+  UpdateApiKeyInput,
 } from "../services/accounts/api-key.service.js";
 import type { RequestContext } from "../services/platform/context.js";
 import type { MemberService } from "../services/teams/member.service.js";
@@ -36,6 +42,19 @@ export class ApiKeyResolver {
     @Ctx() ctx: RequestContext,
   ): Promise<CreatedApiKeyDto> {
     return this.keys.create(ctx, input);
+  }
+
+  @Mutation(() => ApiKeyEntity, {
+    description:
+      "Changes a key's name and policy: the fields given change, null lifts a limit. Members may " +
+      "only tighten their own keys' limits.",
+  })
+  updateApiKey(
+    @Arg("id", () => String) id: string,
+    @MappedArg("input", () => UpdateApiKeyInputType, UpdateApiKeyInputType.toService) input: UpdateApiKeyInput,
+    @Ctx() ctx: RequestContext,
+  ): Promise<ApiKeyEntity> {
+    return this.keys.update(ctx, id, input);
   }
 
   @Mutation(() => Boolean, { description: "Revokes a key; true when done (also when already revoked)." })

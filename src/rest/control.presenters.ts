@@ -12,7 +12,7 @@ import type { TeamMemberEntity } from "../services/teams/member.service.js";
 import type { UserEntity } from "../services/accounts/account.service.js";
 import type { Resolvers } from "../resolvers/index.js";
 import type { ActivityList } from "../services/usage/activity.service.js";
-import type { ApiKeyList } from "../services/accounts/api-key.service.js";
+import type { ApiKeyList, CreatedApiKeyDto } from "../services/accounts/api-key.service.js";
 import type { RequestContext } from "../services/platform/context.js";
 import type { InvitedMember } from "../services/teams/member.service.js";
 
@@ -60,7 +60,7 @@ export async function teamJson(r: Resolvers, ctx: RequestContext, team: TeamEnti
   return secret === null ? json : { ...json, webhook_signing_secret: secret };
 }
 
-/** ApiKeyListResponse item. */
+/** ApiKeyListResponse item, with its policy and spend (issue 29, item 1). */
 export function apiKeyJson(k: ApiKeyEntity) {
   return {
     id: k.id,
@@ -70,6 +70,34 @@ export function apiKeyJson(k: ApiKeyEntity) {
     last_used_at: k.lastUsedAt,
     expires_at: k.expiresAt,
     revoked_at: k.revokedAt,
+    ...apiKeyPolicyJson(k),
+  };
+}
+
+/** A key's policy and what it spent in its budget's current window (null without a budget). */
+function apiKeyPolicyJson(k: ApiKeyEntity) {
+  return {
+    budget_micros: k.budgetMicrosNumber,
+    budget_period: k.budgetPeriod,
+    spent_micros: k.spentMicros,
+    remaining_micros: k.remainingMicros,
+    budget_resets_at: k.budgetResetsAt,
+    rpm_limit: k.rpmLimit,
+    tpm_limit: k.tpmLimit,
+    allowed_models: k.allowedModelsOrAll,
+  };
+}
+
+/** ApiKeyCreateResponse: the plaintext, shown this once, and the key's policy. */
+export function createdApiKeyJson(c: CreatedApiKeyDto) {
+  return {
+    id: c.id,
+    name: c.name,
+    plaintext: c.plaintext,
+    prefix: c.prefix,
+    created_at: c.created_at,
+    expires_at: c.expires_at,
+    ...apiKeyPolicyJson(c.key),
   };
 }
 

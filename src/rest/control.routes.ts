@@ -8,7 +8,7 @@
 import type { Resolvers } from "../resolvers/index.js";
 import type { RequestContext } from "../services/platform/context.js";
 import type { LoginInput, SignupInput } from "../services/accounts/account.service.js";
-import type { CreateApiKeyInput } from "../services/accounts/api-key.service.js";
+import type { CreateApiKeyInput, UpdateApiKeyInput } from "../services/accounts/api-key.service.js";
 import type { InviteMemberInput, UpdateMemberInput } from "../services/teams/member.service.js";
 import type { ForgotPasswordInput, ResetPasswordInput } from "../services/accounts/password-reset.service.js";
 import type { UpdateTeamInput } from "../services/teams/team.service.js";
@@ -16,7 +16,7 @@ import type { OAuthCompleteInput } from "../services/accounts/oauth/oauth.servic
 import type { CreateCustomModelInput, RequestDeploymentInput } from "../services/models/custom-models.service.js";
 import type { CreateDeploymentInput } from "../services/models/deployments.service.js";
 import { activityListQuery, usageQuery, userFilterQuery } from "../services/usage/activity.service.js";
-import { createApiKeyInput } from "../services/accounts/api-key.service.js";
+import { createApiKeyInput, updateApiKeyInput } from "../services/accounts/api-key.service.js";
 import { loginInput, signupInput } from "../services/accounts/account.service.js";
 import { billingSummaryQuery } from "../services/usage/billing-summary.service.js";
 import {
@@ -43,7 +43,9 @@ import type { RouteDoc } from "./route-doc.js";
 import {
   activityDetailJson,
   activityListJson,
+  apiKeyJson,
   apiKeyListJson,
+  createdApiKeyJson,
   deploymentJson,
   invitedMemberJson,
   memberJson,
@@ -120,11 +122,24 @@ export const controlRoutes: RouteSpec[] = [
     path: "/control/v1/auth/api-keys",
     auth: "required",
     status: 201,
-    call: (r, { body }, ctx) => r.apiKeys.createApiKey(body as CreateApiKeyInput, ctx),
+    call: async (r, { body }, ctx) => createdApiKeyJson(await r.apiKeys.createApiKey(body as CreateApiKeyInput, ctx)),
     doc: {
       response: responseShapes.ApiKeyCreateResponse,
-      summary: "Create an API key (the key is shown this once)",
+      summary: "Create an API key (the key is shown this once), with its policy: budget, rates, models, expiry",
       body: createApiKeyInput,
+    },
+  },
+  {
+    method: "patch",
+    path: "/control/v1/auth/api-keys/:key_id",
+    auth: "required",
+    status: 200,
+    call: async (r, { params, body }, ctx) =>
+      apiKeyJson(await r.apiKeys.updateApiKey(params.key_id, body as UpdateApiKeyInput, ctx)),
+    doc: {
+      response: responseShapes.ApiKey,
+      summary: "Change an API key's name and policy (null lifts a limit); members only tighten their own keys' limits",
+      body: updateApiKeyInput,
     },
   },
   {

@@ -38,6 +38,18 @@ export const loginShape = z.object({
 /** `SignupResponse`. */
 export const signupShape = loginShape.extend({ message: z.string(), next_step: z.literal("login") });
 
+/** A key's policy and its spend in the budget's current window (issue 29, item 1). */
+const apiKeyPolicyShape = {
+  budget_micros: micros().nullable().meta({ description: "USD micros per budget_period; null: no budget" }),
+  budget_period: z.enum(["day", "week", "month", "total"]).nullable(),
+  spent_micros: micros().nullable().meta({ description: "spent in the current period; null without a budget" }),
+  remaining_micros: micros().nullable().meta({ description: "left in the current period; null without a budget" }),
+  budget_resets_at: nullableTime().meta({ description: "when the period starts over; null for total" }),
+  rpm_limit: int().nullable(),
+  tpm_limit: int().nullable(),
+  allowed_models: z.array(z.string()).meta({ description: '["*"]: every model' }),
+};
+
 /** An API key as listed (never its plaintext). */
 export const apiKeyShape = z.object({
   id: id(),
@@ -47,9 +59,10 @@ export const apiKeyShape = z.object({
   last_used_at: nullableTime(),
   expires_at: nullableTime(),
   revoked_at: nullableTime(),
+  ...apiKeyPolicyShape,
 });
 
-/** `ApiKeyCreateResponse`: the plaintext key, shown this once. */
+/** `ApiKeyCreateResponse`: the plaintext key, shown this once, and the key's policy. */
 export const apiKeyCreatedShape = z.object({
   id: id(),
   name: z.string(),
@@ -57,6 +70,7 @@ export const apiKeyCreatedShape = z.object({
   prefix: z.string(),
   created_at: time(),
   expires_at: nullableTime(),
+  ...apiKeyPolicyShape,
 });
 
 /** A linked OpenID Connect identity (`LinkOAuthResponse` adds `message`). */
@@ -380,6 +394,10 @@ export type UserFits = Fits<Serialized<ReturnType<typeof presenters.userJson>>, 
 export type MemberFits = Fits<Serialized<ReturnType<typeof presenters.memberJson>>, z.output<typeof memberShape>>;
 export type TeamFits = Fits<Serialized<Awaited<ReturnType<typeof presenters.teamJson>>>, z.output<typeof teamShape>>;
 export type ApiKeyFits = Fits<Serialized<ReturnType<typeof presenters.apiKeyJson>>, z.output<typeof apiKeyShape>>;
+export type ApiKeyCreatedFits = Fits<
+  Serialized<ReturnType<typeof presenters.createdApiKeyJson>>,
+  z.output<typeof apiKeyCreatedShape>
+>;
 export type ActivityListFits = Fits<
   Serialized<ReturnType<typeof presenters.activityListJson>>,
   z.output<typeof activityListShape>

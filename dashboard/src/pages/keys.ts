@@ -1,9 +1,11 @@
 /**
  * API keys: create (`createApiKey` — the plaintext is shown this once, never again), list
- * (`apiKeys`: owners and admins see every key of the team) and revoke (`revokeApiKey`).
+ * (`apiKeys`: owners and admins see every key of the team; each with its budget, what it spent
+ * this period and what is left, and its other limits) and revoke (`revokeApiKey`). Limits are set
+ * through the API (`updateApiKey`); the page shows them.
  */
 import { GraphqlError, gql } from "../api.js";
-import { badge, fill, field, h, notice, row, table, when } from "../dom.js";
+import { badge, count, fill, field, h, notice, row, table, usd, when } from "../dom.js";
 import type { PageContext } from "../main.js";
 
 interface ApiKey {
@@ -14,12 +16,43 @@ interface ApiKey {
   lastUsedAt: string | null;
   expiresAt: string | null;
   revokedAt: string | null;
+  budgetMicros: number | null;
+  budgetPeriod: string | null;
+  spentMicros: number | null;
+  remainingMicros: number | null;
+  budgetResetsAt: string | null;
+  rpmLimit: number | null;
+  tpmLimit: number | null;
+  allowedModels: string[];
   user: { email: string } | null;
 }
 
-const LIST = `{ apiKeys { items { id name prefix createdAt lastUsedAt expiresAt revokedAt user { email } } } }`;
+const LIST = `{ apiKeys { items { id name prefix createdAt lastUsedAt expiresAt revokedAt budgetMicros budgetPeriod
+  spentMicros remainingMicros budgetResetsAt rpmLimit tpmLimit allowedModels user { email } } } }`;
 const CREATE = `mutation ($input: CreateApiKeyInput!) { createApiKey(input: $input) { id name prefix plaintext } }`;
 const REVOKE = `mutation ($id: String!) { revokeApiKey(id: $id) }`;
+
+/** "$0.000083 of $0.000100/day" over "$0.000017 left, resets 2026-06-01", or "none". */
+function budget(key: ApiKey): HTMLElement | string {
+  if (key.budgetMicros === null) return "none";
+  const per = key.budgetPeriod === "total" ? " in total" : `/${key.budgetPeriod}`;
+  const resets = key.budgetResetsAt ? `, resets ${when(key.budgetResetsAt).slice(0, 10)}` : "";
+  return h(
+    "div",
+    {},
+    h("div", {}, `${usd(key.spentMicros ?? 0)} of ${usd(key.budgetMicros)}${per}`),
+    h("small", {}, `${usd(key.remainingMicros ?? 0)} left${resets}`),
+  );
+}
+
+/** "60 rpm, 10,000 tpm, models: a, b", or "none". */
+function limits(key: ApiKey): string {
+  const parts: string[] = [];
+  if (key.rpmLimit !== null) parts.push(`${count(key.rpmLimit)} rpm`);
+  if (key.tpmLimit !== null) parts.push(`${count(key.tpmLimit)} tpm`);
+  if (!key.allowedModels.includes("*")) parts.push(`models: ${key.allowedModels.join(", ")}`);
+  return parts.join(", ") || "none";
+}
 
 function keyStatus(key: ApiKey): string {
   if (key.revokedAt) return "revoked";
@@ -57,6 +90,8 @@ export async function keysPage(ctx: PageContext): Promise<void> {
           when(key.createdAt),
           when(key.lastUsedAt) || "never",
           when(key.expiresAt) || "never",
+          budget(key),
+          limits(key),
           key.user?.email ?? "(left the team)",
           revokeButton,
         );
@@ -67,7 +102,7 @@ export async function keysPage(ctx: PageContext): Promise<void> {
         listSlot,
         table(
           "API keys",
-          ["Name", "Prefix", "Status", "Created", "Last used", "Expires", "Owner", ""],
+          ["Name", "Prefix", "Status", "Created", "Last used", "Expires", "Budget", "Limits", "Owner", ""],
           rows,
           "No keys yet.",
         ),

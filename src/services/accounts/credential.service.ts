@@ -10,6 +10,12 @@ import type { CacheBus } from "../platform/cache-bus.js";
 import type { Principal } from "../platform/context.js";
 import { AppError } from "../../shared/errors.js";
 import type { TokenService } from "../platform/tokens.js";
+import {
+  ENFORCED_POLICY_COLUMNS,
+  type EnforcedPolicyRow,
+  type KeyPolicyCache,
+  enforcedPolicy,
+} from "./key-policy-cache.js";
 
 export const API_KEY_PREFIX = "sk_";
 
@@ -64,6 +70,8 @@ export class CredentialService {
     private readonly tokens: TokenService,
     bus: CacheBus,
     private readonly ttlMs: number,
+    /** Primed with the policy of every key read here (issue 29, item 1), so requests need no second read. */
+    private readonly policies?: KeyPolicyCache,
   ) {
     bus.on("api_key", (hashHex) => {
       this.generation++;
@@ -111,19 +119,23 @@ export class CredentialService {
     }
     if (!entry || now - entry.cachedAt > this.ttlMs) {
       const generation = this.generation;
-      const rows: Array<{
-        id: string;
-        name: string;
-        prefix: string;
-        user_id: string;
-        team_id: string;
-        role: TeamRole;
-        email: string;
-        is_active: boolean;
-        expires_at: Date | null;
-        revoked_at: Date | null;
-      }> = await this.ds.query(
-        `SELECT k.id, k.name, k.prefix, k.user_id, k.team_id, u.role, u.email, u.is_active, k.expires_at, k.revoked_at
+      const policyGeneration = this.policies?.generation ?? 0;
+      const rows: Array<
+        EnforcedPolicyRow & {
+          id: string;
+          name: string;
+          prefix: string;
+          user_id: string;
+          team_id: string;
+          role: TeamRole;
+          email: string;
+          is_active: boolean;
+          expires_at: Date | null;
+          revoked_at: Date | null;
+        }
+      > = await this.ds.query(
+        `SELECT k.id, k.name, k.prefix, k.user_id, k.team_id, u.role, u.email, u.is_active, k.expires_at, k.revoked_at,
+                ${ENFORCED_POLICY_COLUMNS}
            FROM api_keys k JOIN users u ON u.id = k.user_id
           -- A key works only while its user is in the key's team (issue 8: a removed member's keys
           -- are revoked too; this holds even for one a revoke missed).
@@ -136,6 +148,7 @@ export class CredentialService {
         this.unknownKeys.set(hex, now);
       }
       if (!row || !row.is_active) throw AppError.unauthenticated("Invalid API key").because(INVALID_API_KEY);
+      this.policies?.prime(row.id, enforcedPolicy(row), policyGeneration);
       entry = {
         principal: {
           userId: row.user_id,

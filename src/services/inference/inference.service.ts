@@ -9,7 +9,10 @@ import type { EngineRouter } from "../../inference/engine-router.js";
 import type { EngineUsage } from "../../inference/engine.js";
 import { ScoringStopped } from "../../inference/engine.js";
 import { type Principal, type RequestContext, requirePrincipal } from "../platform/context.js";
-import type { CreditReservation, CreditService } from "../ledger/credit.service.js";
+import { type CreditReservation, type CreditService, jointReservation } from "../ledger/credit.service.js";
+import type { KeyBudgetService } from "../ledger/key-budget.service.js";
+import type { KeyLimitsService } from "../metering/key-limits.service.js";
+import type { EnforcedKeyPolicy } from "../accounts/key-policy-cache.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
 import type { MeteringService, StoredResponse, UsageRecord } from "../metering/metering.service.js";
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
@@ -64,7 +67,12 @@ interface MeteredSteps<R, T> {
   waiting: InFlightStatus;
   run(engine: MeteredEngineCall): Promise<R>;
   /** Records a failure; default: the reservation is let go and `recordFailure` decides. @returns whether a record was written. */
-  failed?: (err: unknown, type: ActivityType, reservation: CreditReservation | undefined) => Promise<boolean>;
+  failed?: (
+    err: unknown,
+    type: ActivityType,
+    reservation: CreditReservation | undefined,
+    keyPolicy: EnforcedKeyPolicy | null,
+  ) => Promise<boolean>;
   finish(result: R): MeteredFinish<T>;
 }
 
@@ -91,6 +99,10 @@ export class InferenceService {
     private readonly inFlight?: InFlightActivity,
     /** Where failures to record a request are logged (review 11b, L4); without it they are not. */
     private readonly logger?: Logger,
+    /** API key limits at admission (issue 29, item 1); without it keys carry no policy. */
+    private readonly keyLimits?: KeyLimitsService,
+    /** API key budgets (issue 29, item 1); without it no key budget is reserved. */
+    private readonly keyBudgets?: KeyBudgetService,
   ) {}
 
   /**
@@ -111,16 +123,61 @@ export class InferenceService {
   }
 
   /**
-   * What every create operation checks before engine work, in order: its activity type (the
-   * stream named in `metadata`; `batch` for batch items), credit above zero, and the rate limits
-   * when they apply. @returns the activity type.
-   * @throws AppError 404/400 for `metadata.stream_id` (see `activityType`); 402 without credit; 429.
+   * Admits a request under its API key's policy (issue 29, item 1; `KeyLimitsService`): expiry,
+   * allowed models and the key's per-minute limits. Background responses call it at submission.
+   * @returns the key's policy (null without a key).
+   * @throws AppError 401 (expired key), 403 (model not allowed), 429 (the key's rpm or tpm).
    */
-  private async admitCall(teamId: string, call: RequestInfo): Promise<ActivityType> {
+  admitKey(principal: Principal, model: CatalogModel): Promise<EnforcedKeyPolicy | null> {
+    return this.keyLimits?.admit(principal, model) ?? Promise.resolve(null);
+  }
+
+  /**
+   * What every create operation checks before engine work, in order: its activity type (the
+   * stream named in `metadata`; `batch` for batch items), credit above zero, its API key's model
+   * and expiry, the team's rate limits when they apply, and the key's per-minute limits (counted
+   * for every request but a background run admitted at submission).
+   * @returns the activity type and the key's policy.
+   * @throws AppError 404/400 for `metadata.stream_id` (see `activityType`); 402 without credit;
+   *   401/403/429 as `admitKey`; 429 for the team's model limits.
+   */
+  private async admitCall(
+    principal: Principal,
+    call: RequestInfo,
+  ): Promise<{ type: ActivityType; keyPolicy: EnforcedKeyPolicy | null }> {
+    const teamId = principal.teamId;
     const type = call.batch ? "batch" : await this.activityType(teamId, call.metadata, !call.admitted);
     await this.metering.assertCredit(teamId);
+    const keyPolicy = (await this.keyLimits?.check(principal, call.model)) ?? null;
     if (this.rateLimited(call)) await this.admitRate(teamId, call.model);
-    return type;
+    if (!call.admitted) await this.keyLimits?.countRequest(principal, keyPolicy);
+    return { type, keyPolicy };
+  }
+
+  /**
+   * Reserves a request's worst case from its API key's budget (when the key has one) and from
+   * the team's credit, both before any engine work; one reservation settles or releases both.
+   * @throws AppError 402 from whichever does not cover it (the key's first).
+   */
+  private async reserve(
+    principal: Principal,
+    keyPolicy: EnforcedKeyPolicy | null,
+    worstMicros: bigint,
+  ): Promise<CreditReservation> {
+    const keyId = principal.apiKey?.id;
+    if (!keyId || !keyPolicy?.budgeted || !this.keyBudgets) return this.credit.reserve(principal.teamId, worstMicros);
+    const key = await this.keyBudgets.reserve(keyId, worstMicros);
+    const team = await this.credit.reserve(principal.teamId, worstMicros).catch((err: unknown) => {
+      key.release();
+      throw err;
+    });
+    return jointReservation(key, team);
+  }
+
+  /** Counts a finished request's tokens against the team's model limits (not batch items) and its key's. */
+  private countTokens(principal: Principal, call: RequestInfo, keyPolicy: EnforcedKeyPolicy | null, tokens: number) {
+    if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, tokens);
+    this.keyLimits?.recordTokens(principal, keyPolicy, tokens);
   }
 
   /** Whether `call` counts against the rate limits now: not batch items, not a background run admitted earlier. */
@@ -255,9 +312,9 @@ export class InferenceService {
           priority: metered.priority,
         }),
       // A stopped run is charged for what the engine evaluated, from its reservation.
-      failed: (err, type, reservation) =>
+      failed: (err, type, reservation, keyPolicy) =>
         err instanceof ScoringStopped
-          ? this.recordStoppedScoring(principal, call, type, err, reservation)
+          ? this.recordStoppedScoring(principal, call, type, err, reservation, keyPolicy)
           : this.recordFailure(principal, call, type, err),
       finish: (result) => {
         const body = call.render(result);
@@ -292,15 +349,17 @@ export class InferenceService {
     traceTeam(principal.teamId);
     const admitCall = () => {
       steps.precheck?.();
-      return this.admitCall(principal.teamId, call);
+      return this.admitCall(principal, call);
     };
-    let type: ActivityType = call.batch ? "batch" : await admitCall();
+    let type: ActivityType = "batch";
+    let keyPolicy: EnforcedKeyPolicy | null = null;
+    if (!call.batch) ({ type, keyPolicy } = await admitCall());
     let reservation: CreditReservation | undefined;
     let mark: InFlightMark | undefined;
     let recorded = false;
     let result: R;
     try {
-      if (call.batch) type = await admitCall();
+      if (call.batch) ({ type, keyPolicy } = await admitCall());
       mark = this.track(principal, call, type, steps.waiting);
       result = await steps.run({
         admit: async (promptTokens, maxCompletionTokens) => {
@@ -308,7 +367,7 @@ export class InferenceService {
             { promptTokens, completionTokens: maxCompletionTokens, cachedPromptTokens: 0 },
             this.pricesOf(call),
           );
-          reservation = await this.credit.reserve(principal.teamId, worst);
+          reservation = await this.reserve(principal, keyPolicy, worst);
         },
         started: () => mark?.running(),
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
@@ -317,7 +376,7 @@ export class InferenceService {
     } catch (err) {
       try {
         if (steps.failed) {
-          recorded = await steps.failed(err, type, reservation);
+          recorded = await steps.failed(err, type, reservation, keyPolicy);
         } else {
           reservation?.release();
           recorded = await this.recordFailure(principal, call, type, err);
@@ -344,13 +403,7 @@ export class InferenceService {
       });
       recorded = true;
       reservation?.settle(charge.chargedMicros);
-      if (!call.batch) {
-        this.rateLimits?.recordTokens(
-          principal.teamId,
-          call.model,
-          done.usage.promptTokens + done.usage.completionTokens,
-        );
-      }
+      this.countTokens(principal, call, keyPolicy, done.usage.promptTokens + done.usage.completionTokens);
       return { result, body: done.body, costMicros: cost };
     } finally {
       reservation?.release(); // no-op once settled
@@ -372,6 +425,7 @@ export class InferenceService {
     type: ActivityType,
     err: ScoringStopped,
     reservation: CreditReservation | undefined,
+    keyPolicy: EnforcedKeyPolicy | null,
   ): Promise<boolean> {
     const usage = { promptTokens: err.promptTokens, completionTokens: 0, cachedPromptTokens: 0 };
     const metered = { usage, costMicros: costMicros(usage, this.pricesOf(call)), engineMs: err.engineMs };
@@ -400,7 +454,7 @@ export class InferenceService {
       return undefined;
     });
     if (charge) reservation?.settle(charge.chargedMicros);
-    if (!call.batch) this.rateLimits?.recordTokens(principal.teamId, call.model, err.promptTokens);
+    this.countTokens(principal, call, keyPolicy, err.promptTokens);
     return charge !== undefined;
   }
 

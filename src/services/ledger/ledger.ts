@@ -128,16 +128,18 @@ export async function appendSignupGrant(em: EntityManager, teamId: string, micro
  * one statement, one round trip, atomic with the activity rows they charge for.
  *
  * Reads a CTE named `billable`: one row per newly recorded request with a cost (`id` the request
- * id, `team_id`, `cost_micros`, `model`, `endpoint`, `ledger_id` the entry's id, and `running`:
- * the sum of the team's costs so far in ledger id order). Defines:
+ * id, `team_id`, `cost_micros`, `model`, `endpoint`, `ledger_id` the entry's id, `running`: the
+ * sum of the team's costs so far in ledger id order, and `full_cost`: the request's cost before
+ * its API key's budget capped it into `cost_micros`, `key-budget.service.ts`). Defines:
  * - `locked`: the teams charged, `before` = their balance, rows locked FOR NO KEY UPDATE (so
  *   concurrent flushes serialise; FOR UPDATE would also block the foreign-key checks of other
  *   flushes' inserts, which hold FOR KEY SHARE on the same team rows, and deadlock);
  * - `charges`: `billable` with `charged` = `min(cost, max(0, before − (running − cost)))` and
  *   `balance_after` = `max(0, before − running)`: the balance never goes below zero and a charge
  *   that would cross it is capped;
- * - `ledger`: the `usage` entries inserted (negative `charged`, source the request id), in ledger
- *   id order so their created_at follows their balance_after; returns `source_id`;
+ * - `ledger`: the `usage` entries inserted (negative `charged`, source the request id; the
+ *   description says when a cap applied), in ledger id order so their created_at follows their
+ *   balance_after; returns `source_id`;
  * - `balances`: the teams' new balances, each announced on the cache bus (`balance:<team>=<micros>`).
  */
 export const USAGE_CHARGE_CTES = `locked AS (
@@ -155,7 +157,9 @@ ledger AS (
   INSERT INTO credit_ledger (id, team_id, type, amount_micros, balance_after_micros, source_id, description)
   SELECT ledger_id, team_id, 'usage', -charged, balance_after, id::text,
          model || ' ' || endpoint ||
-         CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)' ELSE '' END
+         CASE WHEN charged < cost_micros THEN ' (cost ' || cost_micros || ' capped at the balance)'
+              WHEN cost_micros < full_cost THEN ' (cost ' || full_cost || ' capped at the API key''s budget)'
+              ELSE '' END
     FROM charges
    ORDER BY team_id, ledger_id
   RETURNING source_id

@@ -19,6 +19,7 @@ import { databaseUnavailable, isDatabaseUnavailable } from "../../shared/databas
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
 import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
+import { KEY_BUDGET_CTES, KEY_SPEND_CTES } from "../ledger/key-budget.service.js";
 import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "../events/completion-events.service.js";
 import type { Principal } from "../platform/context.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
@@ -329,7 +330,9 @@ export class MeteringService {
    * `max(0, before − running)`: the balance never goes below zero and a charge that would cross
    * it is capped. Only requests whose activity row is new, or was in flight (`pending`/`running`), are charged (exactly once per id).
    * What is charged also comes off this process's credit lease (`credit.service.ts`), so the
-   * balance keeps covering every unexpired lease.
+   * balance keeps covering every unexpired lease. A request of an API key with a budget is first
+   * capped at what the key has left in its window, and its charge is added to the key's spend and
+   * taken off this process's key lease (`key-budget.service.ts`), in the same statement.
    */
   private async write(db: Queryable, batch: Pending[]): Promise<Map<string, MeteredCharge>> {
     const records = batch.map((p) => p.record);
@@ -449,16 +452,23 @@ export class MeteringService {
          DELETE FROM responses
           WHERE id IN (SELECT id FROM bg) AND id IN (SELECT id FROM ins) AND team_id IN (SELECT id FROM zdr)
        ),
-       billable AS (
-         SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id,
-                -- In ledger id order, the order the entries are inserted in below: their created_at
-                -- (clock_timestamp() per row) then follows their balance_after, and the
-                -- transactions list (created_at, id) shows the balance step by step.
-                sum(ins.cost_micros) OVER (PARTITION BY ins.team_id ORDER BY input.ledger_id) AS running
+       metered AS (
+         SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id, input.api_key_id
            FROM ins JOIN input USING (id)
           WHERE ins.cost_micros > 0
        ),
+       -- API key budgets (issue 29, item 1): each cost capped at what its key has left.
+       ${KEY_BUDGET_CTES},
+       billable AS (
+         SELECT key_capped.*,
+                -- In ledger id order, the order the entries are inserted in below: their created_at
+                -- (clock_timestamp() per row) then follows their balance_after, and the
+                -- transactions list (created_at, id) shows the balance step by step.
+                sum(cost_micros) OVER (PARTITION BY team_id ORDER BY ledger_id) AS running
+           FROM key_capped
+       ),
        ${USAGE_CHARGE_CTES},
+       ${KEY_SPEND_CTES},
        used AS (
          UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[]) AND EXISTS (SELECT FROM serial)
        ),

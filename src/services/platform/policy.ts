@@ -7,6 +7,9 @@
  * - Owners and admins manage members, every key of the team, billing, deployments and custom
  *   models, change the team, and may read (and filter by `user_id`) everyone's activity and usage.
  * - Members use inference, manage their own keys, read the team, and see their own activity and usage.
+ *   A member may set limits on their own keys (issue 29, item 1: budget, rates, models, expiry)
+ *   but only tighten them: raising or lifting a limit is the managers' (`apiKeys.loosenLimits`),
+ *   so a key an owner capped stays capped in its holder's hands.
  *   They also read what they may run inference on (issue 9): the model catalog, its search, and
  *   the team's deployments; creating and deleting custom models and deployments, and requesting
  *   a custom model's deployment, is the managers'.
@@ -37,6 +40,8 @@ export type Permission =
   | "apiKeys.manageOwn"
   /** List and revoke every API key of the team. */
   | "apiKeys.manageAll"
+  /** Raise or lift an API key's limits (budget, rates, models, expiry); members may only tighten their own. */
+  | "apiKeys.loosenLimits"
   /** Read one's own activity and usage. */
   | "usage.readOwn"
   /** Read every member's activity and usage, and filter it by `user_id`. */
@@ -69,6 +74,7 @@ const MANAGERS: readonly Permission[] = [
   "team.update",
   "members.manage",
   "apiKeys.manageAll",
+  "apiKeys.loosenLimits",
   "usage.readAll",
   "billing.manage",
   "deployments.manage",
@@ -90,6 +96,7 @@ const REFUSALS: Record<Permission, string> = {
   "members.manage": "Only team owners and admins can manage members",
   "apiKeys.manageOwn": "Your role may not manage API keys",
   "apiKeys.manageAll": "Only team owners and admins can manage other members' API keys",
+  "apiKeys.loosenLimits": "Only team owners and admins can raise or lift an API key's limits",
   "usage.readOwn": "Your role may not read activity or usage",
   "models.read": "Your role may not read the model catalog",
   "deployments.read": "Your role may not read deployments",

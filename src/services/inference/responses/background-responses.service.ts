@@ -140,7 +140,8 @@ export class BackgroundResponsesService {
    * @returns the stored in-progress Response object.
    * @throws AppError 401; 402 when the team has no credit; 404 when `metadata.stream_id` is another
    *   team's stream; 400 naming `metadata.stream_id` when it is the team's cancelled or archived one;
-   *   429 when the model's per-team rate limit is reached (issue 9, item 5).
+   *   429 when the model's per-team rate limit is reached (issue 9, item 5); 401/403/429 under the
+   *   API key's policy (issue 29, item 1: expired, model not allowed, the key's rpm or tpm).
    */
   async submit(ctx: RequestContext, req: ResponseRequest, raw: unknown, model: CatalogModel): Promise<ResponseObject> {
     const principal = requirePrincipal(ctx);
@@ -148,6 +149,8 @@ export class BackgroundResponsesService {
     // anything is stored.
     const type = await this.inference.activityType(principal.teamId, req.metadata, true);
     await this.metering.assertCredit(principal.teamId);
+    // The API key's model, expiry and per-minute limits (issue 29, item 1), counted here, not when it runs.
+    await this.inference.admitKey(principal, model);
     await this.inference.admitRate(principal.teamId, model);
     const streamId = typeof req.metadata?.stream_id === "string" ? req.metadata.stream_id : null;
     const id = uuidv7();
