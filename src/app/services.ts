@@ -52,7 +52,7 @@ export async function startServices(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { dataSource: ds, bus, credit }: DatabaseParts,
+  { dataSource: ds, bus, credit, circuit }: DatabaseParts,
   { engines, metrics, prices }: ModelParts,
   onMetering: (metering: MeteringService) => void,
 ): Promise<CoreServices> {
@@ -77,6 +77,7 @@ export async function startServices(
       ),
     stop: (metering) => metering.drainAll(),
   });
+  metering.refuseWhileUnavailable(circuit);
   onMetering(metering);
 
   // Completion webhooks (issue 6, item 3): the dispatcher sends what the group commit put in the

@@ -15,7 +15,7 @@ import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryPrepared, queryRows } from "../../db/sql.js";
-import { databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
+import { type DatabaseAvailability, databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
 import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
 import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
 import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
@@ -132,6 +132,7 @@ export class MeteringService {
   readonly stats = { flushes: 0, rows: 0, flushMs: 0 };
   /** Called after each group commit with its rows and time (seconds): the metrics' histograms. */
   onFlush?: (rows: number, seconds: number) => void;
+  private database?: DatabaseAvailability;
 
   constructor(
     private readonly ds: DataSource,
@@ -160,11 +161,23 @@ export class MeteringService {
   }
 
   /**
+   * While `database` (the database circuit) refuses, records fail at once with its 503 instead of
+   * queueing behind a flush that waits on it, and those queued when it starts refusing fail too:
+   * none of them was sent (issue 28, item 1). The flush under way ends as the circuit decides.
+   */
+  refuseWhileUnavailable(database: DatabaseAvailability): void {
+    this.database = database;
+    database.onUnavailable((refusal) => this.queue.splice(0).forEach((p) => p.reject(refusal)));
+  }
+
+  /**
    * Queues `record` for the next group commit.
    * @returns once it is committed, with what the ledger charged.
    * @throws AppError 503 when the database refused the record (nothing of it was written).
    */
   record(record: UsageRecord): Promise<MeteredCharge> {
+    const refused = this.database?.refusal();
+    if (refused) return Promise.reject(refused);
     const activityJson = toJsonbText(activityRow(record));
     const responseJson = record.response ? toJsonbText(responseRow(record)) : null;
     const webhook = webhookOf(record);
