@@ -54,7 +54,7 @@ export async function startServices(
   config: Config,
   logger: Logger,
   life: Lifecycle,
-  { dataSource: ds, bus, credit, keyBudgets }: DatabaseParts,
+  { dataSource: ds, bus, credit, keyBudgets, circuit }: DatabaseParts,
   { engines, metrics, prices, tracing }: ModelParts,
   onMetering: (metering: MeteringService) => void,
 ): Promise<CoreServices> {
@@ -82,6 +82,7 @@ export async function startServices(
     stop: (metering) => metering.drainAll(),
   });
   metering.tracing = tracing;
+  metering.refuseWhileUnavailable(circuit);
   onMetering(metering);
 
   // Completion webhooks (issue 6, item 3): the dispatcher sends what the group commit put in the

@@ -105,6 +105,12 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       },
       tracing,
     );
+    models.metrics.gaugeFrom(
+      "switchyard_database_available",
+      "1 while the database circuit is closed; 0 while requests get 503 because the database is unavailable",
+      [],
+      async () => [{ labels: {}, value: db.circuit.state === "closed" ? 1 : 0 }],
+    );
     const services = await startServices(config, logger, life, db, models, (m) => (meteringBuilt = m));
     const workers = await startWorkers(config, logger, life, db, models, services);
     const loaders = new ControlLoaders(db.dataSource);

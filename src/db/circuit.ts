@@ -46,7 +46,7 @@ const STALL_PROBE_GAP_MS = 500;
 /** Shortest gap between two probes started by failures, ms (a burst of errors sends one probe). */
 const MIN_PROBE_GAP_MS = 200;
 /** Default `stallMs`. */
-const STALL_MS = 400;
+const STALL_MS = 300;
 
 /** Options of a `DatabaseCircuit`. */
 export interface CircuitOptions {
@@ -60,9 +60,9 @@ export interface CircuitOptions {
    * is unknown and the work fails with the 503 like the rest.
    */
   commitWaitMs: number;
-  /** Where opening (WARN) and closing (INFO) are logged, once each. */
-  logger: Pick<Logger, "warn" | "info">;
-  /** How long an operation may wait, with nothing else finishing, before a probe, ms (default 400). */
+  /** Where opening (WARN) and closing (INFO) are logged, once each; every probe at DEBUG. */
+  logger: Pick<Logger, "warn" | "info" | "debug">;
+  /** How long an operation may wait, with nothing else finishing, before a probe, ms (default 300). */
   stallMs?: number;
 }
 
@@ -125,6 +125,7 @@ export class DatabaseCircuit implements DatabaseAvailability {
   private stopped = false;
   private readonly timer: NodeJS.Timeout;
   private readonly stallMs: number;
+  private readonly listeners: Array<(refusal: AppError) => void> = [];
 
   constructor(private readonly opts: CircuitOptions) {
     this.stallMs = opts.stallMs ?? STALL_MS;
@@ -159,6 +160,11 @@ export class DatabaseCircuit implements DatabaseAvailability {
     };
   }
 
+  /** Calls `listener` with the 503 each time the circuit opens (work queued in memory fails with it). */
+  onUnavailable(listener: (refusal: AppError) => void): void {
+    this.listeners.push(listener);
+  }
+
   /** A failure outside any watched operation (an idle pooled connection lost): probes when it says "unavailable". */
   report(err: unknown): void {
     if (isDatabaseUnavailable(err)) this.suspect();
@@ -174,7 +180,7 @@ export class DatabaseCircuit implements DatabaseAvailability {
   private suspect(): void {
     if (this.stopped) return;
     if (this.probing || performance.now() - this.lastProbe < MIN_PROBE_GAP_MS) this.suspected = true;
-    else this.probe();
+    else this.probe("failure");
   }
 
   private tick(): void {
@@ -184,24 +190,25 @@ export class DatabaseCircuit implements DatabaseAvailability {
       for (const op of this.operations) {
         if (op.kind !== "commit" || now - op.started >= this.opts.commitWaitMs) this.abandon(op);
       }
-      if (!this.probing && now - this.lastProbe >= REPROBE_MS) this.probe();
+      if (!this.probing && now - this.lastProbe >= REPROBE_MS) this.probe("reprobe");
       return;
     }
     if (this.probing) return;
     if (this.suspected && now - this.lastProbe >= MIN_PROBE_GAP_MS) {
-      this.probe();
+      this.probe("failure");
       return;
     }
     if (now - this.lastProgress < this.stallMs || now - this.lastProbe < STALL_PROBE_GAP_MS) return;
     for (const op of this.operations) {
       if (now - op.started >= this.stallMs) {
-        this.probe();
+        this.probe("stall");
         return;
       }
     }
   }
 
-  private probe(): void {
+  private probe(reason: "stall" | "failure" | "reprobe"): void {
+    const sinceProgressMs = Math.round(performance.now() - this.lastProgress);
     this.probing = true;
     this.suspected = false;
     this.lastProbe = performance.now();
@@ -211,6 +218,17 @@ export class DatabaseCircuit implements DatabaseAvailability {
     void fulfilsWithin(ping, this.opts.probeTimeoutMs).then((ok) => {
       this.probing = false;
       if (this.stopped) return;
+      this.opts.logger.debug(
+        {
+          ok,
+          ms: Math.round(performance.now() - sent),
+          answeredMeanwhile: this.lastProgress > sent,
+          waiting: this.operations.size,
+          reason,
+          sinceProgressMs,
+        },
+        "database probe",
+      );
       if (ok) {
         this.toClosed();
         return;
@@ -262,8 +280,10 @@ export class DatabaseCircuit implements DatabaseAvailability {
         "database unavailable: answering 503 until it answers again",
       );
     }
+    const opening = this.current === "closed";
     this.current = "open";
     for (const op of this.operations) if (op.kind !== "commit") this.abandon(op);
+    if (opening) for (const listener of this.listeners) listener(databaseUnavailable());
   }
 
   private toClosed(): void {

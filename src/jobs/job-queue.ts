@@ -137,7 +137,8 @@ export class JobQueue implements JobSender {
    * worker's every poll fails alike and the database circuit has said so once (debug then).
    */
   private onError(err: unknown): void {
-    if (isDatabaseUnavailable(err) && this.opts.circuit?.state !== "closed") {
+    const circuit = this.opts.circuit;
+    if (circuit && circuit.state !== "closed" && isDatabaseUnavailable(err)) {
       this.opts.logger.debug({ err }, "job queue error (database unavailable)");
     } else {
       this.opts.logger.warn({ err }, "job queue error");

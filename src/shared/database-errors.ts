@@ -29,6 +29,8 @@ export function databaseUnavailable(detail = "The database is unavailable; retry
  */
 export interface DatabaseAvailability {
   refusal(): AppError | undefined;
+  /** Calls `listener` with the 503 each time the database becomes unavailable. */
+  onUnavailable(listener: (refusal: AppError) => void): void;
 }
 
 /**

@@ -3,7 +3,7 @@
  * item 7: the standing database fault tests). The run's shared cluster cannot be frozen: every
  * other test file uses it. This one is the embedded PostgreSQL Switchyard itself starts
  * (`src/db/embedded.ts`), in a temp folder, fsync off. Freezing sends SIGSTOP to the postmaster
- * and then to each of its children (backends, workers: each leads a session of its own, so no
+ * and each of its children at once (backends, workers: each leads a session of its own, so no
  * group signal reaches them all): connections stay open and the kernel still accepts new ones,
  * but nothing answers. Thawing sends SIGCONT to the same processes.
  */
@@ -50,6 +50,16 @@ function childrenOf(pid: number): number[] {
   return children;
 }
 
+/** SIGSTOP to `pid`; false when it is gone. */
+function stop(pid: number): boolean {
+  try {
+    process.kill(pid, "SIGSTOP");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Starts a PostgreSQL of its own in a temp folder (a few seconds: `initdb`). */
 export async function startFaultyPostgres(): Promise<FaultyPostgres> {
   const dir = path.join(mkdtempSync(path.join(os.tmpdir(), "switchyard-faults-")), "pg");
@@ -59,10 +69,13 @@ export async function startFaultyPostgres(): Promise<FaultyPostgres> {
   const faulty: FaultyPostgres = {
     url: db.url,
     freeze() {
-      // The postmaster first: stopped, it forks no new backend meanwhile.
-      process.kill(db.pid, "SIGSTOP");
-      frozen = [db.pid, ...childrenOf(db.pid)];
-      for (const pid of frozen.slice(1)) process.kill(pid, "SIGSTOP");
+      // Listed first, then stopped in one go (the postmaster first, so it forks nothing more), so
+      // the whole server stops within microseconds, as a paused machine would; then whatever the
+      // postmaster forked between the listing and its stop.
+      const listed = childrenOf(db.pid);
+      frozen = [db.pid, ...listed];
+      for (const pid of frozen) stop(pid);
+      for (const pid of childrenOf(db.pid)) if (!listed.includes(pid) && stop(pid)) frozen.push(pid);
     },
     thaw() {
       for (const pid of frozen) {

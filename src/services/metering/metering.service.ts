@@ -13,68 +13,20 @@
  */
 import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
-import { v7 as uuidv7 } from "uuid";
 import { type Queryable, queryPrepared, queryRows } from "../../db/sql.js";
-import { databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
-import type { ActivityStatus, ActivityType } from "../../entities/activity.entity.js";
+import { type DatabaseAvailability, databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
 import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
 import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
 import { KEY_BUDGET_CTES, KEY_SPEND_CTES } from "../ledger/key-budget.service.js";
 import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "../events/completion-events.service.js";
-import type { Principal } from "../platform/context.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
 import { type SpanContext, Tracing, currentSpan, failSpan } from "../../shared/tracing.js";
-import type { TokenUsage } from "../../shared/money.js";
-import {
-  type WebhookRequest,
-  redactedMetadata,
-  redactedRequest,
-  webhookTarget,
-} from "../events/webhooks/webhook-target.js";
+import { activityRow, responseRow, webhookOf, webhookRow } from "./metering-rows.js";
+import type { UsageRecord } from "./usage-record.js";
 
-/** A Response object to store with its request (`store: true`). */
-export interface StoredResponse {
-  status: string;
-  background: boolean;
-  metadata: Record<string, unknown> | null;
-  requestJson: unknown;
-  responseJson: Record<string, unknown>;
-}
+export { activityRow } from "./metering-rows.js";
 
-/** Everything recorded about one finished request. */
-export interface UsageRecord {
-  /** The request id: activity id, ledger source, response id. */
-  id: string;
-  principal: Principal;
-  type: ActivityType;
-  status: ActivityStatus;
-  /** e.g. `/v1/chat/completions`. */
-  endpoint: string;
-  model: string;
-  customId: string | null;
-  streamId: string | null;
-  /** The batch of a batch item (issue 7). */
-  batchId?: string | null;
-  /** The tier the request was served at (`default` when absent; `flex` for Responses that asked for it). */
-  serviceTier?: "default" | "flex";
-  usage: TokenUsage;
-  /** Charge in micro-USD (≥ 0). */
-  costMicros: bigint;
-  bodyJson: unknown;
-  resultJson: unknown;
-  errorJson: unknown;
-  engineMs: number | null;
-  createdAt: Date;
-  completedAt: Date | null;
-  response?: StoredResponse;
-  /**
-   * The completion webhook to deliver with this record (issue 6, item 3): written to the outbox
-   * in the same transaction, and only when the record's activity row is new. When absent, a record
-   * whose stored Response reached a terminal status and names a usable `completion_webhook` in its
-   * metadata delivers that Response (so background terminal records fire too); null: none.
-   */
-  webhook?: WebhookRequest | null;
-}
+export type { StoredResponse, UsageRecord } from "./usage-record.js";
 
 /** What the ledger did for one record. */
 export interface MeteredCharge {
@@ -138,6 +90,7 @@ export class MeteringService {
   onFlush?: (rows: number, seconds: number) => void;
   /** Traces (issue 29, item 2): a span per flush when on. */
   tracing: Tracing = Tracing.off;
+  private database?: DatabaseAvailability;
 
   constructor(
     private readonly ds: DataSource,
@@ -166,11 +119,23 @@ export class MeteringService {
   }
 
   /**
+   * While `database` (the database circuit) refuses, records fail at once with its 503 instead of
+   * queueing behind a flush that waits on it, and those queued when it starts refusing fail too:
+   * none of them was sent (issue 28, item 1). The flush under way ends as the circuit decides.
+   */
+  refuseWhileUnavailable(database: DatabaseAvailability): void {
+    this.database = database;
+    database.onUnavailable((refusal) => this.queue.splice(0).forEach((p) => p.reject(refusal)));
+  }
+
+  /**
    * Queues `record` for the next group commit.
    * @returns once it is committed, with what the ledger charged.
    * @throws AppError 503 when the database refused the record (nothing of it was written).
    */
   record(record: UsageRecord): Promise<MeteredCharge> {
+    const refused = this.database?.refusal();
+    if (refused) return Promise.reject(refused);
     const activityJson = toJsonbText(activityRow(record));
     const responseJson = record.response ? toJsonbText(responseRow(record)) : null;
     const webhook = webhookOf(record);
@@ -520,85 +485,6 @@ export class MeteringService {
     if (this.keysTouched.size > 100_000) this.keysTouched.clear();
     return [...ids].sort();
   }
-}
-
-/** The activity row of a record, as `jsonb_to_recordset` reads it (bigints as strings). */
-/** The activity row of a record, as the group commit's `jsonb_to_recordset` reads it (ids, ISO dates, µUSD as text). */
-export function activityRow(r: UsageRecord) {
-  return {
-    id: r.id,
-    ledger_id: uuidv7(),
-    team_id: r.principal.teamId,
-    user_id: r.principal.userId,
-    api_key_id: r.principal.apiKey?.id ?? null,
-    api_key_name: r.principal.apiKey?.name ?? null,
-    api_key_prefix: r.principal.apiKey?.prefix ?? null,
-    type: r.type,
-    status: r.status,
-    endpoint: r.endpoint,
-    model: r.model,
-    custom_id: r.customId,
-    stream_id: r.streamId,
-    batch_id: r.batchId ?? null,
-    prompt_tokens: r.usage.promptTokens,
-    completion_tokens: r.usage.completionTokens,
-    total_tokens: r.usage.promptTokens + r.usage.completionTokens,
-    cached_prompt_tokens: r.usage.cachedPromptTokens,
-    cost_micros: r.costMicros.toString(),
-    // The webhook token is never stored with the request (issue 6, item 3): only the outbox has it.
-    body_json: redactedRequest(r.bodyJson ?? null),
-    result_json: r.resultJson ?? null,
-    error_json: r.errorJson ?? null,
-    engine_ms: r.engineMs === null ? null : Math.round(r.engineMs),
-    created_at: r.createdAt.toISOString(),
-    completed_at: r.completedAt?.toISOString() ?? null,
-    completion_id: uuidv7(),
-    service_tier: r.serviceTier ?? "default",
-  };
-}
-
-/** The stored Response row of a record that has one. */
-function responseRow(r: UsageRecord) {
-  const response = r.response!;
-  return {
-    id: r.id,
-    team_id: r.principal.teamId,
-    user_id: r.principal.userId,
-    api_key_id: r.principal.apiKey?.id ?? null,
-    model: r.model,
-    status: response.status,
-    background: response.background,
-    stream_id: r.streamId,
-    metadata: redactedMetadata(response.metadata),
-    request_json: redactedRequest(response.requestJson),
-    response_json: response.responseJson,
-    created_at: r.createdAt.toISOString(),
-    completed_at: r.completedAt?.toISOString() ?? null,
-  };
-}
-
-/** Statuses that end a request and fire its webhook (DESIGN §3 Responses: all but `in_progress`). */
-const TERMINAL_STATUSES = new Set(["completed", "incomplete", "failed", "cancelled"]);
-
-/** The record's webhook: the one it names, else one derived from its terminal stored Response. */
-function webhookOf(r: UsageRecord): WebhookRequest | null {
-  if (r.webhook !== undefined) return r.webhook;
-  const response = r.response;
-  if (!response || !TERMINAL_STATUSES.has(response.status)) return null;
-  const target = webhookTarget(response.metadata);
-  return target ? { ...target, body: response.responseJson } : null;
-}
-
-/** The webhook outbox row of a record (delivery id UUIDv7; the response id is the dedup key). */
-function webhookRow(r: UsageRecord, webhook: WebhookRequest) {
-  return {
-    id: uuidv7(),
-    team_id: r.principal.teamId,
-    response_id: r.id,
-    url: webhook.url,
-    token: webhook.token,
-    body: webhook.body,
-  };
 }
 
 /**
