@@ -8,11 +8,27 @@ import type { DataSource } from "typeorm";
 import type { Config } from "../config/config.js";
 import { DatabaseCircuit } from "../db/circuit.js";
 import { type SessionTimeouts, openDatabase, sessionSettings } from "../db/data-source.js";
-import { startEmbeddedPostgres } from "../db/embedded.js";
+import { type EmbeddedOptions, startEmbeddedPostgres } from "../db/embedded.js";
 import { CreditService } from "../services/ledger/credit.service.js";
 import { KeyBudgetService } from "../services/ledger/key-budget.service.js";
 import { CacheBus } from "../services/platform/cache-bus.js";
 import type { Lifecycle } from "./lifecycle.js";
+
+/**
+ * How this data dir's embedded PostgreSQL starts (folder `<dataDir>/pg`, database `switchyard`),
+ * its log lines going to `logger`; the one definition for a single process (`startDatabase`)
+ * and for the supervisor of several (`supervisor.ts`).
+ */
+export function embeddedPostgresOptions(config: Config, logger: Logger): EmbeddedOptions {
+  return {
+    dir: path.join(config.dataDir, "pg"),
+    database: "switchyard",
+    onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
+    onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
+    onLeftover: (pid) =>
+      logger.warn({ postgresPid: pid }, "stopping the embedded PostgreSQL a previous Switchyard left running"),
+  };
+}
 
 /** What every later part is built on. */
 export interface DatabaseParts {
@@ -47,15 +63,7 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
     const started = Date.now();
     const embedded = await life.start({
       name: "embedded PostgreSQL",
-      start: () =>
-        startEmbeddedPostgres({
-          dir: path.join(config.dataDir, "pg"),
-          database: "switchyard",
-          onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
-          onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
-          onLeftover: (pid) =>
-            logger.warn({ postgresPid: pid }, "stopping the embedded PostgreSQL a previous Switchyard left running"),
-        }),
+      start: () => startEmbeddedPostgres(embeddedPostgresOptions(config, logger)),
       stop: (db) => db.stop(),
     });
     databaseUrl = embedded.url;

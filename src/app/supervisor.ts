@@ -23,11 +23,11 @@
 import cluster, { type Worker } from "node:cluster";
 import { randomBytes } from "node:crypto";
 import os from "node:os";
-import path from "node:path";
 import type { Logger } from "pino";
 import { loadCatalog } from "../config/catalog.js";
 import type { Config } from "../config/config.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "../db/embedded.js";
+import { embeddedPostgresOptions } from "./database.js";
 
 /** What a supervisor's child is: an API process, the worker, or the engine process. */
 export type ChildRole = "api" | "worker" | "engine";
@@ -106,14 +106,7 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
   let embedded: EmbeddedDatabase | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {
-    embedded = await startEmbeddedPostgres({
-      dir: path.join(config.dataDir, "pg"),
-      database: "switchyard",
-      onLog: (line) => logger.trace({ pg: line.trim() }, "postgres"),
-      onFirstStart: (dir) => logger.info({ dir }, "initialising embedded PostgreSQL (first start)"),
-      onLeftover: (pid) =>
-        logger.warn({ postgresPid: pid }, "stopping the embedded PostgreSQL a previous Switchyard left running"),
-    });
+    embedded = await startEmbeddedPostgres(embeddedPostgresOptions(config, logger));
     databaseUrl = embedded.url;
     logger.info({ port: embedded.port, postgresPid: embedded.pid }, "embedded PostgreSQL started");
   }
