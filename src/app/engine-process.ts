@@ -78,9 +78,13 @@ export async function startEngineProcess(config: Config, opts: { logger?: Logger
   const engine = localEngine(config, logger);
   const started = Date.now();
   const loaded: string[] = [];
-  for (const model of catalog.models) {
-    if (model.engine.type !== "llama_cpp" || model.platformStatus === "coming_soon") continue;
-    if (files.missing(model) !== undefined) continue;
+  const toLoad = catalog.models.filter(
+    (m) => m.engine.type === "llama_cpp" && m.platformStatus !== "coming_soon" && files.missing(m) === undefined,
+  );
+  // As in one process (`models.ts`): a GPU build named by SWITCHYARD_GPU that does not load stops
+  // the start (ConfigError), rather than leaving every embedded model not usable.
+  if (config.gpu !== "auto" && config.gpu !== "off" && toLoad.length > 0) await engine.backend();
+  for (const model of toLoad) {
     try {
       await engine.load(model);
       loaded.push(model.id);

@@ -71,3 +71,30 @@ test("when an engine process or its caller has no SWITCHYARD_ENGINE_TOKEN, then 
   expect(config({ SWITCHYARD_ROLE: "engine", SWITCHYARD_ENGINE_TOKEN: TOKEN })).toMatchObject({ role: "engine" });
   expect(supervises(config({ SWITCHYARD_ROLE: "engine", SWITCHYARD_ENGINE_TOKEN: TOKEN }))).toBe(false);
 });
+
+test("when SWITCHYARD_GPU names a build that does not load here, then the engine process refuses to start", async () => {
+  // A GPU build this machine cannot load (node-llama-cpp's `metal` quietly falls back to the CPU
+  // off macOS, so it is not one); on a machine where both load there is nothing to refuse.
+  const lib = await import("node-llama-cpp");
+  const loads = (gpu: "cuda" | "vulkan") =>
+    lib.getLlama({ gpu, build: "never", logLevel: lib.LlamaLogLevel.disabled }).then(
+      async (llama) => (await llama.dispose(), true),
+      () => false,
+    );
+  const missing = !(await loads("vulkan")) ? "vulkan" : !(await loads("cuda")) ? "cuda" : undefined;
+  if (!missing) return;
+  const { startEngineProcess } = await import("../../src/app/engine-process.js");
+  const { MODELS_DIR } = await import("../support/harness.js");
+  const cfg = config({
+    SWITCHYARD_ROLE: "engine",
+    SWITCHYARD_ENGINE_TOKEN: TOKEN,
+    SWITCHYARD_GPU: missing,
+    SWITCHYARD_MODELS_DIR: MODELS_DIR,
+    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
+    PORT: "0",
+    LOG_LEVEL: "silent",
+  });
+  const started = startEngineProcess(cfg);
+  await expect(started).rejects.toBeInstanceOf(ConfigError);
+  await expect(started).rejects.toThrow(new RegExp(`SWITCHYARD_GPU=${missing}`));
+}, 60_000);
