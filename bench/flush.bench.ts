@@ -15,6 +15,7 @@
  *
  *   npm run bench:flush
  *   BENCH_CALLS=1000 npm run bench:flush
+ *   BENCH_EXPLAIN=1 npm run bench:flush   # also prints one flush's plan with each node's time
  */
 import os from "node:os";
 import pg from "pg";
@@ -36,19 +37,33 @@ async function main(): Promise<void> {
   // The service's own pool (its connection settings for a client of the bench's own).
   const pool = (
     app.dataSource.driver as unknown as {
-      master: { query: (...a: unknown[]) => Promise<unknown>; options: pg.ClientConfig };
+      master: {
+        options: pg.ClientConfig;
+        connect: (callback?: (...a: unknown[]) => void) => Promise<{ query: (...a: unknown[]) => unknown }>;
+      };
     }
   ).master;
   const client = new pg.Client(pool.options);
   try {
-    // The flush statement, as the metering service sends it, caught on the pool.
+    // The flush statement, as the metering service sends it (on a connection taken from the pool,
+    // inside BEGIN/COMMIT: db/sql.ts `queryPrepared`), caught on the connections the pool hands out.
     let captured: Captured | undefined;
-    const original = pool.query.bind(pool);
-    pool.query = (cfg: unknown, ...rest: unknown[]) => {
-      const c = cfg as { name?: string; text?: string; values?: unknown[] };
-      if (c?.name?.startsWith("switchyard_group_commit_")) captured = { text: c.text!, values: c.values! };
-      return original(cfg, ...rest);
+    const originalConnect = pool.connect;
+    const wrap = (client: { query: (...a: unknown[]) => unknown }) => {
+      const query = client.query;
+      client.query = (cfg: unknown, ...rest: unknown[]) => {
+        const c = cfg as { name?: string; text?: string; values?: unknown[] };
+        if (c?.name?.startsWith("switchyard_group_commit_")) captured = { text: c.text!, values: c.values! };
+        return query.call(client, cfg, ...rest);
+      };
+      return client;
     };
+    pool.connect = function capture(this: unknown, callback?: (...a: unknown[]) => void) {
+      if (!callback) return originalConnect.call(this).then(wrap);
+      return originalConnect.call(this, (...a: unknown[]) =>
+        callback(a[0], a[1] ? wrap(a[1] as { query: (...q: unknown[]) => unknown }) : a[1], a[2]),
+      );
+    } as typeof pool.connect;
     const json = (r: Response) => r.json() as Promise<Record<string, string>>;
     const post = (url: string, body: unknown, token?: string) =>
       fetch(`${app.url}${url}`, {
@@ -67,9 +82,10 @@ async function main(): Promise<void> {
       { model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 8 },
       key.plaintext,
     );
-    await chat.text();
+    const chatText = await chat.text();
+    if (chat.status !== 200) throw new Error(`chat: ${chat.status} ${chatText}`);
     await app.metering.drainAll();
-    pool.query = original;
+    pool.connect = originalConnect;
     if (!captured) throw new Error("no group commit was seen");
     const flush = captured;
 
@@ -88,6 +104,15 @@ async function main(): Promise<void> {
         run: () => client.query({ name: "flush", text: flush.text, values: fresh("off") }),
       },
     ];
+    if (process.env.BENCH_EXPLAIN === "1") {
+      // Where one flush's time goes, node by node (issue 30, item 1): after a warm-up, one call
+      // under EXPLAIN ANALYZE, rolled back so the numbers below are unchanged by it.
+      for (let i = 0; i < 50; i++) await ways[1].run();
+      await client.query("BEGIN");
+      const plan = await client.query(`EXPLAIN (ANALYZE, BUFFERS, VERBOSE off) ${flush.text}`, fresh("on"));
+      await client.query("ROLLBACK");
+      console.log(plan.rows.map((r: Record<string, string>) => r["QUERY PLAN"]).join("\n"));
+    }
     // Interleaved (one call of each way in turn), so a change in the machine's load falls on
     // every way alike.
     for (let i = 0; i < 20; i++) for (const way of ways) await way.run();
