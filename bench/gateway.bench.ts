@@ -601,7 +601,57 @@ async function main(): Promise<void> {
           ]
         : []),
     ];
-    console.log("\nTargets (issue 9; issue 12, item 2):");
+    // Issue 30's targets: each against Portkey in this run (or, for metering, the same process off).
+    const cpuPerReq = (r: Measured) => (1000 * (r.cpuS + r.childCpuS)) / r.requests;
+    figures.push(
+      ...(pk
+        ? [
+            {
+              figure: `issue 30: gateway req/s vs Portkey (${CONNECTIONS} connections)`,
+              unit: "req/s",
+              baseline: pk.rps,
+              value: sy.rps,
+              target: "≥ 3 × Portkey",
+              met: sy.rps >= 3 * pk.rps,
+            },
+            {
+              figure: `issue 30: p50 added near idle (${IDLE_RATE} req/s, 1 connection) vs Portkey's added`,
+              unit: "ms",
+              baseline: pk.idleP50 - direct.idleP50,
+              value: idleAdded,
+              ratio: idleAdded / (pk.idleP50 - direct.idleP50),
+              target: "≤ 0.5 × Portkey's",
+              met: idleAdded <= 0.5 * (pk.idleP50 - direct.idleP50),
+            },
+            {
+              figure: `issue 30: p99 added at ${RATE} req/s open loop vs Portkey's added`,
+              unit: "ms",
+              baseline: pk.p99 - direct.p99,
+              value: addedP99,
+              ratio: addedP99 / (pk.p99 - direct.p99),
+              target: "≤ 0.25 × Portkey's",
+              met: addedP99 <= 0.25 * (pk.p99 - direct.p99),
+            },
+            {
+              figure: "issue 30: CPU ms per request, Switchyard + its PostgreSQL vs Portkey's process",
+              unit: "ms",
+              baseline: cpuPerReq(pk),
+              value: cpuPerReq(sy),
+              target: "≤ 0.3 × Portkey's",
+              met: cpuPerReq(sy) <= 0.3 * cpuPerReq(pk),
+            },
+          ]
+        : []),
+      {
+        figure: `issue 30: gateway req/s metering on vs off (${CONNECTIONS} connections)`,
+        unit: "req/s",
+        baseline: metering.off,
+        value: meteringOn,
+        target: "≥ 0.85 × metering off",
+        met: meteringRatio >= 0.85,
+      },
+    );
+    console.log("\nTargets (issue 9; issue 12, item 2; issue 30):");
     for (const fig of figures) {
       const shown = fig.ratio ?? (fig.baseline ? fig.value / fig.baseline : NaN);
       console.log(
