@@ -174,3 +174,42 @@ test("when a batch ended while a dead runner held items, then the reconciler end
   expect(rows.map((r) => r.status)).toEqual(["completed", "cancelled", "completed"]);
   expect(rows[0].result_json).toMatchObject({ object: "chat.completion" });
 }, 60_000);
+
+test("when a batch has more items than its runner's concurrency, then at most that many are in the engine at once", async () => {
+  // Counted at the node-llama-cpp boundary (as `holdNextGeneration`): each generation is held
+  // 40 ms so items overlap. The runner frees an item's slot once its engine work succeeded, before
+  // its record commits (issue 30): that must never let more than `batchConcurrency` (3) in.
+  const lib = await import("node-llama-cpp");
+  const proto = lib.LlamaCompletion.prototype as unknown as { generateCompletionWithMeta: (...a: unknown[]) => any };
+  const original = proto.generateCompletionWithMeta;
+  let inEngine = 0;
+  let most = 0;
+  proto.generateCompletionWithMeta = async function counted(this: unknown, ...args: unknown[]) {
+    inEngine++;
+    most = Math.max(most, inEngine);
+    try {
+      await new Promise((r) => setTimeout(r, 40));
+      return await original.apply(this, args);
+    } finally {
+      inEngine--;
+    }
+  };
+  try {
+    const who = await createTestCaller(server.url);
+    const res = await http(server.url, "POST", "/v1/batches", {
+      token: who.key,
+      body: { requests: Array.from({ length: 12 }, (_, i) => chatItem(`c${i}`)) },
+    });
+    expect(res.status).toBe(201);
+    let batch: any;
+    await eventually(async () => {
+      batch = (await http(server.url, "GET", `/v1/batches/${res.body.id}`, { token: who.key })).body;
+      return batch.status === "completed" || batch.status === "failed";
+    }, 30_000);
+    expect(batch.request_counts).toMatchObject({ completed: 12, failed: 0 });
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(3);
+  } finally {
+    proto.generateCompletionWithMeta = original;
+  }
+}, 60_000);

@@ -325,7 +325,8 @@ export interface RunnableItem {
 
 /**
  * Runs one item through the synchronous endpoint's path and records it (activity `type: batch`).
- * Resolves once the record is committed.
+ * Resolves once the record is committed; `onEngineDone` is called before, once the engine's part
+ * succeeded (see `InferenceCall.batch`).
  * @throws what the call throws: AppError 429 / client_closed when `onFailure` chose not to record
  *   (the runner retries the item), or the recorded failure's error; AppError 400 when the stored
  *   body no longer validates (e.g. its model left the catalog) — not recorded, the runner ends the
@@ -338,6 +339,7 @@ export async function runBatchItem(
   item: RunnableItem,
   signal: AbortSignal,
   onFailure: (err: unknown) => FailureRecord | null,
+  onEngineDone?: () => void,
 ): Promise<void> {
   const ops = { inference, catalog };
   const common = {
@@ -345,7 +347,7 @@ export async function runBatchItem(
     rawBody: item.body,
     maxQueueWaitS: ITEM_QUEUE_WAIT_S,
     signal,
-    batch: { batchId: item.batchId, customId: item.customId, onFailure },
+    batch: { batchId: item.batchId, customId: item.customId, onFailure, onEngineDone },
   };
   switch (item.url) {
     case "/v1/chat/completions":

@@ -12,10 +12,12 @@
  * = this process, heartbeat every 2 s); a runner silent for 10 s is replaced: every worker's
  * reconciler re-sends the job of such batches, and expires batches whose window passed.
  *
- * Scheduling policy (DESIGN §3 Batches, issue 7 item 2): a worker process runs at most
- * `concurrency` items at once across all its batches (default: engine sequences − 1, so one slot
- * stays for interactive requests), and in the engine's slot queue a batch item waits behind every
- * interactive request. An item refused for capacity (429) goes back to `pending` and is retried.
+ * Scheduling policy (DESIGN §3 Batches, issue 7 item 2): a worker process has at most
+ * `concurrency` items at once in the engine across all its batches (default: engine sequences − 1,
+ * so one slot stays for interactive requests), and in the engine's slot queue a batch item waits
+ * behind every interactive request. An item refused for capacity (429) goes back to `pending` and
+ * is retried. An item gives its slot back as soon as its engine work succeeded, not after its
+ * record and row are written (issue 30, Targets: the next item's engine work overlaps them).
  */
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
@@ -265,8 +267,18 @@ export class BatchRunner {
     return row ?? { pending: 0, running: 0 };
   }
 
-  /** Runs one claimed item and finalises its row; holds one of this process's slots meanwhile. */
+  /**
+   * Runs one claimed item and finalises its row; holds one of this process's slots until its
+   * engine work succeeded (then its record and row are written while the next item runs), or until
+   * it ends otherwise (a retry's pause included).
+   */
   private async runItem(batch: RunningBatch, item: ClaimedItem): Promise<void> {
+    let slotHeld = true;
+    const releaseSlot = () => {
+      if (!slotHeld) return;
+      slotHeld = false;
+      this.slots.release();
+    };
     const controller = new AbortController();
     batch.controllers.set(item.idx, controller);
     let retry = false;
@@ -287,6 +299,7 @@ export class BatchRunner {
           isRetryable(err) || creditPromisedToSiblings(err, batch)
             ? null
             : { status: "failed", errorJson: errorJson(err) },
+        releaseSlot,
       );
       await this.finalizeFromActivity(batch.batchId, [item.idx]);
     } catch (err) {
@@ -316,7 +329,7 @@ export class BatchRunner {
           )
           .catch(() => undefined);
       }
-      this.slots.release();
+      releaseSlot();
     }
   }
 

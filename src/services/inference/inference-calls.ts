@@ -75,9 +75,12 @@ export interface RequestInfo {
   /**
    * A batch item (issue 7): activity `type: batch` with the batch's id and the item's `custom_id`;
    * it waits behind interactive requests for an engine slot, and every failure before or in the
-   * engine goes to `onFailure` (refusals included).
+   * engine goes to `onFailure` (refusals included). `onEngineDone` is called once the engine's
+   * part succeeded, before the record commits: the batch runner frees the item's slot there, so
+   * the next item uses the engine while this one's record and row are written (issue 30, Targets:
+   * batch items/s).
    */
-  batch?: { batchId: string; customId: string | null };
+  batch?: { batchId: string; customId: string | null; onEngineDone?: () => void };
   /** The service tier answered (usage `by_model`; issue 10, item 2); `default` when absent. */
   serviceTier?: "default" | "flex";
   /**

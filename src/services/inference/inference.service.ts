@@ -373,6 +373,7 @@ export class InferenceService {
         maxQueueWaitMs: (call.maxQueueWaitS ?? this.defaultQueueWaitS) * 1000,
         priority: call.batch ? "batch" : "interactive",
       });
+      call.batch?.onEngineDone?.();
     } catch (err) {
       try {
         if (steps.failed) {

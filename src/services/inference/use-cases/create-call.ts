@@ -29,6 +29,8 @@ export interface BatchItemCall {
   customId: string | null;
   /** Every failure, refusals included, is recorded as this says; null: not recorded (the runner retries). */
   onFailure: (err: unknown) => FailureRecord | null;
+  /** Called once the engine's part succeeded, before the record commits (see `InferenceCall.batch`). */
+  onEngineDone?: () => void;
 }
 
 /** One event of a streamed answer in the protocol's terms (`event` name, `data` JSON or `[DONE]`). */
@@ -210,7 +212,9 @@ export function callMetadata(
 
 /** The batch fields of an `InferenceService` call. */
 export function batchFields(batch: BatchItemCall | undefined) {
-  return batch ? { batch: { batchId: batch.batchId, customId: batch.customId }, onFailure: batch.onFailure } : {};
+  if (!batch) return {};
+  const { batchId, customId, onEngineDone } = batch;
+  return { batch: { batchId, customId, onEngineDone }, onFailure: batch.onFailure };
 }
 
 /**
