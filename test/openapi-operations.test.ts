@@ -333,7 +333,7 @@ const CASES: Record<string, Case> = {
     valid: async () => ({
       path: {
         deployment_id: (
-          await post("/control/v1/deployments", { name: "ops", model_source: "custom", model_id: "no-such-model" })
+          await post("/control/v1/deployments", { name: "ops", model_source: "platform", model_id: "no-such-model" })
         ).id,
       },
     }),
