@@ -39,7 +39,16 @@ export const requestExamples: Record<string, unknown> = {
   },
   postControlV1AuthSignup: { email: "ada@example.com", password: "correct horse battery", name: "Ada" },
   postControlV1AuthLogin: { username: "ada@example.com", password: "correct horse battery" },
-  postControlV1AuthApiKeys: { name: "ci", expires_at: "2099-01-01T00:00:00Z" },
+  postControlV1AuthApiKeys: {
+    name: "ci",
+    budget_micros: 10_000_000,
+    budget_period: "month",
+    rpm_limit: 60,
+    allowed_models: [CHAT],
+    expires_at: "2099-01-01T00:00:00Z",
+  },
+  // Raise the budget, lift the rate limit, keep the rest (owners and admins; members only tighten).
+  patchControlV1AuthApiKeysKeyId: { budget_micros: 25_000_000, budget_period: "month", rpm_limit: null },
   postControlV1AuthOauthComplete: { provider: "acme", code: "the-code-from-the-redirect", state: "the-state" },
   postControlV1AuthLinkOauth: { provider: "acme", code: "the-code-from-the-redirect", state: "the-state" },
   patchControlV1TeamsMe: { name: "Analytical Engines" },

@@ -113,11 +113,12 @@ function without(o: unknown, ...keys: string[]): unknown {
  * - conversations whose tool calls are answered (tool history is checked across messages), text
  *   content only (the test model reads no images), function tools, response formats the grammar
  *   decodes, embedding inputs within the model's vocabulary and `dimensions` within its size;
- * - a future `expires_at`; a GraphQL document for `/graphql`; zero data retention left off (it
+ * - a future `expires_at` (create and update); a GraphQL document for `/graphql`; zero data retention left off (it
  *   would close batches and stored responses to the team for the rest of the run);
  * - repairs: `logprobs` with `top_logprobs`; a background response stored and not streamed; no
  *   `tool_choice` naming a tool that is not offered, no stop strings with a forced tool call or a
- *   JSON format; `min_replicas` ≤ `max_replicas`; an invoice period that ended 25 h ago, at most
+ *   JSON format; an API key update's budget pair sent together (alone, each pairs with the key's
+ *   own other half); `min_replicas` ≤ `max_replicas`; an invoice period that ended 25 h ago, at most
  *   366 days long, or none.
  * Values only the server issues are `opaque`: a reset token, an OAuth provider's name (none is
  * configured here).
@@ -231,6 +232,7 @@ export async function buildWorld(
       ),
     },
     postControlV1AuthApiKeys: { expires_at: fc.constantFrom(undefined, null, "2090-01-01T00:00:00Z") },
+    patchControlV1AuthApiKeysKeyId: { expires_at: fc.constantFrom(undefined, null, "2090-01-01T00:00:00Z") },
     // Zero data retention closes batches and stored responses to the team for the rest of the run.
     patchControlV1TeamsMe: { zero_data_retention_enabled: fc.constantFrom(undefined, false) },
     postControlV1Deployments: { model_id: fc.constantFrom(models.chat, custom) },
@@ -280,6 +282,16 @@ export async function buildWorld(
       } else if (body.min_replicas != null && body.max_replicas == null && body.min_replicas > 1) {
         body.max_replicas = body.min_replicas;
       }
+      return body;
+    },
+    // A budget field sent alone pairs with the key's own other half, which the document cannot
+    // know (it says so): send the pair, as the body alone then decides.
+    patchControlV1AuthApiKeysKeyId: (b) => {
+      const body = b as Json;
+      if ("budget_micros" in body && !("budget_period" in body))
+        body.budget_period = body.budget_micros === null ? null : "month";
+      else if ("budget_period" in body && !("budget_micros" in body))
+        body.budget_micros = body.budget_period === null ? null : 1_000_000;
       return body;
     },
     postControlV1BillingInvoices: (b) => {
