@@ -123,12 +123,17 @@ test("the fuzzer over every operation, fixed seed: no 5xx, the envelope on every
   // Every operation drawn, valid and invalid requests both: a fuzzer that sends little checks little.
   expect(operations.filter((o) => !cases.some((c) => c.operation.id === o.id)).map((o) => o.id)).toEqual([]);
   expect(cases.filter((c) => !c.valid).length).toBeGreaterThan(RUNS / 5);
+  // Main's hostile-input rules among them (issue 28, item 4): empty query values, bodies not said to be JSON.
+  expect(cases.filter((c) => / [^ =]+=$/.test(c.why)).length).toBeGreaterThan(0);
+  expect(cases.filter((c) => c.contentType !== undefined).length).toBeGreaterThan(0);
   const { found, statuses, made } = await run(cases);
   const counts = Object.fromEntries(VIOLATIONS.map((v) => [v, found.filter((f) => f.violation === v).length]));
   console.log(
     JSON.stringify({ requests: cases.length, statuses: Object.fromEntries(statuses), counts, madeUpRefused: made }),
   );
   expect(found).toEqual([]);
+  // The bodies not said to be JSON reached the service's rule (a 415, not a 404 or 401 first).
+  expect(statuses.get(415)).toBeGreaterThan(0);
 }, 600_000);
 
 test("every credential an operation's security lists is accepted: no 401 or 403 for a valid request with it", async () => {

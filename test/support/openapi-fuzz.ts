@@ -17,8 +17,11 @@
  * one instance.
  *
  * Requests. `requestArbitrary` draws, for one operation, path and query parameters and a JSON body
- * (query values are always well-formed strings, one per name, never empty; bodies are always
- * `application/json`), valid or with one part made invalid, with the caller's credentials.
+ * (query values are strings, one per name), valid or with one part made invalid, with the caller's
+ * credentials. A valid request's query values are never empty and its body is `application/json`;
+ * an invalid one may give a query parameter an empty value (which every query schema of the
+ * document refuses: `minLength`, an integer or an enum) or send a valid body under a media type
+ * the operation does not document (`text/plain`, XML, a form: the service's 415).
  * Values the document cannot know (real ids, a model the server has, a signature it made) come
  * from the `FuzzWorld` the caller builds; they are still checked against the schema.
  *
@@ -446,6 +449,8 @@ export interface FuzzCase {
   valid: boolean;
   /** What was made invalid (empty for a valid request). */
   why: string;
+  /** The body's `Content-Type` when not `application/json` (a type the operation does not take). */
+  contentType?: string;
 }
 
 /** A parameter's value as the validator sees it: query strings turned into the number they spell. */
@@ -467,11 +472,19 @@ function parameterArbitrary(name: string, schema: Json, world: FuzzWorld): fc.Ar
   return real.length ? fc.oneof(fc.constantFrom(...real), own) : own;
 }
 
-/** A value of the parameter's schema made wrong (a word for a number, past a bound, not a uuid, outside the enum). */
-function badParameter(schema: Json): string[] {
+/**
+ * A value of the parameter's schema made wrong (a word for a number, past a bound, not a uuid,
+ * outside the enum; for a query parameter also the empty value, `?name=`). Not empty in a path:
+ * `/v1/responses/` is another route, not a bad id.
+ */
+function badParameter(schema: Json, where: string): string[] {
   const out = ["not-valid", "-1", "99999999999", `${"x".repeat((schema.maxLength ?? 600) + 1)}`, "1.5"];
+  if (where === "query") out.push("");
   return out.filter((s) => !fits(schema, parameterValue(schema, s)));
 }
+
+/** Media types a JSON body may be sent under by mistake (issue 28, item 4: each is the service's 415). */
+const NOT_JSON = ["text/plain", "application/xml", "application/x-www-form-urlencoded"];
 
 /**
  * Requests for one operation: about a third invalid (the body, a query parameter or a path
@@ -547,8 +560,25 @@ export function requestArbitrary(operation: Operation, world: FuzzWorld): fc.Arb
         ),
     );
   }
+  const undocumentedTypes = NOT_JSON.filter((t) => !(t in (operation.op.requestBody?.content ?? {})));
+  if (bodySchema && undocumentedTypes.length) {
+    // A valid body, but not said to be JSON.
+    breakers.push(
+      fc
+        .record({ pathValues: paths, query: queries, body: bodies, contentType: fc.constantFrom(...undocumentedTypes) })
+        .map(({ pathValues, query, body, contentType }) => ({
+          operation,
+          path: fillPath(operation.path, pathValues),
+          query,
+          body,
+          valid: false,
+          why: `body sent as ${contentType}`,
+          contentType,
+        })),
+    );
+  }
   for (const p of [...queryParams, ...pathParams]) {
-    const bad = badParameter(p.schema);
+    const bad = badParameter(p.schema, p.in as string);
     if (bad.length === 0) continue;
     breakers.push(
       fc
@@ -618,7 +648,7 @@ export async function send(
   let body: string | undefined;
   if (c.body !== undefined && c.operation.method !== "get" && c.operation.method !== "head") {
     body = JSON.stringify(c.body);
-    headers["content-type"] = "application/json";
+    headers["content-type"] = c.contentType ?? "application/json";
   }
   const query = new URLSearchParams(c.query).toString();
   const res = await fetch(`${world.url}${c.path}${query ? `?${query}` : ""}`, {
