@@ -34,6 +34,7 @@ const QUICK: Record<string, Record<string, string>> = {
   "events-feed": { BENCH_COMPLETIONS: "30" },
   gateway: { BENCH_SECONDS: "2", BENCH_RATE: "100" },
   webhooks: { BENCH_REQUESTS: "40" },
+  "fuzz-openapi": { BENCH_REQUESTS: "300" },
   scheduling: { BENCH_ITEMS: "300", BENCH_INTERACTIVE: "50" },
   "db-scale": {
     BENCH_ROWS: "100000",

@@ -129,7 +129,7 @@ async function newCustomModel(): Promise<string> {
 async function newDeployment(): Promise<string> {
   const res = await http(server.url, "POST", "/control/v1/deployments", {
     token: f.owner.token,
-    body: { name: "matrix", model_source: "custom", model_id: "no-such-model" },
+    body: { name: "matrix", model_source: "platform", model_id: "no-such-model" },
   });
   if (res.status !== 201) throw new Error(`deployment failed: ${res.status} ${res.text}`);
   return res.body.id;
@@ -402,7 +402,7 @@ const rows: Row[] = [
   { name: "GET /control/v1/deployments", expect: anyCaller(200) },
   {
     name: "POST /control/v1/deployments",
-    body: () => ({ name: "matrix", model_source: "custom", model_id: "no-such-model" }),
+    body: () => ({ name: "matrix", model_source: "platform", model_id: "no-such-model" }),
     expect: managersOfOwnTeam(201),
   },
   {
@@ -743,7 +743,7 @@ const rows: Row[] = [
   { name: "graphql deployments", query: `{ deployments { items { id status } } }`, expect: anyCaller(200) },
   {
     name: "graphql createDeployment",
-    query: `mutation { createDeployment(input: { name: "g", modelSource: "custom", modelId: "no-such-model" }) { id } }`,
+    query: `mutation { createDeployment(input: { name: "g", modelSource: "platform", modelId: "no-such-model" }) { id } }`,
     expect: managersOfOwnTeam(200),
   },
   {

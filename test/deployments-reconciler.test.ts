@@ -196,22 +196,6 @@ describe("platform model deployments", () => {
   );
 
   test(
-    "when a custom deployment names no custom model of the team, then it is rejected",
-    async () => {
-      const caller = await createTestCaller(server.url);
-      const dep = await createDeployment(server, caller.token, {
-        name: "nope",
-        model_source: "custom",
-        model_id: "never-created",
-      });
-      const done = await deploymentSettles(server, caller.token, dep.id);
-      expect(done.status).toBe("rejected");
-      expect(done.status_reason).toMatch(/no custom model 'never-created'/);
-    },
-    SLOW_MS,
-  );
-
-  test(
     "when min_replicas asks for more sequences than the server allows, then failed with a reason naming the setting",
     async () => {
       const caller = await createTestCaller(server.url);

@@ -172,6 +172,7 @@ describe("custom models", () => {
 describe("deployments", () => {
   test("when created, listed and deleted, then the same fields as REST", async () => {
     const team = await createTestCaller(server.url);
+    await createCustomModel(server, team.token, { model_id: "nothing-yet", architecture: "llama" });
     const created = await gql(
       CREATE_DEPLOYMENT,
       { input: { name: "gql", modelSource: "custom", modelId: "nothing-yet", maxReplicas: 2, region: null } },
@@ -218,7 +219,7 @@ describe("deployments", () => {
   });
 
   test("when another team's deployment is deleted, then 404 and it stays; a non-uuid id is 400", async () => {
-    const theirs = await createDeployment(server, other.token, { name: "t", model_source: "custom", model_id: "n" });
+    const theirs = await createDeployment(server, other.token, { name: "t", model_source: "platform", model_id: "n" });
     onlyError(await gql(DELETE_DEPLOYMENT, { id: theirs.id }, owner.token), 404);
     expect(await server.db("SELECT id FROM deployments WHERE id = $1", [theirs.id])).toHaveLength(1);
     onlyError(await gql(DELETE_DEPLOYMENT, { id: "nope" }, owner.token), 400);

@@ -333,9 +333,24 @@ describe("query parameters", () => {
     }>;
     const limit = params.find((p) => p.name === "limit")!;
     expect(limit.description).toMatch(/empty value/);
-    expect(limit.schema.minLength).toBe(1);
+    // A bounded integer, as OpenAPI spells a query integer: the empty value is not one.
+    expect(limit.schema).toEqual(expect.objectContaining({ type: "integer", minimum: 1 }));
     const q = (doc.paths["/control/v1/models/search"].get.parameters as typeof params).find((p) => p.name === "q")!;
     expect(q.schema.minLength).toBe(1);
+    // Every query parameter of the document says so: its schema refuses the empty value.
+    const takesEmpty: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+      for (const [method, op] of Object.entries(item)) {
+        for (const p of (op.parameters ?? []) as typeof params) {
+          if ((p as { in?: string }).in !== "query") continue;
+          const s = p.schema;
+          const refusesEmpty =
+            s.type === "integer" || (Array.isArray(s.enum) && !s.enum.includes("")) || s.minLength >= 1;
+          if (!refusesEmpty || !/empty value/.test(p.description)) takesEmpty.push(`${method} ${path} ${p.name}`);
+        }
+      }
+    }
+    expect(takesEmpty).toEqual([]);
   });
 });
 

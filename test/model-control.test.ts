@@ -511,6 +511,7 @@ describe("deployments", () => {
     });
     expect(first.id).toMatch(/^[0-9a-f-]{36}$/);
     expect(new Date(first.created_at).toISOString()).toBe(first.created_at);
+    await createCustomModel(server, team.token, { model_id: "whatever", architecture: "llama" });
     const second = await createDeployment(server, team.token, {
       name: "second",
       model_source: "custom",
@@ -552,6 +553,21 @@ describe("deployments", () => {
     const res = await http(server.url, "POST", "/control/v1/deployments", { token: owner.token, body });
     expectInvalid(res, field);
     expect(await countRows("deployments")).toBe(before);
+  });
+
+  test("when a custom deployment names no custom model of the team, then 404 at create and nothing is stored (another team's custom model included)", async () => {
+    // Issue 28, item 5: it used to be accepted (201) and only rejected later by the reconciler.
+    const caller = await createTestCaller(server.url);
+    await createCustomModel(server, other.token, { model_id: "theirs-only", architecture: "llama" });
+    for (const modelId of ["never-created", "theirs-only"]) {
+      const refused = await http(server.url, "POST", "/control/v1/deployments", {
+        token: caller.token,
+        body: { name: "nope", model_source: "custom", model_id: modelId },
+      });
+      expectEnvelope(refused, 404);
+      expect(refused.body.extra).toEqual([{ field: "model_id", message: "names no custom model of the team" }]);
+    }
+    expect(await server.db("SELECT id FROM deployments WHERE team_id = $1", [caller.teamId])).toEqual([]);
   });
 
   test("when deleted, then 204 and gone from the list; another team's is 404 and stays; a non-uuid is 400", async () => {

@@ -183,7 +183,9 @@ export const controlRoutes: RouteSpec[] = [
     doc: {
       response: responseShapes.LinkOAuthResponse,
       summary: "Link an OpenID Connect account to the caller",
+      description: "Needs a signed-in session's access token; an API key gets 403.",
       body: oauthCompleteInput,
+      credentials: "access-token",
     },
   },
   {

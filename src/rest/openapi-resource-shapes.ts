@@ -385,7 +385,8 @@ export const completionEventShape = z.object({
 /** `POST /v1/decisions`: a probability per question (the answer's shape varies by question type). */
 export const decisionShape = z.object({
   model: z.string(),
-  answers: z.record(z.string(), z.object({ type: z.enum(["choice", "score", "noul"]) }).loose()),
+  // An answer says its question's type; a `yes_no` question answers `yes_no` (issue 28, item 5: the fuzzer found it missing).
+  answers: z.record(z.string(), z.object({ type: z.enum(["choice", "score", "noul", "yes_no"]) }).loose()),
   usage: z.object({ input_tokens: int(), output_tokens: int() }),
 });
 

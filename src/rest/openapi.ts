@@ -5,7 +5,11 @@
  * (JSON Schema 2020-12, OpenAPI 3.1's dialect), and the answer shapes of `openapi-shapes.ts` —
  * plus `/graphql`, `/metrics` and the document's own paths. A row without a `doc` is still listed
  * (a generic JSON object), so no served path is missing. The error envelope is documented on
- * every 4xx and 5xx; credentials are the bearer scheme (API key or access token) or `x-api-key`.
+ * every 4xx and 5xx; credentials are the bearer scheme (API key or access token) or `x-api-key`
+ * (an access token alone where a row says so). Each JSON body has an example
+ * (`openapi-examples.ts`); pipes and refinements whose checks zod cannot convert are documented
+ * by what they accept (`documentPipes`, and `.meta()` beside the rule) — issue 28, item 5, where
+ * test/openapi-conformance.test.ts holds the document to the service.
  *
  * Served at `/schema/openapi.json` and `/schema/openapi.yaml`, and read by the reference page at
  * `/docs` (Swagger UI from `swagger-ui-dist`, served from node_modules: no CDN).
@@ -33,6 +37,7 @@ import { createStreamInput, updateStreamInput } from "../services/inference/resp
 import { updateTeamInput } from "../services/teams/team.service.js";
 import { controlRoutes } from "./control.routes.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
+import { requestExamples } from "./openapi-examples.js";
 import { responseShapes } from "./openapi-shapes.js";
 import type { RouteDoc } from "./route-doc.js";
 
@@ -124,9 +129,61 @@ function tagOf(p: string): string {
 const ERROR_REF = { $ref: "#/components/responses/Error" };
 const GENERIC_OBJECT = { type: "object", description: "A JSON object (shape not documented yet)." };
 
+/** A zod schema's definition, as far as `documentPipes` reads it. */
+interface ZodDef {
+  _zod: {
+    def: {
+      type: string;
+      in?: z.ZodType;
+      out?: z.ZodType;
+      checks?: Array<{ _zod: { def: { check: string; tx?: (v: string) => string } } }>;
+    };
+  };
+}
+
+/** Whether a zod string trims its input before its length checks (`.trim()`). */
+function trims(def: ZodDef["_zod"]["def"]): boolean {
+  return (def.checks ?? []).some((c) => c._zod.def.check === "overwrite" && c._zod.def.tx?.(" a ") === "a");
+}
+
+/**
+ * Documents a pipe by what it accepts, where zod's request side would document too little
+ * (issue 28, item 5: the document disagreed with the service):
+ * - `z.unknown().superRefine(…).pipe(X)` (a check before X parses: decision `questions` and
+ *   `criteria`) is X, not `{}` (which let any JSON through where the service needs an object);
+ * - a query integer (`queryInt`: digits, then a bounded integer) is `{type: integer, minimum,
+ *   maximum}` as OpenAPI spells a query integer, not a digit string without its bounds;
+ * and a string trimmed before its `min(1)` (names) says it needs a character that is not white
+ * space (`pattern: "\\S"`).
+ */
+function documentPipes(ctx: { zodSchema: unknown; jsonSchema: Json }): void {
+  const def = (ctx.zodSchema as ZodDef)._zod.def;
+  // A trimmed string of at least one character needs one that is not white space.
+  if (def.type === "string" && trims(def) && Number(ctx.jsonSchema.minLength ?? 0) >= 1 && !ctx.jsonSchema.pattern) {
+    ctx.jsonSchema.pattern = "\\S";
+  }
+  if (def.type !== "pipe" || !def.in || !def.out) return;
+  const input = (def.in as unknown as ZodDef)._zod.def;
+  const output = (def.out as unknown as ZodDef)._zod.def;
+  let documented: Json | undefined;
+  if (input.type === "unknown") documented = jsonSchema(def.out);
+  else if (input.type === "pipe" && output.type === "number") {
+    documented = z.toJSONSchema(def.out, { io: "output", unrepresentable: "any" }) as Json;
+    delete documented.$schema;
+  }
+  if (!documented) return;
+  for (const key of Object.keys(ctx.jsonSchema)) delete ctx.jsonSchema[key];
+  // The pipe's own `.meta()` (what its checks say: counts, key patterns) comes on top.
+  const meta = z.globalRegistry.get(ctx.zodSchema as z.ZodType) as Json | undefined;
+  Object.assign(ctx.jsonSchema, documented, meta);
+  if (meta?.propertyNames && documented.propertyNames) {
+    ctx.jsonSchema.propertyNames = { ...(documented.propertyNames as Json), ...(meta.propertyNames as Json) };
+  }
+}
+
 /** JSON Schema of a zod schema, request side (defaults optional, transforms as their input). */
 function jsonSchema(schema: z.ZodType): Json {
-  const out = z.toJSONSchema(schema, { io: "input", unrepresentable: "any" }) as Json;
+  const out = z.toJSONSchema(schema, { io: "input", unrepresentable: "any", override: documentPipes }) as Json;
   delete out.$schema;
   return out;
 }
@@ -189,8 +246,13 @@ export function buildOpenApiDocument(): Json {
 
     if (row.method !== "get" && row.method !== "delete") {
       const content: Record<string, Json> = {};
-      if (doc?.body)
-        content["application/json"] = { schema: ref(doc.body, `${id[0].toUpperCase()}${id.slice(1)}Body`) };
+      if (doc?.body) {
+        const example = requestExamples[id];
+        content["application/json"] = {
+          schema: ref(doc.body, `${id[0].toUpperCase()}${id.slice(1)}Body`),
+          ...(example === undefined ? {} : { example }),
+        };
+      }
       for (const type of doc?.bodyMediaTypes ?? [])
         content[type] = {
           schema: type.includes("json") && !type.includes("x-ndjson") ? GENERIC_OBJECT : { type: "string" },
@@ -225,11 +287,12 @@ export function buildOpenApiDocument(): Json {
     // Node refuses headers over its limit before any route runs (the envelope, `clientErrorHandler`).
     responses["431"] = ERROR_REF;
     if (row.auth !== "none") responses["401"] = ERROR_REF;
+    if (doc?.credentials === "access-token") responses["403"] = ERROR_REF;
     if (row.path.includes(":")) responses["404"] = ERROR_REF;
     responses["4XX"] = ERROR_REF;
     responses["5XX"] = ERROR_REF;
     op.responses = responses;
-    op.security = security(row.auth);
+    op.security = doc?.credentials === "access-token" ? [{ accessToken: [] }] : security(row.auth);
     (paths[p] ??= {})[row.method] = op;
   }
   // HEAD answers as GET without a body (Express does this for every GET route; spec: Health).
@@ -252,7 +315,12 @@ export function buildOpenApiDocument(): Json {
   Object.assign(paths, extraPaths());
 
   const schemas = (
-    z.toJSONSchema(registry, { io: "input", unrepresentable: "any", uri: (i) => `#/components/schemas/${i}` }) as {
+    z.toJSONSchema(registry, {
+      io: "input",
+      unrepresentable: "any",
+      uri: (i) => `#/components/schemas/${i}`,
+      override: documentPipes,
+    }) as {
       schemas: Record<string, Json>;
     }
   ).schemas;
@@ -292,6 +360,12 @@ export function buildOpenApiDocument(): Json {
           scheme: "bearer",
           description:
             "`Authorization: Bearer <credential>`: an API key (`sk_…`, created at `POST /control/v1/auth/api-keys`) or an access token (from signup or login).",
+        },
+        accessToken: {
+          type: "http",
+          scheme: "bearer",
+          description:
+            "`Authorization: Bearer <access token>` from signup or login only: operations that name this scheme refuse API keys (403).",
         },
         apiKeyHeader: {
           type: "apiKey",
@@ -376,7 +450,10 @@ function extraPaths(): Record<string, Record<string, Json>> {
           "Credentials as for REST; some fields work without them (signup, login). See `schema.graphql` for the schema; introspection is on.",
         tags: ["graphql"],
         security: [{}, { bearerAuth: [] }, { apiKeyHeader: [] }],
-        requestBody: { required: true, content: { "application/json": { schema: graphqlBody } } },
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: graphqlBody, example: requestExamples.postGraphql } },
+        },
         responses: {
           "200": graphqlAnswer,
           "400": graphqlAnswer,

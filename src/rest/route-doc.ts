@@ -25,4 +25,9 @@ export interface RouteDoc {
   status?: 200 | 201 | 204;
   /** `stream: true` answers Server-Sent Events instead (`text/event-stream`). */
   sse?: boolean;
+  /**
+   * `access-token`: only a signed-in session's access token is accepted; an API key gets 403
+   * (issue 28, item 5: the document listed API keys for linking an OAuth account).
+   */
+  credentials?: "access-token";
 }

@@ -71,7 +71,9 @@ export const loginInput = z
   .refine((v) => v.username !== undefined || v.email !== undefined, {
     message: "username or email is required",
     path: ["username"],
-  });
+  })
+  // The same rule for the OpenAPI document (issue 28, item 5).
+  .meta({ anyOf: [{ required: ["username"] }, { required: ["email"] }] });
 export type LoginInput = z.input<typeof loginInput>;
 
 interface UserRow {

@@ -85,6 +85,44 @@ export const keyPolicyFields = {
   expires_at: futureDate.nullish().meta({ description: "ISO 8601 date-time in the future; null: never" }),
 };
 
+/** A JSON Schema saying `field` is present and of JSON type `type`. */
+const given = (field: string, type: string) => ({ required: [field], properties: { [field]: { type } } });
+
+/**
+ * `mergePolicy`'s budget rules on create (a key without a policy), as the OpenAPI document states
+ * them (issue 28, item 5): a `budget_micros` needs a `budget_period` and a `budget_period` needs a
+ * `budget_micros` (null is neither).
+ */
+export const CREATE_BUDGET_RULE = {
+  allOf: [
+    { if: given("budget_micros", "integer"), then: given("budget_period", "string") },
+    { if: given("budget_period", "string"), then: given("budget_micros", "integer") },
+  ],
+};
+
+/**
+ * `mergePolicy`'s budget rules on update, as far as the body alone decides them (issue 28, item 5):
+ * sent together, a budget needs a period and `budget_micros: null` (no budget) takes no period.
+ * Sent alone, each counts with the key's own other half, which the document cannot know:
+ * `UPDATE_BUDGET_NOTE` says it.
+ */
+export const UPDATE_BUDGET_RULE = {
+  allOf: [
+    {
+      if: { ...given("budget_micros", "integer"), required: ["budget_micros", "budget_period"] },
+      then: given("budget_period", "string"),
+    },
+    {
+      if: { ...given("budget_micros", "null"), required: ["budget_micros", "budget_period"] },
+      then: given("budget_period", "null"),
+    },
+  ],
+  description:
+    "Fields left out are unchanged; null lifts a limit. Sent alone, budget_micros counts in the key's own " +
+    "budget_period and a budget_period sets the period of the key's own budget_micros: 400 naming " +
+    "budget_period when the key has none to pair it with (or, for budget_period: null, while it has a budget).",
+};
+
 /** The policy part of a parsed create or update body. */
 export type KeyPolicyInput = {
   [K in keyof typeof keyPolicyFields]?: z.output<(typeof keyPolicyFields)[K]>;

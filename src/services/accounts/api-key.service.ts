@@ -21,8 +21,10 @@ import { apiKeyScope, authorize, can } from "../platform/policy.js";
 import { pgText } from "../platform/validation.js";
 import {
   API_KEY_POLICY_TOPIC,
+  CREATE_BUDGET_RULE,
   type KeyPolicy,
   NO_POLICY,
+  UPDATE_BUDGET_RULE,
   keyPolicyFields,
   loosened,
   mergePolicy,
@@ -46,17 +48,23 @@ export interface CreatedApiKeyDto {
   key: ApiKeyEntity;
 }
 
-export const createApiKeyInput = z.object({
-  name: pgText().trim().min(1).max(200),
-  ...keyPolicyFields,
-});
+export const createApiKeyInput = z
+  .object({
+    name: pgText().trim().min(1).max(200),
+    ...keyPolicyFields,
+  })
+  // The budget pair's rule (`mergePolicy`) for the OpenAPI document (issue 28, item 5).
+  .meta(CREATE_BUDGET_RULE);
 export type CreateApiKeyInput = z.input<typeof createApiKeyInput>;
 
 /** `PATCH /control/v1/auth/api-keys/{key_id}`: every field optional; null lifts a limit. */
-export const updateApiKeyInput = z.object({
-  name: pgText().trim().min(1).max(200).optional(),
-  ...keyPolicyFields,
-});
+export const updateApiKeyInput = z
+  .object({
+    name: pgText().trim().min(1).max(200).optional(),
+    ...keyPolicyFields,
+  })
+  // What the body alone decides of the budget pair's rule, and what the key decides (issue 28, item 5).
+  .meta(UPDATE_BUDGET_RULE);
 export type UpdateApiKeyInput = z.input<typeof updateApiKeyInput>;
 
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

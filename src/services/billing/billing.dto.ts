@@ -70,12 +70,20 @@ export const amountUsd = z
   .string()
   .regex(/^\d{1,5}(?:\.\d{1,2})?$/, 'must be a decimal string with at most two decimals, e.g. "25.00"')
   .transform((s) => usdToMicros(s))
-  .refine((m) => m >= 1_000_000n && m <= 10_000_000_000n, "must be between 1.00 and 10000.00");
+  .refine((m) => m >= 1_000_000n && m <= 10_000_000_000n, "must be between 1.00 and 10000.00")
+  // Both rules as one pattern for the OpenAPI document (issue 28, item 5).
+  .meta({
+    pattern: "^(?=\\d{1,5}(?:\\.\\d{1,2})?$)0*(?:[1-9]\\d{0,3}(?:\\.\\d{1,2})?|10000(?:\\.00?)?)$",
+    description: 'USD as a decimal string with at most two decimals, 1.00–10000.00, e.g. "25.00".',
+  });
 
 export const topUpQuery = z.object({ nonce: pgText().min(1).max(255) });
 export const topUpBody = z.object({ amount_usd: amountUsd });
 export const confirmQuery = z.object({ session: z.uuid(), signature: z.string().min(1).max(200) });
-export const invoiceBody = z.object({
-  period_start: isoDateTime.nullish(),
-  period_end: isoDateTime.nullish(),
-});
+export const invoiceBody = z
+  .object({
+    period_start: isoDateTime.nullish(),
+    period_end: isoDateTime.nullish(),
+  })
+  // Both or neither, for the OpenAPI document (issue 28, item 5; `invoicePeriod` checks it).
+  .meta({ dependentRequired: { period_start: ["period_end"], period_end: ["period_start"] } });

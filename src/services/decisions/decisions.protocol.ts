@@ -105,7 +105,13 @@ const choiceQuestion = z.object({
           seen.set(bytes, l);
         }
       }),
-    ),
+    )
+    // What the checks above say, for the OpenAPI document (issue 28, item 5).
+    .meta({
+      minProperties: MIN_ANSWERS,
+      maxProperties: MAX_ANSWERS,
+      propertyNames: { minLength: 1, maxLength: MAX_LABEL_CHARS, pattern: "\\S", not: { const: "__proto__" } },
+    }),
 });
 
 const scoreQuestion = z.object({
@@ -164,7 +170,14 @@ export const decisionRequest = z.object({
           });
         }
       }),
-    ),
+    )
+    // What the checks above say, for the OpenAPI document (issue 28, item 5).
+    .meta({
+      minProperties: 1,
+      maxProperties: MAX_QUESTIONS,
+      propertyNames: { pattern: QUESTION_NAME.source, not: { const: "__proto__" } },
+      description: `Questions by name; at most ${MAX_TOTAL_ANSWERS} answers in all (labels + levels + 2 per yes/no question).`,
+    }),
   metadata: requestMetadata,
   max_queue_wait_s: maxQueueWaitS,
 });

@@ -38,7 +38,9 @@ import { type ModelQuotas, checkTeamCredit, checkTeamModelQuota } from "./team-q
 export const modelId = pgText()
   .min(1)
   .max(512)
-  .refine((v) => v.trim() === v, "must not start or end with whitespace");
+  .refine((v) => v.trim() === v, "must not start or end with whitespace")
+  // The same rule for the OpenAPI document (issue 28, item 5).
+  .meta({ pattern: "^\\S(?:[\\s\\S]*\\S)?$" });
 
 const optionalText = (max: number) => pgText().min(1).max(max).nullish();
 

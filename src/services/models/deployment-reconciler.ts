@@ -177,6 +177,7 @@ export class DeploymentReconciler {
       model = { ...m, runtime: deploymentRuntime(d) };
     } else {
       const row = await this.ds.getRepository(CustomModelEntity).findOneBy({ teamId: d.teamId, modelId: d.modelId });
+      // Refused at create since issue 28 (item 5); rows made before that still end here.
       if (!row) return { kind: "reject", reason: `The team has no custom model '${d.modelId}'` };
       engine = customEngine(row, this.platform, (file) => this.hasLocalFile(file));
       const refused = this.notServable(row, engine);

@@ -2,14 +2,17 @@
  * Dedicated deployments of a team (issue 9; spec: Deployment; DESIGN §3 "Models and deployments"):
  * list, create (201, `pending_deploy`; the reconciler is woken in the same transaction) and delete
  * (204; gone from lists at once; its runtime is released in every process once its requests in
- * flight finish). Whether the model exists is the reconciler's question: an unknown or
- * undeployable one ends `rejected` with a reason.
+ * flight finish). A custom model the team does not have is refused at create (404, issue 28,
+ * item 5: it used to be accepted and only rejected later by the reconciler); whether a platform
+ * model exists and may be deployed is the reconciler's question: an unknown or undeployable one
+ * ends `rejected` with a reason.
  */
 import type { DataSource } from "typeorm";
 import { v7 as uuidv7 } from "uuid";
 import { z } from "zod";
 import { DeploymentEntity } from "../../entities/deployment.entity.js";
-import { AppError, parseInput, parseUuidParam } from "../../shared/errors.js";
+import { queryRows } from "../../db/sql.js";
+import { AppError, ErrorCode, parseInput, parseUuidParam } from "../../shared/errors.js";
 import type { JobSender } from "../platform/job-queue.port.js";
 import type { CacheBus } from "../platform/cache-bus.js";
 import type { RequestContext } from "../platform/context.js";
@@ -90,6 +93,7 @@ export class DeploymentsService {
   /**
    * Creates a deployment, `pending_deploy`, and wakes the reconciler (same transaction).
    * @throws AppError 400 naming the field; 401; 403 for members; 402 when the team has no credit;
+   *   404 for a `custom` model the team does not have (as `POST /control/v1/models/request-deployment`);
    *   409 when it already has `quotas.maxDeployments` deployments (`team-quotas.ts`).
    */
   async create(ctx: RequestContext, raw: unknown): Promise<DeploymentEntity> {
@@ -98,6 +102,22 @@ export class DeploymentsService {
     const id = uuidv7();
     await this.ds.transaction(async (em) => {
       await checkTeamModelQuota(em, principal.teamId, "deployments", this.quotas.maxDeployments, true);
+      if (input.model_source === "custom") {
+        // FOR SHARE: a delete of the custom model (FOR UPDATE) waits for this deployment and then
+        // refuses (409), or this create waits for the delete and then finds nothing.
+        const [model] = await queryRows(
+          em,
+          "SELECT 1 FROM custom_models WHERE team_id = $1 AND model_id = $2 FOR SHARE",
+          [principal.teamId, input.model_id],
+        );
+        if (!model) {
+          throw new AppError(
+            ErrorCode.NotFound,
+            "Custom model not found: the team has no custom model with this model_id (create it at POST /control/v1/models/custom)",
+            [{ field: "model_id", message: "names no custom model of the team" }],
+          );
+        }
+      }
       await em.query(
         `INSERT INTO deployments (id, team_id, name, model_source, model_id, region, performance,
                                   min_replicas, max_replicas, notes)

@@ -98,3 +98,7 @@ export const isoDateTime = z.string().transform((s, ctx) => {
   const offsetMs = (m[9] === "-" ? -1 : 1) * (zoneHours * 60 + zoneMinutes) * 60_000;
   return new Date(Date.UTC(year, month - 1, day, hour, minute, second, ms) - offsetMs);
 });
+// Documented as an RFC 3339 date-time of those years (issue 28, item 5). The service also takes
+// dates alone and date-times without a zone; it refuses lowercase `t`/`z`, second 60 and
+// fractions past 9 digits, which RFC 3339 allows.
+z.globalRegistry.add(isoDateTime, { format: "date-time", pattern: "^(?:20[0-9]{2}|2100)-" });

@@ -41,7 +41,11 @@ export const updateTeamInput = z.object({
   webhook_signing_secret: z
     .union([
       z.literal("rotate"),
-      z.string().refine(isSigningSecret, 'must be "rotate" or whsec_ followed by base64 of 24 to 64 bytes'),
+      z
+        .string()
+        .refine(isSigningSecret, 'must be "rotate" or whsec_ followed by base64 of 24 to 64 bytes')
+        // The same rule for the OpenAPI document (issue 28, item 5): 32–86 base64 digits are 24–64 bytes.
+        .meta({ pattern: "^whsec_[A-Za-z0-9+/]{32,86}={0,2}$" }),
     ])
     .nullish(),
 });

@@ -78,8 +78,8 @@ export const oauthCompleteInput = z
     code: pgText().min(1).max(4096).optional(),
     state: pgText().min(1).max(512).optional(),
     code_verifier: codeVerifier.optional(),
-    redirect_uri: pgText().max(2048).pipe(z.url()).optional(),
-    iss: pgText().max(2048).pipe(z.url()).optional(),
+    redirect_uri: pgText().max(2048).pipe(z.url()).meta({ format: "uri" }).optional(),
+    iss: pgText().max(2048).pipe(z.url()).meta({ format: "uri" }).optional(),
     id_token: pgText().min(1).max(16_384).optional(),
     access_token: pgText().min(1).max(16_384).optional(),
     invite_token: pgText().min(1).max(512).optional(),
@@ -112,6 +112,15 @@ export const oauthCompleteInput = z
         message: "the authorize helper's flows keep their code_verifier on the server: send state only",
       });
     }
+  })
+  // The four rules above, for the OpenAPI document (issue 28, item 5).
+  .meta({
+    allOf: [
+      { anyOf: [{ required: ["code"] }, { required: ["id_token"] }] },
+      { not: { required: ["code", "id_token"] } },
+      { if: { required: ["code"] }, then: { anyOf: [{ required: ["state"] }, { required: ["code_verifier"] }] } },
+      { not: { required: ["state", "code_verifier"] } },
+    ],
   });
 export type OAuthCompleteInput = z.input<typeof oauthCompleteInput>;
 type ParsedComplete = z.output<typeof oauthCompleteInput>;
