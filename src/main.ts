@@ -72,7 +72,8 @@ async function main(): Promise<void> {
   // startSwitchyard: a host process embedding Switchyard keeps its own priority.
   const priority = config.role === "worker" && config.workerNice > 0 ? lowerCpuPriority(config.workerNice) : undefined;
   const { startSwitchyard } = await import("./server.js");
-  const app = await startSwitchyard(config);
+  // A supervisor's API process takes the connections the supervisor hands it (it holds the port).
+  const app = await startSwitchyard(config, { handedConnections: cluster.isWorker && config.role === "api" });
   if (priority) {
     if (priority.failed > 0) {
       app.logger.warn(priority, `worker CPU priority: could not set nice ${priority.nice} on every thread`);

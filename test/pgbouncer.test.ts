@@ -7,13 +7,9 @@
  * fails: a session advisory lock or a LISTEN through it is refused at start, a named prepared
  * statement through it errors.
  *
- * PgBouncer: `SWITCHYARD_PGBOUNCER`, else `/usr/sbin/pgbouncer` (`.ci/run` installs it when missing).
+ * PgBouncer: `SWITCHYARD_PGBOUNCER`, else `/usr/sbin/pgbouncer` (`.ci/run` installs it when missing;
+ * test/support/pgbouncer.ts starts it).
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import net from "node:net";
-import os from "node:os";
-import path from "node:path";
 import pg from "pg";
 import pino from "pino";
 import { createDataSource, openDatabase } from "../src/db/data-source.js";
@@ -31,94 +27,16 @@ import {
   openaiClient,
   startTestServer,
 } from "./support/harness.js";
+import { type PgBouncer, requirePgBouncer, startPgBouncer } from "./support/pgbouncer.js";
 import { writeTestCatalog } from "./support/test-catalog.js";
 
-const PGBOUNCER = process.env.SWITCHYARD_PGBOUNCER ?? "/usr/sbin/pgbouncer";
-
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
-let bouncer: { url: string; dir: string; process: ChildProcess } | undefined;
+let bouncer: PgBouncer | undefined;
 let a: TestServer;
 let b: TestServer;
 
-/** A free loopback TCP port. */
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
-
-/**
- * Starts PgBouncer (transaction pooling, every database of PostgreSQL at `directUrl`'s host) as
- * a child of this test, as the `postgres` user when we are root (PgBouncer refuses root).
- */
-async function startPgBouncer(directUrl: string): Promise<{ url: string; dir: string; process: ChildProcess }> {
-  const pgUrl = new URL(directUrl);
-  const dir = mkdtempSync(path.join(os.tmpdir(), "switchyard-pgbouncer-"));
-  const port = await freePort();
-  writeFileSync(path.join(dir, "userlist.txt"), `"${pgUrl.username}" "${decodeURIComponent(pgUrl.password)}"\n`);
-  writeFileSync(
-    path.join(dir, "pgbouncer.ini"),
-    [
-      "[databases]",
-      `* = host=${pgUrl.hostname} port=${pgUrl.port}`,
-      "[pgbouncer]",
-      "listen_addr = 127.0.0.1",
-      `listen_port = ${port}`,
-      "unix_socket_dir =",
-      "auth_type = trust",
-      `auth_file = ${path.join(dir, "userlist.txt")}`,
-      "pool_mode = transaction",
-      "max_client_conn = 500",
-      "default_pool_size = 20",
-      // node-postgres and the database settings of this build may send these at connect.
-      "ignore_startup_parameters = extra_float_digits,options",
-      `logfile = ${path.join(dir, "pgbouncer.log")}`,
-      "",
-    ].join("\n"),
-  );
-  const asRoot = process.getuid?.() === 0;
-  const id = (flag: string) => Number.parseInt(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }), 10);
-  if (asRoot) {
-    chownSync(dir, id("-u"), id("-g"));
-    chmodSync(dir, 0o755);
-  }
-  const child = spawn(PGBOUNCER, [path.join(dir, "pgbouncer.ini")], {
-    stdio: "ignore",
-    ...(asRoot ? { uid: id("-u"), gid: id("-g") } : {}),
-  });
-  const url = new URL(directUrl);
-  url.port = String(port);
-  const ready = await eventually(async () => {
-    const c = new pg.Client({ connectionString: url.toString() });
-    try {
-      await c.connect();
-      await c.query("SELECT 1");
-      return true;
-    } catch {
-      return false;
-    } finally {
-      await c.end().catch(() => undefined);
-    }
-  }, 10_000);
-  if (!ready) {
-    child.kill("SIGKILL");
-    const log = existsSync(path.join(dir, "pgbouncer.log"))
-      ? readFileSync(path.join(dir, "pgbouncer.log"), "utf8")
-      : "";
-    throw new Error(`PgBouncer did not accept connections on port ${port}:\n${log}`);
-  }
-  return { url: url.toString(), dir, process: child };
-}
-
 beforeAll(async () => {
-  if (!existsSync(PGBOUNCER)) {
-    throw new Error(
-      `PgBouncer not found at ${PGBOUNCER}: install Debian's pgbouncer (sudo apt-get install -y pgbouncer; ` +
-        `.ci/run does it) or point SWITCHYARD_PGBOUNCER at a pgbouncer binary`,
-    );
-  }
+  requirePgBouncer();
   database = await createTestDatabase();
   bouncer = await startPgBouncer(database.url);
   const shared = { databaseUrl: database.url, db: database.query } as TestServer;
@@ -131,7 +49,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await b?.close();
   await a?.close();
-  bouncer?.process.kill("SIGTERM");
+  await bouncer?.stop();
   await database?.close();
 });
 

@@ -4,7 +4,7 @@
  * and on whatever no route answered.
  */
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, Socket } from "node:net";
 import type { Express } from "express";
 import type { Logger } from "pino";
 import type { Config } from "../config/config.js";
@@ -21,6 +21,7 @@ import type { DatabaseAvailability } from "../shared/database-errors.js";
 import type { Metrics } from "../shared/metrics.js";
 import { Tracing } from "../shared/tracing.js";
 import { localUrl, startBanner } from "./exposure.js";
+import { HANDED_CONNECTION, HANDED_CONNECTION_TAKEN } from "./supervisor.js";
 import { usesPrettyLogs } from "./logger.js";
 
 /** The app (routes still open: GraphQL is mounted next) and the server that will serve it. */
@@ -79,7 +80,9 @@ export function createHttp(
 /**
  * Closes the app's routes (the error envelope's 404 and error handler) and listens on
  * `config.port` (0 = a free port) and `config.host`; logs the start banner ("Switchyard
- * listening": the address really bound and what is in force, `startBanner`).
+ * listening": the address really bound and what is in force, `startBanner`). With `handed`
+ * (an API process of the supervisor) nothing listens here: the supervisor holds the port
+ * `config.port` and hands each connection over (`serveHandedConnections`).
  * @returns the base URL (a wildcard host is named `127.0.0.1`) and the port listened on.
  * @throws the server's `error` (e.g. EADDRINUSE) when it cannot listen.
  */
@@ -87,16 +90,49 @@ export async function listen(
   config: Config,
   logger: Logger,
   { app, server }: HttpParts,
+  handed = false,
 ): Promise<{ url: string; port: number }> {
   app.use(notFoundHandler);
   app.use(errorMiddleware(logger));
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(config.port, config.host, () => resolve());
-  });
-  const bound = server.address() as AddressInfo;
+  let bound: AddressInfo;
+  if (handed) {
+    serveHandedConnections(server);
+    bound = { address: config.host, family: config.host.includes(":") ? "IPv6" : "IPv4", port: config.port };
+  } else {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(config.port, config.host, () => resolve());
+    });
+    bound = server.address() as AddressInfo;
+  }
   const url = localUrl(config, bound.port);
   logger.info(startBanner(config, bound, url), "Switchyard listening");
   return { url, port: bound.port };
+}
+
+/**
+ * Serves the connections the supervisor hands to this process over its IPC channel (issue 31,
+ * item 4: instead of node:cluster's own hand-off, which keeps a connection open forever when the
+ * process it was given to dies first), saying it took each (`HANDED_CONNECTION_TAKEN`) so the
+ * supervisor closes its copy. Each one goes through the HTTP server as one it had
+ * accepted itself: `maxConnections`, the header and request timeouts (their checks start on
+ * `listening`), and `close()` waiting for it (the server's connection count, as net.Server keeps
+ * it for the sockets it accepts).
+ */
+function serveHandedConnections(server: http.Server): void {
+  const counted = server as http.Server & { _connections: number };
+  server.emit("listening");
+  process.on("message", (msg: { type?: unknown; id?: unknown } | null, socket: unknown) => {
+    if (msg?.type !== HANDED_CONNECTION || !(socket instanceof Socket)) return;
+    // Taken (served, or refused as over the cap): the supervisor may close its copy.
+    process.send?.({ type: HANDED_CONNECTION_TAKEN, id: msg.id });
+    if (server.maxConnections > 0 && counted._connections >= server.maxConnections) {
+      socket.destroy();
+      return;
+    }
+    counted._connections++;
+    Object.assign(socket, { server, _server: server });
+    server.emit("connection", socket);
+  });
 }

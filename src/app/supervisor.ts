@@ -1,8 +1,8 @@
 /**
  * Several API processes on one machine (issue 31, item 1): with `SWITCHYARD_API_PROCESSES` N > 1
  * (or `auto`, the CPU cores) `npm start` becomes a supervisor. It forks N API processes that share
- * the port (node:cluster: the supervisor accepts connections and hands them out in turn), plus one
- * worker process when the role is `all` (job workers stay out of the API processes, as with
+ * the port (the supervisor listens, accepts each connection and hands it to the next API process
+ * in turn over its IPC channel), plus one worker process when the role is `all` (job workers stay out of the API processes, as with
  * `SWITCHYARD_ROLE`). It owns the embedded PostgreSQL when `DATABASE_URL` is unset (one data dir,
  * one postmaster; the children get its URL), restarts a child that dies (after 1 s, doubling to
  * 30 s while it keeps dying within a minute of its start), and on SIGTERM / SIGINT stops every
@@ -16,18 +16,33 @@
  * on the same port (its callers answer 503 meanwhile); at shutdown it stops last, after the
  * processes whose requests it serves have drained.
  *
+ * The hand-off is the supervisor's own, not node:cluster's (issue 31, item 4): cluster's primary
+ * keeps its copy of a connection until the process it handed it to says it took it, and forgets
+ * it, open, when that process dies first, so its client waited forever (so does Node's own
+ * handle passing, whose copy waits for an acknowledgement a dead process never sends). Here the
+ * supervisor keeps its copy until the API process says it took the connection
+ * (`HANDED_CONNECTION_TAKEN`), closes the copies of a process that exits, and sends one that
+ * cannot be sent to the next process: a client of a dying process gets an error, never a wait.
+ *
  * Every API or worker child is a whole Switchyard of its role; they share nothing but PostgreSQL
  * (and the engine process), which already carries what processes must agree on (balances,
  * revocations, the events feed: DESIGN §2).
  */
 import cluster, { type Worker } from "node:cluster";
 import { randomBytes } from "node:crypto";
+import net from "node:net";
 import os from "node:os";
 import type { Logger } from "pino";
 import { loadCatalog } from "../config/catalog.js";
 import type { Config } from "../config/config.js";
 import { type EmbeddedDatabase, startEmbeddedPostgres } from "../db/embedded.js";
 import { embeddedPostgresOptions } from "./database.js";
+import { localUrl } from "./exposure.js";
+
+/** The message that comes with each connection the supervisor hands to an API process (`http.ts`), with its `id`. */
+export const HANDED_CONNECTION = "switchyard:connection";
+/** An API process's answer once it serves a handed connection (same `id`): the supervisor closes its copy. */
+export const HANDED_CONNECTION_TAKEN = "switchyard:connection-taken";
 
 /** What a supervisor's child is: an API process, the worker, or the engine process. */
 export type ChildRole = "api" | "worker" | "engine";
@@ -86,6 +101,10 @@ interface Slot {
   delayMs: number;
   /** Times it reported ready (the later ones are restarts coming back). */
   readies: number;
+  /** An API process that reported ready and has not exited: it is handed connections. */
+  serving: boolean;
+  /** Connections handed to it that it has not said it took, by id (the supervisor's copies). */
+  handing: Map<number, net.Socket>;
 }
 
 const FIRST_DELAY_MS = 1_000;
@@ -110,7 +129,14 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     databaseUrl = embedded.url;
     logger.info({ port: embedded.port, postgresPid: embedded.pid }, "embedded PostgreSQL started");
   }
-  const slot = (role: ChildRole): Slot => ({ role, startedAt: 0, delayMs: FIRST_DELAY_MS, readies: 0 });
+  const slot = (role: ChildRole): Slot => ({
+    role,
+    startedAt: 0,
+    delayMs: FIRST_DELAY_MS,
+    readies: 0,
+    serving: false,
+    handing: new Map(),
+  });
   const apiCount = apiProcessCount(config);
   const engineSlot = runsEngineProcess(config) ? slot("engine") : undefined;
   const slots: Slot[] = [
@@ -121,9 +147,46 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
   // other children's SWITCHYARD_ENGINE_URL stays right) and the secret its callers send.
   const engine = { url: "", port: 0, token: engineSlot ? randomBytes(32).toString("base64url") : "" };
   let stopping = false;
-  let url = "";
   /** While starting: the slots not yet ready, and how the start ends. */
   let starting: { waiting: Set<Slot>; resolve: () => void; reject: (err: Error) => void } | undefined;
+
+  // The port: connections that come before the first API process serves wait for it.
+  const listener = net.createServer({ pauseOnConnect: true, noDelay: true });
+  const early: net.Socket[] = [];
+  let started = false;
+  let turn = 0;
+  let handed = 0;
+  /** Hands `socket` to the next serving API process; one that cannot be sent tries the others. */
+  const handOff = (socket: net.Socket, tries = 0): void => {
+    const serving = slots.filter((s) => s.serving && s.worker?.isConnected());
+    if (stopping || serving.length === 0) {
+      socket.destroy();
+      return;
+    }
+    const s = serving[turn++ % serving.length];
+    const { handing } = s;
+    const id = ++handed;
+    handing.set(id, socket);
+    // keepOpen: this copy stays until the process says it took the connection, or exits.
+    s.worker!.send({ type: HANDED_CONNECTION, id }, socket, { keepOpen: true }, (err) => {
+      if (!err || !handing.delete(id)) return;
+      if (tries + 1 < serving.length) handOff(socket, tries + 1);
+      else socket.destroy();
+    });
+  };
+  listener.on("connection", (socket) => {
+    socket.on("error", () => undefined);
+    if (started) handOff(socket);
+    else early.push(socket);
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    listener.once("error", reject);
+    listener.listen(config.port, config.host, () => resolve((listener.address() as net.AddressInfo).port));
+  }).catch(async (err: unknown) => {
+    await embedded?.stop();
+    throw err;
+  });
+  const url = localUrl(config, port);
 
   const envFor = (s: Slot): Record<string, string> =>
     s.role === "engine"
@@ -137,6 +200,8 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
       : {
           SWITCHYARD_ROLE: s.role,
           SWITCHYARD_API_PROCESSES: "1",
+          // The port the supervisor holds: the API processes name it (they listen on none).
+          PORT: String(port),
           DATABASE_URL: databaseUrl,
           // A direct URL only goes with a DATABASE_URL of one's own, never with the embedded one.
           ...(config.databaseUrl ? {} : { DATABASE_DIRECT_URL: "" }),
@@ -147,9 +212,14 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     const worker = cluster.fork(envFor(s));
     s.worker = worker;
     s.startedAt = Date.now();
-    worker.on("message", (msg: ChildReady) => {
+    worker.on("message", (msg: ChildReady | { type: typeof HANDED_CONNECTION_TAKEN; id: number }) => {
+      if (msg?.type === HANDED_CONNECTION_TAKEN) {
+        s.handing.get(msg.id)?.destroy();
+        s.handing.delete(msg.id);
+        return;
+      }
       if (msg?.type !== "switchyard:ready") return;
-      if (msg.role === "api" && !url) url = msg.url;
+      if (msg.role === "api") s.serving = !stopping;
       if (msg.role === "engine") Object.assign(engine, { url: msg.url, port: msg.port });
       if (++s.readies > 1) logger.info({ role: s.role, pid: worker.process.pid }, "Switchyard process back");
       if (starting?.waiting.delete(s) && starting.waiting.size === 0) starting.resolve();
@@ -157,6 +227,10 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     worker.on("exit", (code, signal) => {
       if (s.worker !== worker) return;
       s.worker = undefined;
+      s.serving = false;
+      // Connections it had not said it took: closed, their clients see an error.
+      for (const socket of s.handing.values()) socket.destroy();
+      s.handing.clear();
       if (stopping) return;
       if (starting) {
         starting.reject(new Error(`a ${s.role} process exited (${signal ?? code}) before every API process was ready`));
@@ -200,7 +274,11 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
   const stop = async () => {
     if (stopping) return;
     stopping = true;
-    // The API processes and the worker drain first: what they have in flight needs the engine.
+    // No new connections; the API processes and the worker drain first: what they have in
+    // flight needs the engine.
+    listener.close();
+    for (const s of slots) s.serving = false;
+    for (const socket of early.splice(0)) socket.destroy();
     await stopGroup(slots);
     if (engineSlot) await stopGroup([engineSlot]);
     await embedded?.stop();
@@ -218,6 +296,8 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     await stop();
     throw err;
   }
+  started = true;
+  for (const socket of early.splice(0)) handOff(socket);
   logger.info(
     {
       url,
@@ -228,12 +308,7 @@ export async function startSupervisor(config: Config, logger: Logger): Promise<S
     },
     "Switchyard supervisor ready",
   );
-  return {
-    get url() {
-      return url;
-    },
-    stop,
-  };
+  return { url, stop };
 }
 
 /** In a child: tells the supervisor this process serves (API, engine: with its URL) or runs (worker). */

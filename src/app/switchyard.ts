@@ -66,6 +66,11 @@ export interface StartOptions {
   logger?: Logger;
   /** Write the GraphQL schema to this file (development). */
   emitSchemaFile?: string;
+  /**
+   * An API process of the supervisor (`supervisor.ts`): its connections come from the supervisor,
+   * which holds `config.port`, instead of a socket of its own (`http.ts`, `listen`).
+   */
+  handedConnections?: boolean;
 }
 
 /**
@@ -150,7 +155,7 @@ export async function startSwitchyard(config: Config, opts: StartOptions = {}): 
       events: services.events,
       emitSchemaFile: opts.emitSchemaFile,
     });
-    const { url, port } = await listen(config, logger, web);
+    const { url, port } = await listen(config, logger, web, opts.handedConnections);
     return handle(url, port);
   });
 }

@@ -1,4 +1,11 @@
 /**
+ * `npm run admin -- migrate` (issue 31, item 5): applies the pending database migrations and exits,
+ * as every process does at its start (same advisory lock, through `DATABASE_DIRECT_URL` when set).
+ * A deployment runs it once per upgrade, before the new API and worker processes start (the
+ * compose file's `migrate` service, the Kubernetes `switchyard-migrate` Job), so no serving
+ * process waits on a long migration behind its health probes. Prints how many migrations the
+ * database has applied in all.
+ *
  * `npm run admin -- create-owner EMAIL [--password PASSWORD] [--name NAME]` (issue 27, item 2):
  * makes the first owner of a server whose signup is `invite` or `closed` (`SWITCHYARD_SIGNUP`).
  * Reads the same configuration as `npm start` (`DATABASE_URL`, `SWITCHYARD_DATA_DIR`, …) and
@@ -26,13 +33,21 @@ import { AccountService } from "../services/accounts/account.service.js";
 import { TokenService } from "../services/platform/tokens.js";
 import { AppError } from "../shared/errors.js";
 
-const USAGE = "usage: npm run admin -- create-owner EMAIL [--password PASSWORD] [--name NAME]";
+const USAGE =
+  "usage: npm run admin -- create-owner EMAIL [--password PASSWORD] [--name NAME]\n       npm run admin -- migrate";
 
 class UsageError extends Error {}
 
-/** `create-owner`'s arguments. @throws UsageError for anything else. */
-function parseArgs(args: string[]): { email: string; password?: string; name?: string } {
+/** A command and its arguments. */
+type Command = { command: "create-owner"; email: string; password?: string; name?: string } | { command: "migrate" };
+
+/** The command line's command: `create-owner` with its arguments, or `migrate`. @throws UsageError for anything else. */
+function parseArgs(args: string[]): Command {
   const [command, ...rest] = args;
+  if (command === "migrate") {
+    if (rest.length > 0) throw new UsageError(`migrate takes no arguments (got ${rest.join(" ")})`);
+    return { command };
+  }
   if (command !== "create-owner") throw new UsageError(command ? `unknown command ${command}` : "no command");
   let email: string | undefined;
   let password: string | undefined;
@@ -54,7 +69,7 @@ function parseArgs(args: string[]): { email: string; password?: string; name?: s
     }
   }
   if (email === undefined) throw new UsageError("create-owner needs an EMAIL");
-  return { email, password, name };
+  return { command, email, password, name };
 }
 
 /** The database of `config`, and how to let it go (see the module header). */
@@ -99,6 +114,17 @@ async function runAdminCli(
   try {
     const input = parseArgs(args);
     const config = loadConfig(env);
+    if (input.command === "migrate") {
+      // Opening the store applies what is pending (openDatabase), under the migrations' lock.
+      const store = await openStore(config);
+      try {
+        const [row] = (await store.ds.query("SELECT count(*)::int AS n FROM migrations")) as Array<{ n: number }>;
+        out.write(`database migrated: ${row.n} migrations applied in all\n`);
+        return 0;
+      } finally {
+        await store.close();
+      }
+    }
     const given = input.password ?? env.SWITCHYARD_ADMIN_PASSWORD;
     const password = given ?? randomBytes(18).toString("base64url");
     const store = await openStore(config);

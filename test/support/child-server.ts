@@ -28,6 +28,12 @@ export interface ChildOptions {
   /** More environment (an `undefined` value removes the variable). */
   env?: Record<string, string | undefined>;
   /**
+   * `false`: the child's environment is `env` alone (with `PATH` and `HOME`), none of this test
+   * process's nor the defaults below; for a test that runs exactly a deployment's settings
+   * (test/topology.test.ts). Default true.
+   */
+  inheritEnv?: boolean;
+  /**
    * In a process group of its own (default), as a shell runs a foreground job, so
    * `process.kill(-pid, "SIGINT")` is a terminal's Ctrl-C.
    */
@@ -74,24 +80,8 @@ const launched: Array<{ child: ChildProcess; detached: boolean }> = [];
  */
 export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
   const entry = opts.entry ?? "main";
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    PORT: "0",
-    HOST: "127.0.0.1",
-    LOG_LEVEL: "info",
-    SWITCHYARD_MODELS_DIR: MODELS_DIR,
-    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
-    SWITCHYARD_GPU: "off",
-    // Pinned as in the harness: no tuning probe per start (issue 12, item 3).
-    SWITCHYARD_ENGINE_THREADS: "1",
-    SWITCHYARD_ENGINE_SEQUENCES: "8",
-    SWITCHYARD_JWT_SECRET: "child-server-test-secret-child-server-test",
-  };
-  delete env.DATABASE_URL;
-  delete env.SWITCHYARD_CONFIG;
-  delete env.SWITCHYARD_ROLE;
-  if (opts.dataDir) env.SWITCHYARD_DATA_DIR = opts.dataDir;
-  if (opts.databaseUrl) env.DATABASE_URL = opts.databaseUrl;
+  const env: NodeJS.ProcessEnv =
+    opts.inheritEnv === false ? { PATH: process.env.PATH, HOME: process.env.HOME } : defaultEnv(opts);
   for (const [name, value] of Object.entries(opts.env ?? {})) {
     if (value === undefined) delete env[name];
     else env[name] = value;
@@ -140,6 +130,51 @@ export function launchChild(opts: ChildOptions = {}): Promise<ChildServer> {
       reject(new ChildStartError(code, signal, stderr));
     });
   });
+}
+
+/** This test process's environment with the defaults of a test child (see `ChildOptions.inheritEnv`). */
+function defaultEnv(opts: ChildOptions): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    PORT: "0",
+    HOST: "127.0.0.1",
+    LOG_LEVEL: "info",
+    SWITCHYARD_MODELS_DIR: MODELS_DIR,
+    SWITCHYARD_ALLOW_MODEL_DOWNLOAD: "false",
+    SWITCHYARD_GPU: "off",
+    // Pinned as in the harness: no tuning probe per start (issue 12, item 3).
+    SWITCHYARD_ENGINE_THREADS: "1",
+    SWITCHYARD_ENGINE_SEQUENCES: "8",
+    SWITCHYARD_JWT_SECRET: "child-server-test-secret-child-server-test",
+  };
+  delete env.DATABASE_URL;
+  delete env.SWITCHYARD_CONFIG;
+  delete env.SWITCHYARD_ROLE;
+  if (opts.dataDir) env.SWITCHYARD_DATA_DIR = opts.dataDir;
+  if (opts.databaseUrl) env.DATABASE_URL = opts.databaseUrl;
+  return env;
+}
+
+/**
+ * Runs a script of `src/` to its end (e.g. `scripts/admin-cli.ts` with `["migrate"]`) in `cwd`
+ * with exactly `env` (and `PATH`, `HOME`): its exit code and what it wrote.
+ */
+export function runScript(
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+  cwd: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ["--import", LOADER, path.join(packageRoot, "src", script), ...args], {
+    cwd,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
+  child.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
+  return new Promise((resolve) => child.once("exit", (code) => resolve({ code, stdout, stderr })));
 }
 
 /** SIGKILLs every child launched by this test file that is still running (its whole group when detached). */
