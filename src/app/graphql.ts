@@ -35,6 +35,9 @@ import { asDatabaseUnavailable } from "../shared/database-errors.js";
 import { AppError } from "../shared/errors.js";
 import type { Lifecycle } from "./lifecycle.js";
 
+/** WebSocket close code 1013, "Try Again Later" (RFC 6455 registry): the database is unavailable. */
+export const SOCKET_TRY_AGAIN_LATER = 1013;
+
 /** The committed `schema.graphql` at the repository root. */
 export const SCHEMA_FILE = path.join(packageRoot, "schema.graphql");
 
@@ -115,7 +118,16 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
       onConnect: async (ctx) => {
         const raw = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
         const credential = typeof raw === "string" ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
-        return sockets.open(ctx.extra.socket, credential);
+        try {
+          return await sockets.open(ctx.extra.socket, credential);
+        } catch (err) {
+          const refused = asDatabaseUnavailable(err);
+          if (!refused) throw err;
+          // The database, not the credential: "try again later", which graphql-ws clients retry
+          // (issue 28, item 1: the 503 of every path; a 4403 said the credential was forbidden).
+          ctx.extra.socket.close(SOCKET_TRY_AGAIN_LATER, refused.detail);
+          return false;
+        }
       },
       onClose: (ctx) => sockets.close(ctx.extra.socket),
       onSubscribe: (_ctx, _id, payload) => {
