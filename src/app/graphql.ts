@@ -11,7 +11,7 @@ import { ApolloServerPluginLandingPageDisabled } from "@apollo/server/plugin/dis
 import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
 import { expressMiddleware } from "@as-integrations/express5";
 import express, { type Express } from "express";
-import type { GraphQLFormattedError } from "graphql";
+import { GraphQLError, type GraphQLFormattedError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
 import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
@@ -177,6 +177,14 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
       {
         async requestDidStart() {
           return {
+            // Subscriptions are served over graphql-ws; over HTTP graphql-js would run the field
+            // as a query with no event and answer "Internal error" (review of issue 28).
+            async didResolveOperation({ operation }) {
+              if (operation?.operation !== "subscription") return;
+              throw new GraphQLError("Subscriptions are served over graphql-ws on /graphql, not over HTTP", {
+                extensions: { code: "BAD_REQUEST", http: { status: 400 } },
+              });
+            },
             async didEncounterErrors({ errors, contextValue }) {
               for (const error of errors) {
                 if (formatGraphqlError(error.toJSON(), error).extensions?.code === "INTERNAL")
