@@ -195,6 +195,22 @@ describe("request errors over HTTP", () => {
     expect(JSON.stringify(error)).not.toMatch(/stacktrace|at .*\.js/);
   });
 
+  test("when a subscription comes over HTTP, then 400 BAD_REQUEST pointing at graphql-ws, not an internal error; a query beside it in the document is answered", async () => {
+    // Review of issue 28: graphql-js ran the subscription's field as a query, found no event and
+    // answered "Internal error" (status_code 500), logged as an ERROR.
+    const user = await createTestUser(server.url);
+    const document = "subscription Live { completionEvents { responseId } } query Me { me { id } }";
+    const send = (operationName: string) =>
+      post(JSON.stringify({ query: document, operationName }), {
+        "content-type": "application/json",
+        authorization: `Bearer ${user.token}`,
+      });
+    const error = expectRequestError(await send("Live"), 400, "BAD_REQUEST");
+    expect(error.message).toMatch(/graphql-ws/);
+    const me = await send("Me");
+    expect({ status: me.status, data: me.body.data }).toEqual({ status: 200, data: { me: { id: user.userId } } });
+  });
+
   test("when a variable has the wrong type, then 400 BAD_USER_INPUT", async () => {
     const res = await post(
       JSON.stringify({ query: "mutation ($id: String!) { revokeApiKey(id: $id) }", variables: { id: 5 } }),

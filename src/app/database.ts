@@ -87,6 +87,7 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
       const circuit = new DatabaseCircuit({
         databaseUrl: url,
         probeTimeoutMs: config.dbProbeTimeoutMs,
+        connectTimeoutMs: config.dbConnectTimeoutMs,
         // A live server answers a COMMIT well within the statement timeout.
         commitWaitMs: config.dbStatementTimeoutMs || 30_000,
         logger,

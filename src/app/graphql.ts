@@ -11,7 +11,7 @@ import { ApolloServerPluginLandingPageDisabled } from "@apollo/server/plugin/dis
 import { ApolloServerPluginDrainHttpServer } from "@apollo/server/plugin/drainHttpServer";
 import { expressMiddleware } from "@as-integrations/express5";
 import express, { type Express } from "express";
-import type { GraphQLFormattedError } from "graphql";
+import { GraphQLError, type GraphQLFormattedError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
 import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
@@ -34,6 +34,9 @@ import type { RequestContext } from "../services/platform/context.js";
 import { asDatabaseUnavailable } from "../shared/database-errors.js";
 import { AppError } from "../shared/errors.js";
 import type { Lifecycle } from "./lifecycle.js";
+
+/** WebSocket close code 1013, "Try Again Later" (RFC 6455 registry): the database is unavailable. */
+export const SOCKET_TRY_AGAIN_LATER = 1013;
 
 /** The committed `schema.graphql` at the repository root. */
 export const SCHEMA_FILE = path.join(packageRoot, "schema.graphql");
@@ -115,7 +118,16 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
       onConnect: async (ctx) => {
         const raw = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
         const credential = typeof raw === "string" ? /^Bearer\s+(\S+)$/i.exec(raw)?.[1] : undefined;
-        return sockets.open(ctx.extra.socket, credential);
+        try {
+          return await sockets.open(ctx.extra.socket, credential);
+        } catch (err) {
+          const refused = asDatabaseUnavailable(err);
+          if (!refused) throw err;
+          // The database, not the credential: "try again later", which graphql-ws clients retry
+          // (issue 28, item 1: the 503 of every path; a 4403 said the credential was forbidden).
+          ctx.extra.socket.close(SOCKET_TRY_AGAIN_LATER, refused.detail);
+          return false;
+        }
       },
       onClose: (ctx) => sockets.close(ctx.extra.socket),
       onSubscribe: (_ctx, _id, payload) => {
@@ -165,6 +177,14 @@ export async function startGraphql(life: Lifecycle, parts: GraphqlParts): Promis
       {
         async requestDidStart() {
           return {
+            // Subscriptions are served over graphql-ws; over HTTP graphql-js would run the field
+            // as a query with no event and answer "Internal error" (review of issue 28).
+            async didResolveOperation({ operation }) {
+              if (operation?.operation !== "subscription") return;
+              throw new GraphQLError("Subscriptions are served over graphql-ws on /graphql, not over HTTP", {
+                extensions: { code: "BAD_REQUEST", http: { status: 400 } },
+              });
+            },
             async didEncounterErrors({ errors, contextValue }) {
               for (const error of errors) {
                 if (formatGraphqlError(error.toJSON(), error).extensions?.code === "INTERNAL")

@@ -25,7 +25,14 @@
  *   starve it), which must answer within `probeTimeoutMs`; its success closes the circuit, its
  *   failure opens it — unless the server answered other work while the probe waited (then it is
  *   slow, or out of connections for the probe, but there).
- * - open → half_open → closed: a probe every `REPROBE_MS` while open.
+ * - open → half_open → closed: a probe every `REPROBE_MS` while open. Such a probe usually has to
+ *   make its connection afresh (a failed probe drops it), which against a far database (startup,
+ *   password exchange, TLS: several round trips) can take longer than `probeTimeoutMs` on its own;
+ *   so while open, making the connection may take `connectTimeoutMs`, as any pool connection may,
+ *   and only its `SELECT 1` is held to `probeTimeoutMs`. (With the probe's whole bound at
+ *   `probeTimeoutMs`, a database 200 ms away each way never passed a probe after an outage, and
+ *   the circuit stayed open against a database that answered every query.) A frozen server makes
+ *   that connection wait; its thaw answers it at once.
  * So a frozen database is refused within `stallMs` + `probeTimeoutMs` (+ one tick) and a
  * recovered one serves again within `REPROBE_MS` + one probe.
  */
@@ -54,6 +61,11 @@ export interface CircuitOptions {
   databaseUrl: string;
   /** Most time a probe (connecting if need be, and `SELECT 1`) may take, ms (config `dbProbeTimeoutMs`). */
   probeTimeoutMs: number;
+  /**
+   * While the circuit is open, most time a probe may take to make its connection, ms, before its
+   * `SELECT 1` (config `dbConnectTimeoutMs`; default `probeTimeoutMs`). See the module header.
+   */
+  connectTimeoutMs?: number;
   /**
    * Most time a `COMMIT` already sent is waited for once the circuit opened, ms (the statement
    * timeout: a live server answers a COMMIT well within it). After it the transaction's outcome
@@ -214,8 +226,13 @@ export class DatabaseCircuit implements DatabaseAvailability {
     this.lastProbe = performance.now();
     if (this.current === "open") this.current = "half_open";
     const sent = performance.now();
-    const ping = this.ping();
-    void fulfilsWithin(ping, this.opts.probeTimeoutMs).then((ok) => {
+    // While open, a connection made afresh may take as long as any connection (module header).
+    const connectMs =
+      this.current === "closed" || this.probeClient
+        ? 0
+        : Math.max(this.opts.connectTimeoutMs ?? 0, this.opts.probeTimeoutMs);
+    const ping = this.ping(connectMs || this.opts.probeTimeoutMs);
+    void fulfilsWithin(ping, connectMs + this.opts.probeTimeoutMs).then((ok) => {
       this.probing = false;
       if (this.stopped) return;
       this.opts.logger.debug(
@@ -241,14 +258,14 @@ export class DatabaseCircuit implements DatabaseAvailability {
     });
   }
 
-  /** `SELECT 1` on the probe's own connection, made first when there is none. */
-  private async ping(): Promise<void> {
+  /** `SELECT 1` on the probe's own connection, made first (within `connectMs`) when there is none. */
+  private async ping(connectMs: number): Promise<void> {
     let client = this.probeClient;
     if (!client) {
       const fresh = new pg.Client({
         connectionString: this.opts.databaseUrl,
         application_name: "switchyard-probe",
-        connectionTimeoutMillis: this.opts.probeTimeoutMs,
+        connectionTimeoutMillis: connectMs,
         keepAlive: true,
       });
       // A lost probe connection (a shutdown reaches idle connections first) is itself a signal.

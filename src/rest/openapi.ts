@@ -388,7 +388,7 @@ export function buildOpenApiDocument(): Json {
  * parameters"): one plain value, never empty.
  */
 const QUERY_VALUE_RULE =
-  "Give it at most once, as one plain value: an empty value (`name=`), a repeated parameter and the array or object forms (`name[]=`, `name[key]=`) are refused with 400. `null` is not special: it is read as the text null.";
+  "Give it at most once, as one plain value: an empty value (`name=`), a repeated parameter, the array or object forms (`name[]=`, `name[key]=`) and percent-encoded bytes that are not UTF-8 are refused with 400. `null` is not special: it is read as the text null.";
 
 /**
  * A query parameter of the document: its schema as the service validates it, said to take no

@@ -36,6 +36,25 @@ function clientStatus(formatted: GraphQLFormattedError, original: unknown): numb
 }
 
 /**
+ * The `AppError` behind `error`, if any: a resolver's own (Apollo's `unwrapResolverError`), or one
+ * that graphql-ws wrapped in a `GraphQLError` without a path (a subscription's event stream that
+ * failed after it started: the error its iterator threw is the `originalError`). A database
+ * stopped, frozen or past a timeout is the database's 503, never INTERNAL (issue 28, item 1;
+ * a subscription whose feed could not be read answered "Internal error").
+ */
+function appErrorOf(error: unknown): AppError | undefined {
+  let e = unwrapResolverError(error);
+  for (let depth = 0; depth < 4; depth++) {
+    if (e instanceof AppError) return e;
+    const unavailable = asDatabaseUnavailable(e);
+    if (unavailable) return unavailable;
+    if (!(e instanceof GraphQLError) || e.originalError === undefined) return undefined;
+    e = e.originalError;
+  }
+  return undefined;
+}
+
+/**
  * Apollo `formatError` (and graphql-ws `onNext`/`onError`): `AppError` (and an unavailable
  * database, as its 503 `AppError`) → message = detail,
  * extensions `{code, status_code, extra}`; request errors keep message and code with their 4xx
@@ -43,9 +62,7 @@ function clientStatus(formatted: GraphQLFormattedError, original: unknown): numb
  * internals.
  */
 export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
-  const unwrapped = unwrapResolverError(error);
-  // A database stopped, frozen or past a timeout is the database's 503, never INTERNAL (issue 28, item 1).
-  const original = unwrapped instanceof AppError ? unwrapped : asDatabaseUnavailable(unwrapped);
+  const original = appErrorOf(error);
   if (original instanceof AppError) {
     return {
       ...formatted,

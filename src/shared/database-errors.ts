@@ -37,10 +37,12 @@ export interface DatabaseAvailability {
  * SQLSTATEs that say "the server is away or past a bound", not "this statement is wrong":
  * class 08 (connection exception), 53 (insufficient resources: too many connections, disk full,
  * out of memory), 57P01–57P03 (shut down, crashed, starting up), 57014 (canceled: the statement
- * timeout; nothing here cancels otherwise), 55P03 (the lock timeout) and 25P03 (the
- * idle-in-transaction timeout).
+ * timeout; nothing here cancels otherwise), 55P03 (the lock timeout), 25P03 (the
+ * idle-in-transaction timeout) and 25006 (a write on a read-only server: a standby reached after a
+ * failover, or a database set read-only for maintenance; a 500 until the issue 28 review). Reads
+ * keep working then: the circuit's probe passes and it stays closed, but every write is the 503.
  */
-const UNAVAILABLE_SQLSTATE = /^(08...|53...|57P0[123]|57014|55P03|25P03)$/;
+const UNAVAILABLE_SQLSTATE = /^(08...|53...|57P0[123]|57014|55P03|25P03|25006)$/;
 
 /** Socket errors of a connection that could not be made or was lost. */
 const UNAVAILABLE_ERRNO = new Set([

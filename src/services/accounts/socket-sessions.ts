@@ -8,6 +8,7 @@
  * bus reconnected) closes it with 4403 once the credentials no longer hold: that also ends its
  * running subscriptions, whose caller is fixed when they start.
  */
+import { isDatabaseUnavailable } from "../../shared/database-errors.js";
 import { AppError } from "../../shared/errors.js";
 import type { CacheBus } from "../platform/cache-bus.js";
 import type { Principal } from "../platform/context.js";
@@ -53,14 +54,16 @@ export class SocketSessions {
   /**
    * Authenticates a connecting socket and remembers its credential.
    * @returns false when the credential is refused (the socket is then refused too).
-   * @throws what `CredentialService.authenticate` throws other than an `AppError` (e.g. the database is down).
+   * @throws what `CredentialService.authenticate` throws other than an `AppError` refusing the
+   *   credential: an unavailable database (`isDatabaseUnavailable`, the circuit's 503 included)
+   *   says nothing about the credential (issue 28 review: such sockets were closed as forbidden).
    */
   async open(socket: ClosableSocket, credential: string | undefined): Promise<boolean> {
     let principal: Principal | undefined;
     try {
       principal = await this.credentials.authenticate(credential);
     } catch (err) {
-      if (err instanceof AppError) return false;
+      if (err instanceof AppError && !isDatabaseUnavailable(err)) return false;
       throw err;
     }
     const keyHash =
@@ -95,8 +98,10 @@ export class SocketSessions {
           if (now?.userId !== before.userId || now.teamId !== before.teamId) this.end(socket);
         },
         (err: unknown) => {
-          // A database failure proves nothing: the next operation authenticates again anyway.
-          if (err instanceof AppError) this.end(socket);
+          // A database failure proves nothing (the circuit's 503 is an AppError too: every socket
+          // was closed as forbidden when the listener reconnected after an outage): the next
+          // operation authenticates again anyway.
+          if (err instanceof AppError && !isDatabaseUnavailable(err)) this.end(socket);
         },
       );
     }
