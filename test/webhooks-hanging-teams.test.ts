@@ -5,7 +5,8 @@
  * per process; docs/webhooks.md says that "even then other teams keep three quarters of the
  * process". But four teams, each at its bound with hanging receivers (destination hosts are free
  * to make up: one port each here), hold every slot of the process, and a fifth team's healthy
- * receiver waits for the attempt ceiling. Small settings here (process 16, host 1, so a team
+ * receiver waited for the attempt ceiling (now a quarter is kept for teams with none under way).
+ * Small settings here (process 16, host 1, so a team
  * bound of 4); the defaults (256, 4, 64) fall the same way to four teams with 16 hanging hosts each.
  */
 import { CHAT_MODEL, type TestServer, createTestCaller, eventually, http, startTestServer } from "./support/harness.js";

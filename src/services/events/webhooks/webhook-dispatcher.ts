@@ -13,7 +13,9 @@
  * `host[:port]`, `hostConcurrency` at once in this process), per team (`teamBound`) and per process
  * (`concurrency`). A receiver that hangs holds at most its own host's slots for the attempt
  * ceiling; deliveries to other hosts, of its team or any other, are claimed as soon as they are
- * due. Claims go round-robin over teams (each team's oldest due deliveries first).
+ * due. Claims go round-robin over teams (each team's oldest due deliveries first). The last
+ * quarter of the process (`teamBound` slots) goes only to teams with no attempt under way here,
+ * one slot each, so teams at their bound with hanging receivers hold at most three quarters.
  *
  * Leases (issue 28, item 3): a claimed row is leased for 10 s and renewed every 3 s while its
  * attempt runs (`webhook-leases.ts`): a process that dies mid-attempt leaves its deliveries due
@@ -250,27 +252,24 @@ export class WebhookDispatcher {
         }
         const free = this.concurrency - this.inFlight.size;
         if (free <= 0 || !this.running) break;
-        const claimedAt = Date.now();
-        const rows = await this.claim(free);
-        for (const row of rows) {
-          count(this.teamInFlight, row.team_id, 1);
-          count(this.hostInFlight, row.host, 1);
-          const lease = this.leases.add(
-            { id: row.id, responseId: row.response_id, attempt: row.attempts, host: row.host },
-            claimedAt,
-          );
-          const task: Promise<void> = this.deliver(row, lease)
-            .catch((err: unknown) => this.logger.error({ err, deliveryId: row.id }, "webhook delivery step failed"))
-            .finally(() => {
-              this.inFlight.delete(task);
-              this.leases.remove(row.id);
-              count(this.teamInFlight, row.team_id, -1);
-              count(this.hostInFlight, row.host, -1);
-              this.wake();
-            });
-          this.inFlight.add(task);
+        // A quarter of the process (the team bound) is kept for teams with no attempt under way
+        // here, one slot each: teams at their bound with hanging receivers can hold at most
+        // three quarters of it (review of issue 28, item 2: four teams at their bound took it all,
+        // and a fifth team's healthy receiver waited for the attempt ceiling).
+        const bound = teamBound(this.concurrency, this.hostConcurrency);
+        const reserve = Math.max(0, Math.min(bound, this.concurrency - bound));
+        const open = Math.min(free, Math.max(0, this.concurrency - reserve - this.inFlight.size));
+        let rows = open > 0 ? await this.claim(open, bound) : [];
+        this.startAttempts(rows);
+        const left = this.concurrency - this.inFlight.size;
+        // Only when the first claim was cut by its limit: otherwise it took every due delivery
+        // a newcomer could have had.
+        if (left > 0 && rows.length === open) {
+          const newcomers = await this.claim(left, 1);
+          this.startAttempts(newcomers);
+          rows = rows.concat(newcomers);
         }
-        if (rows.length === free) this.again = true;
+        if (rows.length >= free) this.again = true;
       } while (this.again && this.running);
     } catch (err) {
       this.logger.warn({ err }, "webhook dispatcher could not claim deliveries");
@@ -279,12 +278,35 @@ export class WebhookDispatcher {
     }
   }
 
+  /** Starts the attempts of `rows`, just claimed, counting them against their team and host. */
+  private startAttempts(rows: ClaimedDelivery[]): void {
+    const claimedAt = Date.now();
+    for (const row of rows) {
+      count(this.teamInFlight, row.team_id, 1);
+      count(this.hostInFlight, row.host, 1);
+      const lease = this.leases.add(
+        { id: row.id, responseId: row.response_id, attempt: row.attempts, host: row.host },
+        claimedAt,
+      );
+      const task: Promise<void> = this.deliver(row, lease)
+        .catch((err: unknown) => this.logger.error({ err, deliveryId: row.id }, "webhook delivery step failed"))
+        .finally(() => {
+          this.inFlight.delete(task);
+          this.leases.remove(row.id);
+          count(this.teamInFlight, row.team_id, -1);
+          count(this.hostInFlight, row.host, -1);
+          this.wake();
+        });
+      this.inFlight.add(task);
+    }
+  }
+
   /**
    * Leases up to `n` due deliveries to this process (one more attempt each, leased for
-   * `LEASE_MS`): at most `hostConcurrency` per destination host and `teamBound` per team, counting
+   * `LEASE_MS`): at most `hostConcurrency` per destination host and `perTeam` per team, counting
    * the attempts already under way here; the teams' oldest due deliveries first, round-robin.
    */
-  private claim(n: number): Promise<ClaimedDelivery[]> {
+  private claim(n: number, perTeam: number): Promise<ClaimedDelivery[]> {
     const hosts = [...this.hostInFlight];
     const teams = [...this.teamInFlight];
     return queryRows<ClaimedDelivery>(
@@ -329,7 +351,7 @@ export class WebhookDispatcher {
         teams.map(([team]) => team),
         teams.map(([, busy]) => busy),
         this.hostConcurrency,
-        teamBound(this.concurrency, this.hostConcurrency),
+        perTeam,
       ],
     );
   }
