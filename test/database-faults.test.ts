@@ -96,8 +96,9 @@ async function traffic(
 }
 
 describe("PostgreSQL frozen under traffic", () => {
-  test("when PostgreSQL is frozen for 9 s under 20 chat completions a second, then no request waits on it over 3 s, every failure is a 503 with Retry-After, 2xx are back within 10 s of the thaw, and exactly the 2xx answers are charged", async () => {
-    const FREEZE_MS = 9_000;
+  test("when PostgreSQL is frozen for 30 s under 20 chat completions a second, then no request waits on it over 3 s, every failure is a 503 with Retry-After, 2xx are back within 10 s of the thaw, and exactly the 2xx answers are charged", async () => {
+    // The 30 s of issue 28's Checks.
+    const FREEZE_MS = 30_000;
     let freezeAt = Infinity;
     let thawAt = Infinity;
     let answered = 0;
@@ -181,7 +182,7 @@ describe("PostgreSQL frozen under traffic", () => {
       [caller.teamId],
     );
     expect(team.balance).toBe(team.ledger);
-  }, 120_000);
+  }, 180_000);
 });
 
 /** One request to every data-plane path, a control-plane read and a GraphQL query. */
