@@ -22,6 +22,7 @@ import {
   startTestServer,
 } from "./support/harness.js";
 import { type FaultyPostgres, startFaultyPostgres } from "./support/pg-faults.js";
+import { queryPrepared } from "../src/db/sql.js";
 
 let pg: FaultyPostgres;
 let server: TestServer;
@@ -183,6 +184,41 @@ describe("PostgreSQL frozen under traffic", () => {
     );
     expect(team.balance).toBe(team.ledger);
   }, 180_000);
+});
+
+describe("a statement cut off by a freeze", () => {
+  test("when PostgreSQL freezes while a prepared statement runs (queryPrepared, as the group commit sends it), then the call fails with 503 and what the statement wrote is not committed when PostgreSQL runs again", async () => {
+    await pg.query("CREATE TABLE IF NOT EXISTS fault_probe (id text PRIMARY KEY)");
+    const id = `cut-${Date.now()}`;
+    // Runs ~1.5 s on the server: the freeze lands inside it, before its answer and its commit.
+    const call = queryPrepared<{ id: string }>(
+      server.app.dataSource,
+      "fault_probe",
+      "WITH w AS (INSERT INTO fault_probe (id) VALUES ($1) RETURNING id) SELECT id, pg_sleep(1.5)::text FROM w",
+      [id],
+    ).then(
+      () => "committed",
+      (err: unknown) => (err as { status?: number }).status,
+    );
+    await sleep(300);
+    pg.freeze();
+    const outcome = await call;
+    await sleep(500);
+    pg.thaw();
+    // The server finishes the statement once thawed, then finds its client gone: no commit.
+    await sleep(2_500);
+    expect(outcome).toBe(503);
+    expect(await pg.query("SELECT id FROM fault_probe WHERE id = $1", [id])).toEqual([]);
+    // And the same call commits once the circuit serves again.
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(200)) {
+      if ((await http(server.url, "GET", "/v1/health/ready")).status === 200) break;
+    }
+    await expect(
+      queryPrepared(server.app.dataSource, "fault_probe_ok", "INSERT INTO fault_probe (id) VALUES ($1) RETURNING id", [
+        `${id}-ok`,
+      ]),
+    ).resolves.toEqual([{ id: `${id}-ok` }]);
+  }, 60_000);
 });
 
 /** One request to every data-plane path, a control-plane read and a GraphQL query. */

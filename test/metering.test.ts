@@ -8,6 +8,10 @@ import { AppError, ErrorCode } from "../src/shared/errors.js";
 import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
 import { principalOf, usageRecordFor } from "./support/records.js";
+import { inFlightInsert } from "../src/services/metering/in-flight-activity.js";
+
+const NO_USER = "00000000-0000-0000-0000-000000000000";
+const ZERO = { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 };
 
 let server: TestServer;
 beforeAll(async () => {
@@ -131,6 +135,68 @@ test("when the same request id is queued twice in one flush, then it is recorded
   expect(ledger).toEqual([{ amount_micros: "-300" }]);
   const [team] = await server.db<any>("SELECT credit_balance_micros FROM teams WHERE id = $1", [principal.teamId]);
   expect(team.credit_balance_micros).toBe(String(5_000_000 - 300));
+});
+
+test("when one flush writes new rows and ends rows in flight (and a seed inserts rows directly), then usage_daily and activity_counts equal the sums over activity", async () => {
+  // The flush rolls up the rows it inserts in its statement and the update trigger the rows in
+  // flight it ends (migration 1764910000000); any other insert is rolled up by the insert trigger.
+  const principal = await principalFor();
+  const team = principal.teamId;
+  const keyless = { ...principal, apiKey: null };
+  const inFlight = [0, 1, 2].map(() => uuidv7());
+  await inFlightInsert(server.app.dataSource, [
+    usageRecordFor(principal, { id: inFlight[0], status: "pending", usage: ZERO }),
+    usageRecordFor(principal, { id: inFlight[1], status: "running", usage: ZERO }),
+    usageRecordFor(keyless, { id: inFlight[2], status: "running", usage: ZERO, model: "other-model" }),
+  ]);
+  const ended = await server.db<{ id: string }>("SELECT id FROM activity WHERE id = $1", [inFlight[2]]);
+  expect(ended).toHaveLength(1);
+  const records = [
+    ...inFlight.map((id, i) => record(i === 2 ? keyless : principal, BigInt(100 + i), id)),
+    record(principal, 7n),
+    record(keyless, 8n),
+    { ...record(principal, 9n), status: "failed" as const },
+    { ...record(principal, 10n), status: "cancelled" as const, model: "other-model" },
+  ];
+  const flushes = server.app.metering.stats.flushes;
+  await Promise.all(records.map((r) => server.app.metering.record(r)));
+  expect(server.app.metering.stats.flushes - flushes).toBe(1);
+  // A seed straight into activity (not the group commit): the insert trigger rolls it up.
+  await server.db(
+    `INSERT INTO activity (id, team_id, type, status, endpoint, model, prompt_tokens, completion_tokens, total_tokens,
+                           cost_micros, created_at)
+     VALUES ($1, $2, 'standalone', 'completed', '/v1/chat/completions', 'seeded', 1, 2, 3, 4, now() - interval '2 days')`,
+    [uuidv7(), team],
+  );
+  const usage = await server.db(
+    `SELECT day::text, user_id, model, service_tier, prompt_tokens::int AS p, completion_tokens::int AS c,
+            total_tokens::int AS t, request_count::int AS n, cost_micros::int AS cost
+       FROM usage_daily WHERE team_id = $1 ORDER BY 1, 2, 3, 4`,
+    [team],
+  );
+  const usageOracle = await server.db(
+    `SELECT (created_at AT TIME ZONE 'UTC')::date::text AS day, COALESCE(user_id, '${NO_USER}') AS user_id, model,
+            service_tier, sum(prompt_tokens)::int AS p, sum(completion_tokens)::int AS c, sum(total_tokens)::int AS t,
+            count(*)::int AS n, sum(cost_micros)::int AS cost
+       FROM activity WHERE team_id = $1 AND status IN ('completed', 'failed', 'cancelled')
+      GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`,
+    [team],
+  );
+  expect(usage).toEqual(usageOracle);
+  expect(usage.reduce((n, u: any) => n + u.n, 0)).toBe(8);
+  const counts = await server.db(
+    `SELECT user_id, api_key_id, model, type, status, n::int FROM activity_counts WHERE team_id = $1 AND n <> 0
+      ORDER BY 1, 2, 3, 4, 5`,
+    [team],
+  );
+  const countsOracle = await server.db(
+    `SELECT COALESCE(user_id, '${NO_USER}') AS user_id, COALESCE(api_key_id, '${NO_USER}') AS api_key_id, model, type,
+            status, count(*)::int AS n
+       FROM activity WHERE team_id = $1 GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`,
+    [team],
+  );
+  expect(counts).toEqual(countsOracle);
+  expect(counts.reduce((n, c: any) => n + c.n, 0)).toBe(8);
 });
 
 describe("background responses ended before their record lands", () => {

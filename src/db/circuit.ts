@@ -82,6 +82,13 @@ export interface CircuitOptions {
 export interface WatchedOperation {
   /** Call once it ended, with its error when it failed. */
   end(err?: unknown): void;
+  /**
+   * A `query` operation that has just sent its transaction's commit (a Sync ending an implicit
+   * transaction, `sql.ts`) is a `commit` from now on: waited for, like a `COMMIT` sent, for up to
+   * `commitWaitMs` from now, instead of abandoned when the circuit opens.
+   * @returns false when the operation was already abandoned: the caller must not commit.
+   */
+  committing(): boolean;
 }
 
 /**
@@ -168,6 +175,14 @@ export class DatabaseCircuit implements DatabaseAvailability {
         if (!this.operations.delete(op)) return;
         if (err !== undefined && isDatabaseUnavailable(err)) this.suspect();
         else if (kind !== "checkout") this.lastProgress = performance.now();
+      },
+      committing: () => {
+        if (!this.operations.has(op)) return false;
+        op.kind = "commit";
+        op.started = performance.now();
+        // The statement's answer came back: the server made progress.
+        this.lastProgress = op.started;
+        return true;
       },
     };
   }

@@ -34,6 +34,7 @@ import { UsageDailyCovering1764882000000 } from "./migrations/1764882000000-usag
 import { PlatformModelRequests1764883000000 } from "./migrations/1764883000000-platform-model-requests.js";
 import { WebhookRedelivery1764890000000 } from "./migrations/1764890000000-webhook-redelivery.js";
 import { ApiKeyPolicy1764905000000 } from "./migrations/1764905000000-api-key-policy.js";
+import { ActivityRollupsInFlush1764910000000 } from "./migrations/1764910000000-activity-rollups-in-flush.js";
 import type { DatabaseCircuit } from "./circuit.js";
 import { guardPool, guardedClientClass } from "./pool-guard.js";
 import { NoSessionError, assertSession } from "./session.js";
@@ -71,6 +72,7 @@ export const migrations = [
   PlatformModelRequests1764883000000,
   WebhookRedelivery1764890000000,
   ApiKeyPolicy1764905000000,
+  ActivityRollupsInFlush1764910000000,
 ];
 
 /**

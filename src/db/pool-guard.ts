@@ -6,7 +6,8 @@
  * An abandoned or refused query closes its connection (the pool then drops it): the server rolls
  * back the transaction it was in when it sees the connection gone, and no connection in an
  * unknown state (half a transaction, a statement still running) goes back to the pool.
- * Submittables (cursors, streams) pass unwatched: nothing here uses them.
+ * Other submittables (cursors, streams) pass unwatched: nothing here uses them. A commit-aware one
+ * (`commit-after-answer.ts`) is watched as a query until it commits, then as a `COMMIT`.
  */
 import pg from "pg";
 import type { AppError } from "../shared/errors.js";
@@ -45,6 +46,46 @@ function settleWith<C extends (err: Error | undefined, ...rest: never[]) => void
   return { deliver, result };
 }
 
+/** A submittable that commits its own transaction (`commit-after-answer.ts`). */
+interface CommitAwareSubmittable {
+  commitAware: true;
+  callback?: QueryCallback;
+  beforeCommit?: () => boolean;
+}
+
+function isCommitAware(config: unknown): config is CommitAwareSubmittable {
+  return (config as { commitAware?: unknown } | null)?.commitAware === true;
+}
+
+/**
+ * A commit-aware submittable under the circuit: refused while open; watched as a `query` until it
+ * asks to commit (`beforeCommit`: refused once abandoned), then as a `commit`.
+ */
+function guardedCommit(client: pg.Client, raw: RawQuery, circuit: DatabaseCircuit, config: CommitAwareSubmittable) {
+  const deliver = config.callback ?? noop;
+  const refused = circuit.refusal();
+  if (refused) {
+    disconnect(client);
+    process.nextTick(() => deliver(refused));
+    return config;
+  }
+  let settled = false;
+  const op = circuit.watch("query", (err: AppError) => {
+    if (settled) return;
+    settled = true;
+    deliver(err);
+    disconnect(client);
+  });
+  config.beforeCommit = () => !settled && op.committing();
+  config.callback = (err, res) => {
+    op.end(err ?? undefined);
+    if (settled) return;
+    settled = true;
+    deliver(err ?? undefined, res);
+  };
+  return raw(config);
+}
+
 /** `client.query` under the circuit: refused while open, watched, abandoned when it opens. */
 function guardedQuery(
   client: pg.Client,
@@ -54,6 +95,7 @@ function guardedQuery(
   values?: unknown,
   callback?: QueryCallback,
 ): unknown {
+  if (isCommitAware(config)) return guardedCommit(client, raw, circuit, config);
   if (typeof (config as { submit?: unknown } | null)?.submit === "function") return raw(config, values, callback);
   if (typeof values === "function") {
     callback = values as QueryCallback;

@@ -1,5 +1,6 @@
 /** Thin helpers for the raw SQL the services run through TypeORM managers. */
 import { createHash } from "node:crypto";
+import { CommitAfterAnswer } from "./commit-after-answer.js";
 
 /** Anything that runs SQL: a DataSource, an EntityManager or a QueryRunner. */
 export interface Queryable {
@@ -20,7 +21,7 @@ export async function queryRows<T>(db: Queryable, text: string, params?: unknown
 
 /** A connection of a node-postgres pool, as `queryPrepared` uses it. */
 interface PooledConnection {
-  query(config: string | { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
+  query(submittable: CommitAfterAnswer): unknown;
   release(err?: Error): void;
   on(event: "error", listener: (err: Error) => void): void;
   off(event: "error", listener: (err: Error) => void): void;
@@ -57,11 +58,13 @@ const statementNames = new Map<string, string>();
  * Other `Queryable`s (a transaction's manager) run it plainly, inside their transaction, and so
  * does a DataSource marked by `useUnnamedStatements` (one statement, atomic on its own).
  *
- * `BEGIN`, the statement and `COMMIT` go as three round trips (issue 28, item 1): a statement the
- * database circuit abandons (PostgreSQL frozen under it, `circuit.ts`) has its connection closed
- * before any COMMIT was sent, so PostgreSQL rolls it back when it runs again, instead of
- * committing, unseen, what the caller was told had failed (for the group commit: charges for
- * requests answered 503). A COMMIT already sent is waited for by the circuit.
+ * The statement runs in a transaction of its own, committed only once its answer is back, in two
+ * round trips (issue 30, item 2; it was `BEGIN`, the statement, `COMMIT`: three, issue 28 item 1):
+ * see `commit-after-answer.ts`. A statement the database circuit abandons (PostgreSQL frozen under
+ * it, `circuit.ts`) has its connection closed before its commit was sent, so PostgreSQL rolls it
+ * back when it runs again, instead of committing, unseen, what the caller was told had failed (for
+ * the group commit: charges for requests answered 503). A commit already sent is waited for by
+ * the circuit.
  * Note: a connection whose statement failed is closed, so the next call costs a reconnect and a
  * new parse.
  */
@@ -81,13 +84,13 @@ export async function queryPrepared<T>(db: Queryable, name: string, text: string
   const onError = (err: Error) => (failure ??= err);
   connection.on("error", onError);
   try {
-    await connection.query("BEGIN");
-    const result = await connection.query({ name: named, text, values: params });
-    await connection.query("COMMIT");
-    return result.rows as T[];
+    return await new Promise<T[]>((resolve, reject) => {
+      const statement = new CommitAfterAnswer(named, text, params);
+      statement.callback = (err, rows) => (err ? reject(err) : resolve(rows as T[]));
+      connection.query(statement);
+    });
   } catch (err) {
     failure = err instanceof Error ? err : new Error(String(err));
-    await connection.query("ROLLBACK").catch(() => undefined);
     throw err;
   } finally {
     connection.off("error", onError);

@@ -131,7 +131,7 @@ export class KeyBudgetService extends LeasePool {
  * - `key_capped`: `metered` with `full_cost` (the request's cost) and `cost_micros` capped at what
  *   the key has left, `min(cost, max(0, budget − before − (key_running − cost)))` with
  *   `key_running` the key's costs so far in ledger id order; keys without a budget keep their cost.
- * `KEY_SPEND_CTES` then adds what the ledger charged (`charges.charged`, after the team's cap) to
+ * `keySpendCtes` then adds what the ledger charged (`charges.charged`, after the team's cap) to
  * each key's spend and takes it off this process's key leases.
  */
 export const KEY_BUDGET_CTES = `key_locked AS (
@@ -158,11 +158,11 @@ key_capped AS (
 
 /**
  * The second half of the key budgets in the group commit, after `USAGE_CHARGE_CTES` (it reads
- * `charges` and `key_locked`; `$4` is this process's lease holder): `key_spend` sets each key's
- * spend to `before` plus what its requests were charged, in the current window; `key_leases`
- * takes the same off this process's lease of the key.
+ * `charges` and `key_locked`; `holder` is the statement's parameter holding this process's lease
+ * holder, e.g. `$2`): `key_spend` sets each key's spend to `before` plus what its requests were
+ * charged, in the current window; `key_leases` takes the same off this process's lease of the key.
  */
-export const KEY_SPEND_CTES = `key_charged AS (
+export const keySpendCtes = (holder: string) => `key_charged AS (
   SELECT api_key_id, sum(charged) AS total FROM charges
    WHERE api_key_id IN (SELECT key_id FROM key_locked)
    GROUP BY api_key_id
@@ -175,5 +175,5 @@ key_spend AS (
 key_leases AS (
   UPDATE api_key_leases kl SET micros = GREATEST(0, kl.micros - c.total), updated_at = now()
     FROM key_charged c
-   WHERE kl.key_id = c.api_key_id AND kl.holder = $4::uuid
+   WHERE kl.key_id = c.api_key_id AND kl.holder = ${holder}::uuid
 )`;

@@ -139,7 +139,8 @@ export async function appendSignupGrant(em: EntityManager, teamId: string, micro
  *   that would cross it is capped;
  * - `ledger`: the `usage` entries inserted (negative `charged`, source the request id; the
  *   description says when a cap applied), in ledger id order so their created_at follows their
- *   balance_after; returns `source_id`;
+ *   balance_after; returns `source_id` (the request id), `charged` and `balance_after` (text, micro-USD):
+ *   the group commit's answer;
  * - `balances`: the teams' new balances, each announced on the cache bus (`balance:<team>=<micros>`).
  */
 export const USAGE_CHARGE_CTES = `locked AS (
@@ -162,7 +163,7 @@ ledger AS (
               ELSE '' END
     FROM charges
    ORDER BY team_id, ledger_id
-  RETURNING source_id
+  RETURNING source_id, (-amount_micros)::text AS charged, balance_after_micros::text AS balance_after
 ),
 balances AS (
   UPDATE teams t SET credit_balance_micros = GREATEST(0, l.before - s.total), updated_at = now()

@@ -2,8 +2,9 @@
  * Metering by group commit (DESIGN §1 "The data plane's hot path stays lean"): every finished
  * inference request hands its activity row, its usage charge and (for stored responses) its
  * Response row to `record`, which resolves once they are durably committed. Records that arrive
- * while a flush runs are written together by the next flush: one SQL statement (one round trip,
- * atomic) however many requests. A request id is charged at most once (activity primary key
+ * while a flush runs are written together by the next flush: one SQL statement (atomic; its
+ * answer and its commit are two round trips) however many requests, lean for what the batch needs
+ * (`group-commit-statement.ts`, issue 30 item 2). A request id is charged at most once (activity primary key
  * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
  * Each new record also gets its completion event (issue 6, item 6), positioned in commit order
  * under an advisory lock every flush takes first (see `completion-events.service.ts`).
@@ -15,13 +16,11 @@ import type { Logger } from "pino";
 import type { DataSource } from "typeorm";
 import { type Queryable, queryPrepared, queryRows } from "../../db/sql.js";
 import { type DatabaseAvailability, databaseUnavailable, isDatabaseUnavailable } from "../../shared/database-errors.js";
-import { CACHE_CHANNEL, type CacheBus } from "../platform/cache-bus.js";
-import { USAGE_CHARGE_CTES } from "../ledger/ledger.js";
-import { KEY_BUDGET_CTES, KEY_SPEND_CTES } from "../ledger/key-budget.service.js";
-import { EVENT_TOPIC, EVENTS_POSITION_LOCK } from "../events/completion-events.service.js";
+import type { CacheBus } from "../platform/cache-bus.js";
 import { AppError, ErrorCode } from "../../shared/errors.js";
 import { type SpanContext, Tracing, currentSpan, failSpan } from "../../shared/tracing.js";
 import { activityRow, responseRow, webhookOf, webhookRow } from "./metering-rows.js";
+import { type GroupCommitParam, groupCommitStatement } from "./group-commit-statement.js";
 import type { UsageRecord } from "./usage-record.js";
 
 export { activityRow } from "./metering-rows.js";
@@ -54,6 +53,12 @@ interface CachedBalance {
   micros: bigint;
   at: number;
 }
+
+/**
+ * The endpoint of Responses: a batch with one of them takes the statement's responses part (a
+ * background response has its row from its create, whether or not its record stores one).
+ */
+const RESPONSES_ENDPOINT = "/v1/responses";
 
 /** A flush carries at most this much JSON, whatever `maxRows` allows (V8 strings top out near 512 MB). */
 const MAX_FLUSH_BYTES = 32 * 1024 * 1024;
@@ -284,10 +289,12 @@ export class MeteringService {
   }
 
   /**
-   * One group commit in one statement (one round trip, atomic): activity rows, stored responses,
-   * ledger charges, team balances, key use and completion events, as data-modifying CTEs.
+   * One group commit in one statement (atomic; `group-commit-statement.ts` builds it, lean for the
+   * batch's shape): activity rows, stored responses, ledger charges, team balances, key use,
+   * completion events, the webhook outbox and the activity roll-ups, as data-modifying CTEs, sent
+   * as a prepared statement committed once its answer is back (`queryPrepared`).
    *
-   * Charges: per team, rows are ordered by request id and `running` is the sum of costs so far;
+   * Charges: per team, rows are ordered by ledger id and `running` is the sum of costs so far;
    * with `before` the team's balance (row locked FOR NO KEY UPDATE, so concurrent flushes
    * serialise; FOR UPDATE would also block the foreign-key checks of other flushes' inserts,
    * which hold FOR KEY SHARE on the same team rows, and deadlock),
@@ -298,174 +305,34 @@ export class MeteringService {
    * balance keeps covering every unexpired lease. A request of an API key with a budget is first
    * capped at what the key has left in its window, and its charge is added to the key's spend and
    * taken off this process's key lease (`key-budget.service.ts`), in the same statement.
+   * A request id queued twice in one batch is written once (the first).
    */
   private async write(db: Queryable, batch: Pending[]): Promise<Map<string, MeteredCharge>> {
-    const records = batch.map((p) => p.record);
-    const activity = `[${batch.map((p) => p.activityJson).join(",")}]`;
-    const responses = `[${batch.flatMap((p) => (p.responseJson ? [p.responseJson] : [])).join(",")}]`;
-    const webhooks = `[${batch.flatMap((p) => (p.webhookJson ? [p.webhookJson] : [])).join(",")}]`;
-    const keyIds = this.keysToTouch(records);
+    const seen = new Set<string>();
+    const unique = batch
+      .filter((p) => !seen.has(p.record.id) && seen.add(p.record.id))
+      .sort((a, b) => (a.record.id < b.record.id ? -1 : a.record.id > b.record.id ? 1 : 0));
+    const responses = unique.flatMap((p) => (p.responseJson ? [p.responseJson] : []));
+    const webhooks = unique.flatMap((p) => (p.webhookJson ? [p.webhookJson] : []));
+    const keyIds = this.keysToTouch(unique.map((p) => p.record));
+    const statement = groupCommitStatement({
+      responses: responses.length > 0 || unique.some((p) => p.record.endpoint === RESPONSES_ENDPOINT),
+      webhooks: webhooks.length > 0,
+      touchKeys: keyIds.length > 0,
+      asyncCommit: this.durability === "process",
+    });
+    const values: Record<GroupCommitParam, unknown> = {
+      activity: `[${unique.map((p) => p.activityJson).join(",")}]`,
+      holder: this.leaseHolder,
+      responses: `[${responses.join(",")}]`,
+      webhooks: `[${webhooks.join(",")}]`,
+      keys: keyIds,
+    };
     const rows = await queryPrepared<{ source_id: string; charged: string; balance_after: string }>(
       db,
       "switchyard_group_commit",
-      `WITH serial AS (
-         -- Completion events feed (issue 6, item 6): flushes take their feed positions in commit
-         -- order. This transaction-level lock is taken before anything else of the flush (every
-         -- CTE that locks a row reads \`input\` or waits on this one-time filter) and held until
-         -- commit; see services/events/completion-events.service.ts. The durability of this transaction's
-         -- commit is set here too: \`synchronous_commit\` off, local to this transaction, in the
-         -- \`process\` mode; in \`database\` mode the server's own setting stands.
-         SELECT pg_advisory_xact_lock(${EVENTS_POSITION_LOCK}),
-                CASE WHEN $6::text = 'off' THEN set_config('synchronous_commit', 'off', true) END
-       ),
-       input AS (
-         -- One row per request id, even if a caller queued the same record twice in one flush.
-         SELECT DISTINCT ON (id) * FROM jsonb_to_recordset($1::jsonb) AS x(
-           id uuid, ledger_id uuid, team_id uuid, user_id uuid, api_key_id uuid, api_key_name text,
-           api_key_prefix text, type text, status text, endpoint text, model text, custom_id text, stream_id uuid,
-           batch_id uuid, prompt_tokens integer, completion_tokens integer, total_tokens integer, cached_prompt_tokens integer,
-           cost_micros bigint, body_json jsonb, result_json jsonb, error_json jsonb, engine_ms integer,
-           created_at timestamptz, completed_at timestamptz, completion_id uuid, service_tier text)
-          WHERE EXISTS (SELECT FROM serial)
-       ),
-       given AS (
-         SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(
-           id uuid, team_id uuid, user_id uuid, api_key_id uuid, model text, status text, background boolean,
-           stream_id uuid, metadata jsonb, request_json jsonb, response_json jsonb, created_at timestamptz,
-           completed_at timestamptz)
-       ),
-       zdr AS (
-         -- Zero data retention (issue 8, item 3): teams of this flush that keep no request or
-         -- result bodies, as the flag stands at commit. Their activity rows get no body_json or
-         -- result_json, their responses are not stored, and a background response (kept while it
-         -- runs) is deleted by its terminal record; tokens, cost and the charge are recorded alike.
-         SELECT id FROM teams WHERE id IN (SELECT team_id FROM input) AND zero_data_retention_enabled
-       ),
-       bg AS (
-         -- Background responses of this flush, locked (a locking read sees the latest row, and a
-         -- cancel or deadline cannot end one until this commits). One that a cancel or deadline
-         -- already ended keeps that end: its record takes the stored status and object, so the
-         -- activity row, the event and the webhook say what GET /v1/responses/{id} says; the tokens
-         -- it generated are still charged (issue 6, item 2).
-         SELECT id, status, response_json FROM responses
-          WHERE id IN (SELECT id FROM input) AND background
-            FOR NO KEY UPDATE
-       ),
-       ended AS (
-         -- A cancelled one keeps what its generation produced before the abort (output so far,
-         -- usage): the record's object, with the cancel's status.
-         SELECT b.id, b.status,
-                CASE WHEN b.status = 'cancelled' AND g.id IS NOT NULL
-                     THEN g.response_json || '{"status": "cancelled", "incomplete_details": null, "error": null}'::jsonb
-                     ELSE b.response_json END AS response_json
-           FROM bg b LEFT JOIN given g ON g.id = b.id
-          WHERE b.status <> 'in_progress'
-       ),
-       ins AS (
-         INSERT INTO activity (id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type, status, endpoint,
-                               model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
-                               cached_prompt_tokens, cost_micros, body_json, result_json, error_json, engine_ms,
-                               created_at, completed_at, service_tier)
-         SELECT i.id, team_id, user_id, api_key_id, api_key_name, api_key_prefix, type,
-                CASE WHEN e.id IS NULL THEN i.status
-                     WHEN e.status IN ('cancelled', 'failed') THEN e.status
-                     ELSE 'completed' END,
-                endpoint, model, custom_id, stream_id, batch_id, prompt_tokens, completion_tokens, total_tokens,
-                cached_prompt_tokens, cost_micros,
-                CASE WHEN i.team_id IN (SELECT id FROM zdr) THEN NULL ELSE body_json END,
-                CASE WHEN i.team_id IN (SELECT id FROM zdr) THEN NULL
-                     WHEN e.id IS NULL OR i.result_json IS NULL THEN i.result_json
-                     ELSE e.response_json END,
-                CASE WHEN e.status = 'failed' THEN e.response_json -> 'error' ELSE i.error_json END,
-                engine_ms, created_at, completed_at, service_tier
-           FROM input i LEFT JOIN ended e ON e.id = i.id
-         -- A row in flight (\`pending\`/\`running\`, services/metering/in-flight-activity.ts) takes its terminal
-         -- record; an ended row never changes, so a request is recorded and charged once per id.
-         ON CONFLICT (id) DO UPDATE SET
-           user_id = EXCLUDED.user_id, api_key_id = EXCLUDED.api_key_id, api_key_name = EXCLUDED.api_key_name,
-           api_key_prefix = EXCLUDED.api_key_prefix, type = EXCLUDED.type, status = EXCLUDED.status,
-           endpoint = EXCLUDED.endpoint, model = EXCLUDED.model, custom_id = EXCLUDED.custom_id,
-           stream_id = EXCLUDED.stream_id, batch_id = EXCLUDED.batch_id, prompt_tokens = EXCLUDED.prompt_tokens,
-           completion_tokens = EXCLUDED.completion_tokens, total_tokens = EXCLUDED.total_tokens,
-           cached_prompt_tokens = EXCLUDED.cached_prompt_tokens, cost_micros = EXCLUDED.cost_micros,
-           body_json = EXCLUDED.body_json, result_json = EXCLUDED.result_json, error_json = EXCLUDED.error_json,
-           engine_ms = EXCLUDED.engine_ms, completed_at = EXCLUDED.completed_at, service_tier = EXCLUDED.service_tier
-         WHERE activity.status IN ('pending', 'running') AND activity.team_id = EXCLUDED.team_id
-         RETURNING id, team_id, cost_micros, model, endpoint
-       ),
-       stored AS (
-         INSERT INTO responses (id, team_id, user_id, api_key_id, model, status, background, stream_id, metadata,
-                                request_json, response_json, created_at, completed_at)
-         SELECT g.id, g.team_id, g.user_id, g.api_key_id, g.model, COALESCE(e.status, g.status), g.background,
-                g.stream_id, g.metadata, g.request_json, COALESCE(e.response_json, g.response_json), g.created_at,
-                g.completed_at
-           FROM given g LEFT JOIN ended e ON e.id = g.id
-          WHERE g.id IN (SELECT id FROM ins)
-            -- Never re-created: a background row deleted meanwhile stays deleted.
-            AND (NOT g.background OR g.id IN (SELECT id FROM bg))
-            AND g.team_id NOT IN (SELECT id FROM zdr)
-         -- A background response's row exists (in_progress) from its create: its terminal record
-         -- ends it, unless a cancel or the deadline ended it first (issue 6, item 2); a cancel's
-         -- row takes what the aborted generation produced (\`ended\`), keeping its completed_at.
-         ON CONFLICT (id) DO UPDATE
-           SET status = EXCLUDED.status, response_json = EXCLUDED.response_json,
-               completed_at = COALESCE(responses.completed_at, EXCLUDED.completed_at), updated_at = now()
-         WHERE responses.background AND responses.status IN ('in_progress', 'cancelled')
-       ),
-       forgotten AS (
-         -- A zero-data-retention team's background response ends here: readable while it ran, 404 after.
-         DELETE FROM responses
-          WHERE id IN (SELECT id FROM bg) AND id IN (SELECT id FROM ins) AND team_id IN (SELECT id FROM zdr)
-       ),
-       metered AS (
-         SELECT ins.id, ins.team_id, ins.cost_micros, ins.model, ins.endpoint, input.ledger_id, input.api_key_id
-           FROM ins JOIN input USING (id)
-          WHERE ins.cost_micros > 0
-       ),
-       -- API key budgets (issue 29, item 1): each cost capped at what its key has left.
-       ${KEY_BUDGET_CTES},
-       billable AS (
-         SELECT key_capped.*,
-                -- In ledger id order, the order the entries are inserted in below: their created_at
-                -- (clock_timestamp() per row) then follows their balance_after, and the
-                -- transactions list (created_at, id) shows the balance step by step.
-                sum(cost_micros) OVER (PARTITION BY team_id ORDER BY ledger_id) AS running
-           FROM key_capped
-       ),
-       ${USAGE_CHARGE_CTES},
-       ${KEY_SPEND_CTES},
-       used AS (
-         UPDATE api_keys SET last_used_at = now() WHERE id = ANY($3::uuid[]) AND EXISTS (SELECT FROM serial)
-       ),
-       leases AS (
-         UPDATE credit_leases c SET micros = GREATEST(0, c.micros - s.total), updated_at = now()
-           FROM (SELECT team_id, sum(charged) AS total FROM charges GROUP BY team_id) s
-          WHERE c.team_id = s.team_id AND c.holder = $4::uuid
-       ),
-       events AS (
-         -- One completion event per newly recorded request, positioned under \`serial\`; listeners
-         -- learn of new events per team (NOTIFY folds duplicates within a transaction).
-         INSERT INTO completion_events (completion_id, position, team_id, response_id, stream_id, completed_at)
-         SELECT input.completion_id, nextval('completion_events_position_seq'), ins.team_id, ins.id, input.stream_id,
-                COALESCE(input.completed_at, now())
-           FROM ins JOIN input USING (id)
-          ORDER BY ins.id
-         RETURNING pg_notify('${CACHE_CHANNEL}', '${EVENT_TOPIC}:' || team_id)
-       ),
-       webhooks AS (
-         -- Completion webhooks (issue 6, item 3): the outbox row commits with the terminal status,
-         -- once per request id; the NOTIFY wakes the dispatchers at commit.
-         INSERT INTO webhook_deliveries (id, team_id, response_id, url, token, body)
-         SELECT w.id, w.team_id, w.response_id, w.url, w.token, COALESCE(e.response_json, w.body)
-           FROM jsonb_to_recordset($5::jsonb) AS w(id uuid, team_id uuid, response_id uuid, url text, token text, body jsonb)
-           LEFT JOIN ended e ON e.id = w.response_id
-          WHERE w.response_id IN (SELECT id FROM ins)
-         ON CONFLICT (response_id) DO NOTHING
-         RETURNING pg_notify('${CACHE_CHANNEL}', 'webhook:')
-       )
-       SELECT c.id::text AS source_id, c.charged::text AS charged, c.balance_after::text AS balance_after
-         FROM charges c JOIN ledger g ON g.source_id = c.id::text`,
-      [activity, responses, keyIds, this.leaseHolder, webhooks, this.durability === "process" ? "off" : "on"],
+      statement.text,
+      statement.params.map((param) => values[param]),
     );
     return new Map(
       rows.map((r) => [r.source_id, { chargedMicros: BigInt(r.charged), balanceAfterMicros: BigInt(r.balance_after) }]),
