@@ -10,6 +10,7 @@
  *   node dist-bench/bench/gateway-ab.js dist-base        # A = dist-base, B = this build
  *   node dist-bench/bench/gateway-ab.js dist-base dist-x # A = dist-base, B = dist-x
  *   AB_ROUNDS=6 AB_SLICE_S=3 AB_METERING=off node dist-bench/bench/gateway-ab.js dist-base
+ *   AB_RATE=300 node dist-bench/bench/gateway-ab.js dist-base   # slices at a fixed rate
  *   AB_B_ENV='{"SWITCHYARD_DURABILITY":"process"}' node dist-bench/bench/gateway-ab.js dist-bench dist-bench
  *                                  # one build, a setting of B's environment as the change
  */
@@ -28,6 +29,12 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
 const ROUNDS = Number(process.env.AB_ROUNDS ?? 6);
 const SLICE_S = Number(process.env.AB_SLICE_S ?? 3);
+/**
+ * Requests per second of each slice, spread over its connections (autocannon's `overallRate`);
+ * unset: as fast as 50 connections go. A fixed rate makes CPU ms per request comparable on a
+ * busy machine (a saturated closed loop batches more work per event-loop turn when it is quieter).
+ */
+const RATE = process.env.AB_RATE ? Number(process.env.AB_RATE) : undefined;
 const BODY = CHAT_BODY;
 const STREAM_BODY = streamBody(20);
 
@@ -69,8 +76,9 @@ async function closed(side: Side, seconds: number) {
     method: "POST",
     headers: side.headers,
     body: BODY,
-    connections: 50,
+    connections: RATE ? 10 : 50,
     duration: seconds,
+    ...(RATE ? { overallRate: RATE } : {}),
   });
   const n = Math.max(1, r.requests.total);
   return {
@@ -157,7 +165,7 @@ async function main(): Promise<void> {
     }
     console.log(
       `\nA = ${baseDist}, B = ${process.argv[3] ?? "this build"}; medians over ${ROUNDS} alternating rounds (${SLICE_S} s closed slices, ` +
-        `metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
+        `${RATE ? `${RATE} req/s over 10 connections, ` : ""}metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
     );
     console.log("| build | req/s (50 conn) | CPU ms/req | DB CPU ms/req | idle p50 ms | TTFT p50 ms |");
     console.log("|---|---|---|---|---|---|");
@@ -171,6 +179,11 @@ async function main(): Promise<void> {
     const pairs = rows.A.rps.map((x, i) => rows.B.rps[i] / x);
     console.log(
       `\nB/A req/s per round: ${pairs.map((x) => x.toFixed(2)).join(" ")} (median ${median(pairs).toFixed(2)})`,
+    );
+    // The same minutes for both sides: on a busy machine the per-round ratio moves less than either side.
+    const cpuPairs = rows.A.cpuMs.map((x, i) => rows.B.cpuMs[i] / x);
+    console.log(
+      `B/A CPU ms/req per round: ${cpuPairs.map((x) => x.toFixed(2)).join(" ")} (median ${median(cpuPairs).toFixed(2)})`,
     );
   } finally {
     closeRequests();
