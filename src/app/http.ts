@@ -45,7 +45,7 @@ export function createHttp(
   tracing: Tracing = Tracing.off,
   database?: DatabaseAvailability,
 ): HttpParts {
-  const app = createApp({
+  const { app, listener } = createApp({
     deps,
     credentials,
     logger,
@@ -67,7 +67,7 @@ export function createHttp(
       // Node's own Host check answers a bare 400; the app's answers the envelope (`host-header.ts`).
       requireHostHeader: false,
     },
-    app,
+    listener,
   );
   server.keepAliveTimeout = 65_000;
   server.maxConnections = config.maxConnections;

@@ -5,7 +5,7 @@
  * server on the same app (`/graphql`).
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
@@ -17,7 +17,9 @@ import type { Tracing } from "../shared/tracing.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
-import { mountDatabaseGate } from "./database-gate.js";
+import { GATED_PREFIXES, databaseGate } from "./database-gate.js";
+import { errorMiddleware } from "./error-envelope.js";
+import { type HotRoute, hotPathListener } from "./hot-path.js";
 import { homePage } from "./home.js";
 import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
@@ -221,13 +223,23 @@ const timing: RequestHandler = (req, res, next) => {
   next();
 };
 
+/** The POSTs where a request's fixed cost is most of it (issue 30, item 3): served by `hot-path.ts`. */
+const HOT_PATHS = new Set(["/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/messages"]);
+
+/** The Express app, and the server's request listener: the hot routes first (`hot-path.ts`), else the app. */
+export interface RestApp {
+  app: Express;
+  listener: (req: IncomingMessage, res: ServerResponse) => void;
+}
+
 /**
  * Builds the Express app with both REST tables mounted, the OpenAPI document at `/schema/openapi.json`
  * (`.yaml`), its reference page at `/docs`, the dashboard at `/dashboard`, the links of `GET /`
  * (and `/metrics` when `metrics` is given);
- * the server adds `/graphql`, the 404 and the error middleware after it.
+ * the server adds `/graphql`, the 404 and the error middleware after it. The listener returned
+ * beside it serves the four hot POSTs through the same handlers without the router.
  */
-export function createApp(opts: AppOptions): Express {
+export function createApp(opts: AppOptions): RestApp {
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
@@ -235,17 +247,15 @@ export function createApp(opts: AppOptions): Express {
   // node:querystring (Express 5's default, named so it cannot change under us): a repeated key
   // is an array, `a[]` and `a[b]` are keys of their own (`query-params.ts` refuses both).
   app.set("query parser", "simple");
-  app.use(timing);
-  if (opts.tracing?.enabled) app.use(traceRequests(opts.tracing));
-  app.use(securityHeaders);
+  // Every request's middleware, in order; the hot routes run the same list (`hot-path.ts`).
+  const global: RequestHandler[] = [timing];
+  if (opts.tracing?.enabled) global.push(traceRequests(opts.tracing));
   // Exactly one valid Host (RFC 9112 §3.2; issue 28, item 4), before anything else answers.
-  app.use(hostHeaderRule);
-  app.use(cors(opts.corsOrigins));
-  app.use(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
-  if (opts.metrics) {
-    app.use(httpMetrics(opts.metrics));
-    app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
-  }
+  global.push(securityHeaders, hostHeaderRule, cors(opts.corsOrigins));
+  global.push(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
+  if (opts.metrics) global.push(httpMetrics(opts.metrics));
+  for (const handler of global) app.use(handler);
+  if (opts.metrics) app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
   // The OpenAPI document and the reference page (issue 13, items 1 and 2): no credentials.
   mountOpenApi(app);
   // The dashboard (issue 13, item 3): the Vite build, served from this process.
@@ -253,7 +263,8 @@ export function createApp(opts: AppOptions): Express {
   // Where to go from the root (issue 27, item 4).
   app.get("/", homePage);
   // While the database is unavailable, 503 before any body is read (issue 28, item 1).
-  if (opts.database) mountDatabaseGate(app, opts.database);
+  const gate = opts.database ? databaseGate(opts.database) : undefined;
+  if (gate) app.use(GATED_PREFIXES, gate);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(
@@ -278,14 +289,21 @@ export function createApp(opts: AppOptions): Express {
   // A documented query parameter is given once, as one value (issue 28, item 4).
   const queryRule = (doc: { query?: { shape: object } } | undefined): RequestHandler[] =>
     doc?.query ? [singleQueryValues(Object.keys(doc.query.shape))] : [];
+  const hot: HotRoute[] = [];
   for (const route of dataPlaneRoutes) {
-    // Inside the request's span (when traced), errors passed on from there: their log line carries its trace id.
-    app[route.method](route.path, ...queryRule(route.doc), (req: Request, res: Response, next: NextFunction) =>
-      inRequestScope(res, async () => {
-        const ctx = await contextFor(req, res, opts.credentials, route.auth);
-        await route.handler(opts.deps, req, res, ctx);
-      }).catch(next),
-    );
+    const handlers: RequestHandler[] = [
+      ...queryRule(route.doc),
+      // Inside the request's span (when traced), errors passed on from there: their log line carries its trace id.
+      (req: Request, res: Response, next: NextFunction) =>
+        inRequestScope(res, async () => {
+          const ctx = await contextFor(req, res, opts.credentials, route.auth);
+          await route.handler(opts.deps, req, res, ctx);
+        }).catch(next),
+    ];
+    app[route.method](route.path, ...handlers);
+    if (route.method === "post" && HOT_PATHS.has(route.path) && route.body !== "raw" && !route.bodyLimitBytes) {
+      hot.push({ path: route.path, before: [...global, ...(gate ? [gate] : []), parseJson], route: handlers });
+    }
   }
   for (const route of controlRoutes) {
     const handlers: RequestHandler[] = [...queryRule(route.doc), ...(route.body === "raw" ? [parseRaw] : [])];
@@ -307,5 +325,5 @@ export function createApp(opts: AppOptions): Express {
       }).catch(next),
     );
   }
-  return app;
+  return { app, listener: hotPathListener(app, hot, errorMiddleware(opts.logger)) };
 }
