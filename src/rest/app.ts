@@ -19,7 +19,7 @@ import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
 import { GATED_PREFIXES, databaseGate } from "./database-gate.js";
 import { errorMiddleware } from "./error-envelope.js";
-import { type HotRoute, hotPathListener } from "./hot-path.js";
+import { type HotRoute, expressMessageClasses, hotPathListener } from "./hot-path.js";
 import { homePage } from "./home.js";
 import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
@@ -230,6 +230,8 @@ const HOT_PATHS = new Set(["/v1/chat/completions", "/v1/responses", "/v1/embeddi
 export interface RestApp {
   app: Express;
   listener: (req: IncomingMessage, res: ServerResponse) => void;
+  /** The server's request and response classes (`expressMessageClasses`); undefined: Node's own. */
+  messageClasses?: ReturnType<typeof expressMessageClasses>;
 }
 
 /**
@@ -325,5 +327,9 @@ export function createApp(opts: AppOptions): RestApp {
       }).catch(next),
     );
   }
-  return { app, listener: hotPathListener(app, hot, errorMiddleware(opts.logger)) };
+  return {
+    app,
+    listener: hotPathListener(app, hot, errorMiddleware(opts.logger)),
+    messageClasses: expressMessageClasses(app),
+  };
 }

@@ -13,7 +13,8 @@
  * or whose promise rejects passes its error on, an error skips to the error handler (the envelope,
  * `errorMiddleware`), and a chain that ends unanswered is the 404 of an unknown route.
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import type { ErrorRequestHandler, Express, NextFunction, Request, RequestHandler, Response } from "express";
 import { notFoundHandler } from "./error-envelope.js";
 
@@ -90,8 +91,9 @@ export function hotPathListener(
     const res = outgoing as Response;
     req.res = res;
     res.req = req;
-    Object.setPrototypeOf(req, app.request);
-    Object.setPrototypeOf(res, app.response);
+    // A no-op for the server's own classes (`expressMessageClasses`).
+    if (Object.getPrototypeOf(req) !== app.request) Object.setPrototypeOf(req, app.request);
+    if (Object.getPrototypeOf(res) !== app.response) Object.setPrototypeOf(res, app.response);
     if (!res.locals) res.locals = Object.create(null) as Response["locals"];
     // What the router sets up before its first layer.
     req.baseUrl = "";
@@ -106,5 +108,39 @@ export function hotPathListener(
         res.end();
       }
     });
+  };
+}
+
+/** True when `fn` is a `class` (it cannot be called on an object made elsewhere). */
+function isClass(fn: unknown): boolean {
+  return /^class[\s{]/.test(Function.prototype.toString.call(fn));
+}
+
+/**
+ * Request and response classes for the HTTP server whose objects are born with Express's
+ * prototypes (`app.request`, `app.response`), so `app.handle` and `hotPathListener` find them set
+ * and `Object.setPrototypeOf` changes nothing (issue 30, item 3). Changing an object's prototype
+ * after it was made leaves every property added to it afterwards on V8's slow path: about 2 µs
+ * per property here, for the ~15 that Express, the router and the middleware add per request.
+ * Undefined where this Node's `IncomingMessage`/`ServerResponse` are classes (they cannot be
+ * called on another object): the server then uses Node's own, and Express sets the prototypes.
+ */
+export function expressMessageClasses(
+  app: Express,
+): { IncomingMessage: typeof http.IncomingMessage; ServerResponse: typeof http.ServerResponse } | undefined {
+  if (isClass(http.IncomingMessage) || isClass(http.ServerResponse)) return undefined;
+  const Incoming = http.IncomingMessage as unknown as (this: unknown, socket: Socket) => void;
+  const Outgoing = http.ServerResponse as unknown as (this: unknown, req: IncomingMessage, options?: unknown) => void;
+  function AppRequest(this: unknown, socket: Socket) {
+    Incoming.call(this, socket);
+  }
+  AppRequest.prototype = app.request;
+  function AppResponse(this: unknown, req: IncomingMessage, options?: unknown) {
+    Outgoing.call(this, req, options);
+  }
+  AppResponse.prototype = app.response;
+  return {
+    IncomingMessage: AppRequest as unknown as typeof http.IncomingMessage,
+    ServerResponse: AppResponse as unknown as typeof http.ServerResponse,
   };
 }
