@@ -5,7 +5,7 @@
  * server on the same app (`/graphql`).
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
@@ -57,27 +57,48 @@ function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
   };
 }
 
+/** Where `httpMetrics` keeps a request's start (ms, `performance.now()`) until its answer is counted. */
+const METRICS_STARTED = Symbol("metricsStarted");
+
+/** Most label sets `httpMetrics` keeps a counter and histogram child for (method × route × status). */
+const MAX_LABEL_SETS = 1_000;
+
 /**
  * Counts every answer and its duration by method, route pattern and status (issue 13, item 4):
  * the pattern the request matched (`/v1/responses/:id`), `/graphql`, or `unmatched`, so ids never
- * become label values.
+ * become label values. Per request only its start time is kept (on the response) and one shared
+ * listener is added for `finish` and `close`; the labelled children are looked up once per label
+ * set (issue 30, item 3: no closures or label objects per request).
  */
 function httpMetrics(metrics: Metrics): RequestHandler {
-  return (req, res, next) => {
-    const started = performance.now();
-    let done = false;
-    const observe = () => {
-      if (done) return;
-      done = true;
-      const route = (req.route as { path?: string } | undefined)?.path;
-      const labels = {
-        method: req.method,
-        route: route ?? (req.originalUrl.startsWith("/graphql") ? "/graphql" : "unmatched"),
-        status: String(res.statusCode),
-      };
-      metrics.httpRequests.inc(labels);
-      metrics.httpDuration.observe(labels, (performance.now() - started) / 1000);
-    };
+  const children = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
+  const child = (method: string, route: string, status: string) => {
+    const key = `${method} ${status} ${route}`;
+    let found = children.get(key);
+    if (!found) {
+      if (children.size >= MAX_LABEL_SETS) children.clear();
+      const labels = { method, route, status };
+      const counter = metrics.httpRequests.labels(labels);
+      const histogram = metrics.httpDuration.labels(labels);
+      found = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
+      children.set(key, found);
+    }
+    return found;
+  };
+  function observe(this: Response & { [METRICS_STARTED]?: number }) {
+    const started = this[METRICS_STARTED];
+    if (started === undefined) return;
+    this[METRICS_STARTED] = undefined;
+    const req = this.req;
+    const route =
+      (req.route as { path?: string } | undefined)?.path ??
+      (req.originalUrl.startsWith("/graphql") ? "/graphql" : "unmatched");
+    const labelled = child(req.method, route, String(this.statusCode));
+    labelled.count();
+    labelled.observe((performance.now() - started) / 1000);
+  }
+  return (_req, res, next) => {
+    (res as Response & { [METRICS_STARTED]?: number })[METRICS_STARTED] = performance.now();
     res.on("finish", observe);
     res.on("close", observe);
     next();
@@ -202,26 +223,37 @@ async function contextFor(
   return ctx;
 }
 
+/** Where `timing` keeps a request's start (ms, `performance.now()`) for its overhead header. */
+const TIMING_STARTED = Symbol("timingStarted");
+
+type TimedResponse = Response & { [TIMING_STARTED]?: number };
+
 /**
  * Sets `x-request-id` and, when the headers go out, `x-switchyard-overhead-ms`: the time spent so
  * far minus the engine's share (`res.locals.engineMs`). For streams the headers leave when the
- * engine accepts, so there it is the overhead before the first token.
+ * engine accepts, so there it is the overhead before the first token. The header is added by
+ * the app's `writeHead` (`overheadHeader`), once for all requests, not by a closure per request.
  */
-const timing: RequestHandler = (req, res, next) => {
-  const started = performance.now();
+const timing: RequestHandler = (_req, res, next) => {
+  (res as TimedResponse)[TIMING_STARTED] = performance.now();
   const requestId = randomUUID();
   res.locals.requestId = requestId;
   res.setHeader("x-request-id", requestId);
-  const writeHead = res.writeHead;
-  res.writeHead = function patched(this: Response, ...args: unknown[]) {
-    if (!this.headersSent) {
+  next();
+};
+
+/** Makes the responses of `app` add `x-switchyard-overhead-ms` as their headers go out (see `timing`). */
+function overheadHeader(app: Express): void {
+  const writeHead = http.ServerResponse.prototype.writeHead;
+  app.response.writeHead = function overheadWriteHead(this: TimedResponse, ...args: unknown[]) {
+    const started = this[TIMING_STARTED];
+    if (started !== undefined && !this.headersSent) {
       const overhead = Math.max(0, performance.now() - started - ((this.locals.engineMs as number | undefined) ?? 0));
       this.setHeader("x-switchyard-overhead-ms", overhead.toFixed(2));
     }
     return (writeHead as (...a: unknown[]) => Response).apply(this, args);
-  } as typeof res.writeHead;
-  next();
-};
+  } as typeof app.response.writeHead;
+}
 
 /** The POSTs where a request's fixed cost is most of it (issue 30, item 3): served by `hot-path.ts`. */
 const HOT_PATHS = new Set(["/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/messages"]);
@@ -249,6 +281,7 @@ export function createApp(opts: AppOptions): RestApp {
   // node:querystring (Express 5's default, named so it cannot change under us): a repeated key
   // is an array, `a[]` and `a[b]` are keys of their own (`query-params.ts` refuses both).
   app.set("query parser", "simple");
+  overheadHeader(app);
   // Every request's middleware, in order; the hot routes run the same list (`hot-path.ts`).
   const global: RequestHandler[] = [timing];
   if (opts.tracing?.enabled) global.push(traceRequests(opts.tracing));
