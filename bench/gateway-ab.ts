@@ -11,6 +11,8 @@
  *   node dist-bench/bench/gateway-ab.js dist-base dist-x # A = dist-base, B = dist-x
  *   AB_ROUNDS=6 AB_SLICE_S=3 AB_METERING=off node dist-bench/bench/gateway-ab.js dist-base
  *   AB_RATE=300 node dist-bench/bench/gateway-ab.js dist-base   # slices at a fixed rate
+ *   AB_TOGETHER=1 AB_LATENCY=0 AB_ROUNDS=12 node dist-bench/bench/gateway-ab.js dist-base
+ *                                  # both builds loaded at once, CPU and req/s only
  *   AB_B_ENV='{"SWITCHYARD_DURABILITY":"process"}' node dist-bench/bench/gateway-ab.js dist-bench dist-bench
  *                                  # one build, a setting of B's environment as the change
  */
@@ -35,6 +37,13 @@ const SLICE_S = Number(process.env.AB_SLICE_S ?? 3);
  * busy machine (a saturated closed loop batches more work per event-loop turn when it is quieter).
  */
 const RATE = process.env.AB_RATE ? Number(process.env.AB_RATE) : undefined;
+/**
+ * `AB_TOGETHER=1`: both builds take their slice at the same time (each its own 50 connections),
+ * so a burst of the machine's other load lands on both; for CPU ms per request on a busy machine.
+ */
+const TOGETHER = process.env.AB_TOGETHER === "1";
+/** `AB_LATENCY=0`: no near-idle and time-to-first-token runs (CPU and req/s only, shorter rounds). */
+const LATENCY = process.env.AB_LATENCY !== "0";
 const BODY = CHAT_BODY;
 const STREAM_BODY = streamBody(20);
 
@@ -150,14 +159,18 @@ async function main(): Promise<void> {
     };
     for (let i = 0; i < ROUNDS; i++) {
       const order = i % 2 === 0 ? [a, b] : [b, a];
-      for (const s of order) {
-        const r = await closed(s, SLICE_S);
-        rows[s.name].rps.push(r.rps);
-        rows[s.name].cpuMs.push(r.cpuMs);
-        rows[s.name].dbMs.push(r.dbMs);
+      const slices = TOGETHER
+        ? await Promise.all(order.map((s) => closed(s, SLICE_S)))
+        : [await closed(order[0], SLICE_S), await closed(order[1], SLICE_S)];
+      order.forEach((s, k) => {
+        rows[s.name].rps.push(slices[k].rps);
+        rows[s.name].cpuMs.push(slices[k].cpuMs);
+        rows[s.name].dbMs.push(slices[k].dbMs);
+      });
+      if (LATENCY) {
+        for (const s of order) rows[s.name].idle.push(await idle(s, 2));
+        for (const s of order) rows[s.name].ttft.push(await ttft(s, 40));
       }
-      for (const s of order) rows[s.name].idle.push(await idle(s, 2));
-      for (const s of order) rows[s.name].ttft.push(await ttft(s, 40));
       console.error(
         `round ${i + 1}: A ${rows.A.rps.at(-1)!.toFixed(0)} req/s ${rows.A.cpuMs.at(-1)!.toFixed(3)} ms/req; ` +
           `B ${rows.B.rps.at(-1)!.toFixed(0)} req/s ${rows.B.cpuMs.at(-1)!.toFixed(3)} ms/req`,
@@ -165,7 +178,7 @@ async function main(): Promise<void> {
     }
     console.log(
       `\nA = ${baseDist}, B = ${process.argv[3] ?? "this build"}; medians over ${ROUNDS} alternating rounds (${SLICE_S} s closed slices, ` +
-        `${RATE ? `${RATE} req/s over 10 connections, ` : ""}metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
+        `${TOGETHER ? "both at once, " : ""}${RATE ? `${RATE} req/s over 10 connections, ` : ""}metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
     );
     console.log("| build | req/s (50 conn) | CPU ms/req | DB CPU ms/req | idle p50 ms | TTFT p50 ms |");
     console.log("|---|---|---|---|---|---|");
@@ -173,7 +186,7 @@ async function main(): Promise<void> {
       const r = rows[k];
       console.log(
         `| ${k} | ${median(r.rps).toFixed(0)} | ${median(r.cpuMs).toFixed(3)} | ${median(r.dbMs).toFixed(3)} | ` +
-          `${median(r.idle).toFixed(2)} | ${median(r.ttft).toFixed(2)} |`,
+          `${r.idle.length ? median(r.idle).toFixed(2) : "—"} | ${r.ttft.length ? median(r.ttft).toFixed(2) : "—"} |`,
       );
     }
     const pairs = rows.A.rps.map((x, i) => rows.B.rps[i] / x);
