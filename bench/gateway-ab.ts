@@ -10,6 +10,9 @@
  *   node dist-bench/bench/gateway-ab.js dist-base        # A = dist-base, B = this build
  *   node dist-bench/bench/gateway-ab.js dist-base dist-x # A = dist-base, B = dist-x
  *   AB_ROUNDS=6 AB_SLICE_S=3 AB_METERING=off node dist-bench/bench/gateway-ab.js dist-base
+ *   AB_RATE=300 node dist-bench/bench/gateway-ab.js dist-base   # slices at a fixed rate
+ *   AB_TOGETHER=1 AB_LATENCY=0 AB_ROUNDS=12 node dist-bench/bench/gateway-ab.js dist-base
+ *                                  # both builds loaded at once, CPU and req/s only
  *   AB_B_ENV='{"SWITCHYARD_DURABILITY":"process"}' node dist-bench/bench/gateway-ab.js dist-bench dist-bench
  *                                  # one build, a setting of B's environment as the change
  */
@@ -28,6 +31,19 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
 const ROUNDS = Number(process.env.AB_ROUNDS ?? 6);
 const SLICE_S = Number(process.env.AB_SLICE_S ?? 3);
+/**
+ * Requests per second of each slice, spread over its connections (autocannon's `overallRate`);
+ * unset: as fast as 50 connections go. A fixed rate makes CPU ms per request comparable on a
+ * busy machine (a saturated closed loop batches more work per event-loop turn when it is quieter).
+ */
+const RATE = process.env.AB_RATE ? Number(process.env.AB_RATE) : undefined;
+/**
+ * `AB_TOGETHER=1`: both builds take their slice at the same time (each its own 50 connections),
+ * so a burst of the machine's other load lands on both; for CPU ms per request on a busy machine.
+ */
+const TOGETHER = process.env.AB_TOGETHER === "1";
+/** `AB_LATENCY=0`: no near-idle and time-to-first-token runs (CPU and req/s only, shorter rounds). */
+const LATENCY = process.env.AB_LATENCY !== "0";
 const BODY = CHAT_BODY;
 const STREAM_BODY = streamBody(20);
 
@@ -69,8 +85,9 @@ async function closed(side: Side, seconds: number) {
     method: "POST",
     headers: side.headers,
     body: BODY,
-    connections: 50,
+    connections: RATE ? 10 : 50,
     duration: seconds,
+    ...(RATE ? { overallRate: RATE } : {}),
   });
   const n = Math.max(1, r.requests.total);
   return {
@@ -142,14 +159,18 @@ async function main(): Promise<void> {
     };
     for (let i = 0; i < ROUNDS; i++) {
       const order = i % 2 === 0 ? [a, b] : [b, a];
-      for (const s of order) {
-        const r = await closed(s, SLICE_S);
-        rows[s.name].rps.push(r.rps);
-        rows[s.name].cpuMs.push(r.cpuMs);
-        rows[s.name].dbMs.push(r.dbMs);
+      const slices = TOGETHER
+        ? await Promise.all(order.map((s) => closed(s, SLICE_S)))
+        : [await closed(order[0], SLICE_S), await closed(order[1], SLICE_S)];
+      order.forEach((s, k) => {
+        rows[s.name].rps.push(slices[k].rps);
+        rows[s.name].cpuMs.push(slices[k].cpuMs);
+        rows[s.name].dbMs.push(slices[k].dbMs);
+      });
+      if (LATENCY) {
+        for (const s of order) rows[s.name].idle.push(await idle(s, 2));
+        for (const s of order) rows[s.name].ttft.push(await ttft(s, 40));
       }
-      for (const s of order) rows[s.name].idle.push(await idle(s, 2));
-      for (const s of order) rows[s.name].ttft.push(await ttft(s, 40));
       console.error(
         `round ${i + 1}: A ${rows.A.rps.at(-1)!.toFixed(0)} req/s ${rows.A.cpuMs.at(-1)!.toFixed(3)} ms/req; ` +
           `B ${rows.B.rps.at(-1)!.toFixed(0)} req/s ${rows.B.cpuMs.at(-1)!.toFixed(3)} ms/req`,
@@ -157,7 +178,7 @@ async function main(): Promise<void> {
     }
     console.log(
       `\nA = ${baseDist}, B = ${process.argv[3] ?? "this build"}; medians over ${ROUNDS} alternating rounds (${SLICE_S} s closed slices, ` +
-        `metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
+        `${TOGETHER ? "both at once, " : ""}${RATE ? `${RATE} req/s over 10 connections, ` : ""}metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
     );
     console.log("| build | req/s (50 conn) | CPU ms/req | DB CPU ms/req | idle p50 ms | TTFT p50 ms |");
     console.log("|---|---|---|---|---|---|");
@@ -165,12 +186,17 @@ async function main(): Promise<void> {
       const r = rows[k];
       console.log(
         `| ${k} | ${median(r.rps).toFixed(0)} | ${median(r.cpuMs).toFixed(3)} | ${median(r.dbMs).toFixed(3)} | ` +
-          `${median(r.idle).toFixed(2)} | ${median(r.ttft).toFixed(2)} |`,
+          `${r.idle.length ? median(r.idle).toFixed(2) : "—"} | ${r.ttft.length ? median(r.ttft).toFixed(2) : "—"} |`,
       );
     }
     const pairs = rows.A.rps.map((x, i) => rows.B.rps[i] / x);
     console.log(
       `\nB/A req/s per round: ${pairs.map((x) => x.toFixed(2)).join(" ")} (median ${median(pairs).toFixed(2)})`,
+    );
+    // The same minutes for both sides: on a busy machine the per-round ratio moves less than either side.
+    const cpuPairs = rows.A.cpuMs.map((x, i) => rows.B.cpuMs[i] / x);
+    console.log(
+      `B/A CPU ms/req per round: ${cpuPairs.map((x) => x.toFixed(2)).join(" ")} (median ${median(cpuPairs).toFixed(2)})`,
     );
   } finally {
     closeRequests();

@@ -46,7 +46,7 @@ export function createHttp(
   tracing: Tracing = Tracing.off,
   database?: DatabaseAvailability,
 ): HttpParts {
-  const app = createApp({
+  const { app, listener, messageClasses } = createApp({
     deps,
     credentials,
     logger,
@@ -67,8 +67,10 @@ export function createHttp(
       connectionsCheckingInterval: Math.min(30_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
       // Node's own Host check answers a bare 400; the app's answers the envelope (`host-header.ts`).
       requireHostHeader: false,
+      // Requests and responses born with Express's prototypes (`expressMessageClasses`).
+      ...messageClasses,
     },
-    app,
+    listener,
   );
   server.keepAliveTimeout = 65_000;
   server.maxConnections = config.maxConnections;

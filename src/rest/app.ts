@@ -5,7 +5,7 @@
  * server on the same app (`/graphql`).
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { CredentialService } from "../services/accounts/credential.service.js";
@@ -17,7 +17,9 @@ import type { Tracing } from "../shared/tracing.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
 import { dataPlaneRoutes } from "./data-plane.routes.js";
-import { mountDatabaseGate } from "./database-gate.js";
+import { GATED_PREFIXES, databaseGate } from "./database-gate.js";
+import { errorMiddleware } from "./error-envelope.js";
+import { type HotRoute, expressMessageClasses, hotPathListener } from "./hot-path.js";
 import { homePage } from "./home.js";
 import { hostHeaderRule } from "./host-header.js";
 import { jsonBody } from "./json-body.js";
@@ -55,27 +57,48 @@ function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
   };
 }
 
+/** Where `httpMetrics` keeps a request's start (ms, `performance.now()`) until its answer is counted. */
+const METRICS_STARTED = Symbol("metricsStarted");
+
+/** Most label sets `httpMetrics` keeps a counter and histogram child for (method × route × status). */
+const MAX_LABEL_SETS = 1_000;
+
 /**
  * Counts every answer and its duration by method, route pattern and status (issue 13, item 4):
  * the pattern the request matched (`/v1/responses/:id`), `/graphql`, or `unmatched`, so ids never
- * become label values.
+ * become label values. Per request only its start time is kept (on the response) and one shared
+ * listener is added for `finish` and `close`; the labelled children are looked up once per label
+ * set (issue 30, item 3: no closures or label objects per request).
  */
 function httpMetrics(metrics: Metrics): RequestHandler {
-  return (req, res, next) => {
-    const started = performance.now();
-    let done = false;
-    const observe = () => {
-      if (done) return;
-      done = true;
-      const route = (req.route as { path?: string } | undefined)?.path;
-      const labels = {
-        method: req.method,
-        route: route ?? (req.originalUrl.startsWith("/graphql") ? "/graphql" : "unmatched"),
-        status: String(res.statusCode),
-      };
-      metrics.httpRequests.inc(labels);
-      metrics.httpDuration.observe(labels, (performance.now() - started) / 1000);
-    };
+  const children = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
+  const child = (method: string, route: string, status: string) => {
+    const key = `${method} ${status} ${route}`;
+    let found = children.get(key);
+    if (!found) {
+      if (children.size >= MAX_LABEL_SETS) children.clear();
+      const labels = { method, route, status };
+      const counter = metrics.httpRequests.labels(labels);
+      const histogram = metrics.httpDuration.labels(labels);
+      found = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
+      children.set(key, found);
+    }
+    return found;
+  };
+  function observe(this: Response & { [METRICS_STARTED]?: number }) {
+    const started = this[METRICS_STARTED];
+    if (started === undefined) return;
+    this[METRICS_STARTED] = undefined;
+    const req = this.req;
+    const route =
+      (req.route as { path?: string } | undefined)?.path ??
+      (req.originalUrl.startsWith("/graphql") ? "/graphql" : "unmatched");
+    const labelled = child(req.method, route, String(this.statusCode));
+    labelled.count();
+    labelled.observe((performance.now() - started) / 1000);
+  }
+  return (_req, res, next) => {
+    (res as Response & { [METRICS_STARTED]?: number })[METRICS_STARTED] = performance.now();
     res.on("finish", observe);
     res.on("close", observe);
     next();
@@ -200,34 +223,57 @@ async function contextFor(
   return ctx;
 }
 
+/** Where `timing` keeps a request's start (ms, `performance.now()`) for its overhead header. */
+const TIMING_STARTED = Symbol("timingStarted");
+
+type TimedResponse = Response & { [TIMING_STARTED]?: number };
+
 /**
  * Sets `x-request-id` and, when the headers go out, `x-switchyard-overhead-ms`: the time spent so
  * far minus the engine's share (`res.locals.engineMs`). For streams the headers leave when the
- * engine accepts, so there it is the overhead before the first token.
+ * engine accepts, so there it is the overhead before the first token. The header is added by
+ * the app's `writeHead` (`overheadHeader`), once for all requests, not by a closure per request.
  */
-const timing: RequestHandler = (req, res, next) => {
-  const started = performance.now();
+const timing: RequestHandler = (_req, res, next) => {
+  (res as TimedResponse)[TIMING_STARTED] = performance.now();
   const requestId = randomUUID();
   res.locals.requestId = requestId;
   res.setHeader("x-request-id", requestId);
-  const writeHead = res.writeHead;
-  res.writeHead = function patched(this: Response, ...args: unknown[]) {
-    if (!this.headersSent) {
+  next();
+};
+
+/** Makes the responses of `app` add `x-switchyard-overhead-ms` as their headers go out (see `timing`). */
+function overheadHeader(app: Express): void {
+  const writeHead = http.ServerResponse.prototype.writeHead;
+  app.response.writeHead = function overheadWriteHead(this: TimedResponse, ...args: unknown[]) {
+    const started = this[TIMING_STARTED];
+    if (started !== undefined && !this.headersSent) {
       const overhead = Math.max(0, performance.now() - started - ((this.locals.engineMs as number | undefined) ?? 0));
       this.setHeader("x-switchyard-overhead-ms", overhead.toFixed(2));
     }
     return (writeHead as (...a: unknown[]) => Response).apply(this, args);
-  } as typeof res.writeHead;
-  next();
-};
+  } as typeof app.response.writeHead;
+}
+
+/** The POSTs where a request's fixed cost is most of it (issue 30, item 3): served by `hot-path.ts`. */
+const HOT_PATHS = new Set(["/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/messages"]);
+
+/** The Express app, and the server's request listener: the hot routes first (`hot-path.ts`), else the app. */
+export interface RestApp {
+  app: Express;
+  listener: (req: IncomingMessage, res: ServerResponse) => void;
+  /** The server's request and response classes (`expressMessageClasses`); undefined: Node's own. */
+  messageClasses?: ReturnType<typeof expressMessageClasses>;
+}
 
 /**
  * Builds the Express app with both REST tables mounted, the OpenAPI document at `/schema/openapi.json`
  * (`.yaml`), its reference page at `/docs`, the dashboard at `/dashboard`, the links of `GET /`
  * (and `/metrics` when `metrics` is given);
- * the server adds `/graphql`, the 404 and the error middleware after it.
+ * the server adds `/graphql`, the 404 and the error middleware after it. The listener returned
+ * beside it serves the four hot POSTs through the same handlers without the router.
  */
-export function createApp(opts: AppOptions): Express {
+export function createApp(opts: AppOptions): RestApp {
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
@@ -235,17 +281,16 @@ export function createApp(opts: AppOptions): Express {
   // node:querystring (Express 5's default, named so it cannot change under us): a repeated key
   // is an array, `a[]` and `a[b]` are keys of their own (`query-params.ts` refuses both).
   app.set("query parser", "simple");
-  app.use(timing);
-  if (opts.tracing?.enabled) app.use(traceRequests(opts.tracing));
-  app.use(securityHeaders);
+  overheadHeader(app);
+  // Every request's middleware, in order; the hot routes run the same list (`hot-path.ts`).
+  const global: RequestHandler[] = [timing];
+  if (opts.tracing?.enabled) global.push(traceRequests(opts.tracing));
   // Exactly one valid Host (RFC 9112 §3.2; issue 28, item 4), before anything else answers.
-  app.use(hostHeaderRule);
-  app.use(cors(opts.corsOrigins));
-  app.use(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
-  if (opts.metrics) {
-    app.use(httpMetrics(opts.metrics));
-    app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
-  }
+  global.push(securityHeaders, hostHeaderRule, cors(opts.corsOrigins));
+  global.push(accessLog(opts.logger, opts.accessLogLevel ?? "debug"));
+  if (opts.metrics) global.push(httpMetrics(opts.metrics));
+  for (const handler of global) app.use(handler);
+  if (opts.metrics) app.get("/metrics", metricsRoute(opts.metrics, opts.metricsToken));
   // The OpenAPI document and the reference page (issue 13, items 1 and 2): no credentials.
   mountOpenApi(app);
   // The dashboard (issue 13, item 3): the Vite build, served from this process.
@@ -253,7 +298,8 @@ export function createApp(opts: AppOptions): Express {
   // Where to go from the root (issue 27, item 4).
   app.get("/", homePage);
   // While the database is unavailable, 503 before any body is read (issue 28, item 1).
-  if (opts.database) mountDatabaseGate(app, opts.database);
+  const gate = opts.database ? databaseGate(opts.database) : undefined;
+  if (gate) app.use(GATED_PREFIXES, gate);
   // Routes that read their own body (batches) skip the JSON parser; raw control routes (the Stripe
   // webhook, whose signature covers the exact bytes) get them as a Buffer.
   const rawBodies = new Set(
@@ -278,14 +324,21 @@ export function createApp(opts: AppOptions): Express {
   // A documented query parameter is given once, as one value (issue 28, item 4).
   const queryRule = (doc: { query?: { shape: object } } | undefined): RequestHandler[] =>
     doc?.query ? [singleQueryValues(Object.keys(doc.query.shape))] : [];
+  const hot: HotRoute[] = [];
   for (const route of dataPlaneRoutes) {
-    // Inside the request's span (when traced), errors passed on from there: their log line carries its trace id.
-    app[route.method](route.path, ...queryRule(route.doc), (req: Request, res: Response, next: NextFunction) =>
-      inRequestScope(res, async () => {
-        const ctx = await contextFor(req, res, opts.credentials, route.auth);
-        await route.handler(opts.deps, req, res, ctx);
-      }).catch(next),
-    );
+    const handlers: RequestHandler[] = [
+      ...queryRule(route.doc),
+      // Inside the request's span (when traced), errors passed on from there: their log line carries its trace id.
+      (req: Request, res: Response, next: NextFunction) =>
+        inRequestScope(res, async () => {
+          const ctx = await contextFor(req, res, opts.credentials, route.auth);
+          await route.handler(opts.deps, req, res, ctx);
+        }).catch(next),
+    ];
+    app[route.method](route.path, ...handlers);
+    if (route.method === "post" && HOT_PATHS.has(route.path) && route.body !== "raw" && !route.bodyLimitBytes) {
+      hot.push({ path: route.path, before: [...global, ...(gate ? [gate] : []), parseJson], route: handlers });
+    }
   }
   for (const route of controlRoutes) {
     const handlers: RequestHandler[] = [...queryRule(route.doc), ...(route.body === "raw" ? [parseRaw] : [])];
@@ -307,5 +360,9 @@ export function createApp(opts: AppOptions): Express {
       }).catch(next),
     );
   }
-  return app;
+  return {
+    app,
+    listener: hotPathListener(app, hot, errorMiddleware(opts.logger)),
+    messageClasses: expressMessageClasses(app),
+  };
 }

@@ -7,24 +7,24 @@
  * its own (it asks the same circuit). The answer goes out without the error middleware's 5xx log
  * line: the circuit logs the outage once, when it opens.
  */
-import type { Express } from "express";
+import type { RequestHandler } from "express";
 import type { DatabaseAvailability } from "../shared/database-errors.js";
 import { sendError, sendGraphqlError } from "./error-envelope.js";
 
-/** The prefixes the gate covers. */
-const GATED = ["/v1", "/control", "/graphql"];
+/** The prefixes the gate covers (mount `databaseGate` on these). */
+export const GATED_PREFIXES = ["/v1", "/control", "/graphql"];
 
 /** Paths under them that answer without the database. */
 const PROBES = new Set(["/v1/health", "/v1/health/ready"]);
 
-/** Mounts the gate on `app`, before the routes and the body parsers. */
-export function mountDatabaseGate(app: Express, database: DatabaseAvailability): void {
-  app.use(GATED, (req, res, next) => {
+/** The gate, to mount on `GATED_PREFIXES` before the routes and the body parsers. */
+export function databaseGate(database: DatabaseAvailability): RequestHandler {
+  return (req, res, next) => {
     const refused = database.refusal();
     if (!refused) return next();
     const path = req.originalUrl.split("?")[0].replace(/\/+$/, "").toLowerCase();
     if (PROBES.has(path)) return next();
     if (path === "/graphql" || path.startsWith("/graphql/")) sendGraphqlError(res, refused);
     else sendError(res, refused);
-  });
+  };
 }

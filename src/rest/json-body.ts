@@ -148,17 +148,19 @@ const receivedBytes = new WeakMap<IncomingMessage, number>();
 /**
  * The JSON body parser of every REST route: a body must say it is JSON (415 otherwise, before it
  * is read: `assertJsonMediaType`), up to `limitBytes` (413 above), valid in its charset and nested
- * at most `MAX_JSON_DEPTH` (400). The body's size as received is kept for `bodyBytes`.
+ * at most `MAX_JSON_DEPTH` (400). The body's size as received is kept for `bodyBytes`. The common
+ * body (`plainJsonBody`) is read by `readPlainJson`, the rest by body-parser, with the same result.
  */
 export function jsonBody(limitBytes: number): RequestHandler {
+  const verify = (req: IncomingMessage, res: unknown, buf: Buffer, encoding: string) => {
+    verifyJsonDepth(req, res, buf, encoding);
+    receivedBytes.set(req, buf.length);
+  };
   const parse = express.json({
     limit: limitBytes,
     // The type was checked first; a body-less request with any type reads as no body.
     type: () => true,
-    verify: (req, res, buf, encoding) => {
-      verifyJsonDepth(req, res, buf, encoding);
-      receivedBytes.set(req, buf.length);
-    },
+    verify,
   });
   return (req, res, next) => {
     try {
@@ -166,8 +168,137 @@ export function jsonBody(limitBytes: number): RequestHandler {
     } catch (err) {
       return next(err);
     }
-    return parse(req, res, next);
+    const length = plainJsonBody(req, limitBytes);
+    if (length === undefined) return parse(req, res, next);
+    readPlainJson(req, length, (buf) => verify(req, res, buf, "utf-8"), next);
   };
+}
+
+/** `Content-Type` values (lower case) of a plain JSON body: no parameter but a UTF-8 charset. */
+const PLAIN_JSON_TYPES = new Set([
+  "application/json",
+  "application/json; charset=utf-8",
+  "application/json;charset=utf-8",
+]);
+
+/** A `Content-Length` value of digits only. */
+const DIGITS = /^[0-9]+$/;
+
+/**
+ * The length of `req`'s body when it is the common case this module reads itself (issue 30, item 3):
+ * a fresh, readable request with a `Content-Length` from 1 to `limitBytes`, no `Content-Encoding`
+ * or `Transfer-Encoding`, and a plain JSON type (`PLAIN_JSON_TYPES`). Undefined for anything else
+ * — body-parser reads those (and answers their 413s, 415s and compressed bodies) as before.
+ */
+function plainJsonBody(req: IncomingMessage, limitBytes: number): number | undefined {
+  const headers = req.headers;
+  if (headers["content-encoding"] !== undefined || headers["transfer-encoding"] !== undefined) return undefined;
+  const type = headers["content-type"];
+  if (type === undefined || !PLAIN_JSON_TYPES.has(type.toLowerCase())) return undefined;
+  const declared = headers["content-length"];
+  if (declared === undefined || !DIGITS.test(declared)) return undefined;
+  const length = Number(declared);
+  if (length === 0 || length > limitBytes) return undefined;
+  // body-parser's "already read" test (on-finished) and raw-body's readable-stream checks.
+  const socket = req.socket as IncomingMessage["socket"] | null;
+  const upgrade = (req as { upgrade?: boolean }).upgrade;
+  if (upgrade || !socket || !socket.readable || (req.complete && !req.readable)) return undefined;
+  if (!req.readable || req.readableEncoding !== null) return undefined;
+  return length;
+}
+
+/** First non-whitespace character of a JSON text (RFC 8259 whitespace), as body-parser's strict check finds it. */
+const FIRST_NON_WHITESPACE = /^[ \t\n\r]*([^ \t\n\r]|$)/;
+
+/**
+ * `text` parsed as body-parser's strict JSON parser does: an empty text is `{}`, anything but an
+ * object or an array (after whitespace) is refused.
+ * @throws SyntaxError for malformed or non-strict JSON.
+ */
+function strictJson(text: string): unknown {
+  if (text.length === 0) return {};
+  if (text[0] !== "{" && text[0] !== "[") {
+    const first = FIRST_NON_WHITESPACE.exec(text)?.[1];
+    if (first !== "{" && first !== "[") throw new SyntaxError("strict violation");
+  }
+  return JSON.parse(text) as unknown;
+}
+
+/** A body-parser style failure (`toEnvelope` reads `type` and `status`). */
+function bodyError(message: string, status: number, type: string, extra: Record<string, unknown> = {}): Error {
+  return Object.assign(new Error(message), { status, statusCode: status, expose: true, type, ...extra });
+}
+
+/**
+ * Reads a `plainJsonBody` of `length` bytes and sets `req.body` as body-parser's JSON parser
+ * would: the bytes verified (`verify`: UTF-8, nesting; its error passed on), a leading BOM
+ * dropped, strict JSON (an object or an array; anything else, or malformed JSON, is
+ * `entity.parse.failed`, 400). A request the client aborts is `request.aborted` (400), as raw-body
+ * says it. One listener set, no decoder and no async resource per request.
+ */
+function readPlainJson(
+  req: IncomingMessage & { body?: unknown },
+  length: number,
+  verify: (buf: Buffer) => void,
+  next: NextFunction,
+): void {
+  if (!("body" in req)) req.body = undefined;
+  const chunks: Buffer[] = [];
+  let received = 0;
+  let complete = false;
+  const cleanup = () => {
+    req.off("aborted", onAborted);
+    req.off("data", onData);
+    req.off("end", onEnd);
+    req.off("error", onEnd);
+    req.off("close", cleanup);
+  };
+  const fail = (err: Error) => {
+    complete = true;
+    cleanup();
+    req.pause();
+    next(err);
+  };
+  function onAborted() {
+    if (complete) return;
+    fail(bodyError("request aborted", 400, "request.aborted", { code: "ECONNABORTED", expected: length, received }));
+  }
+  function onData(chunk: Buffer) {
+    if (complete) return;
+    received += chunk.length;
+    chunks.push(chunk);
+  }
+  function onEnd(err?: Error) {
+    if (complete) return;
+    if (err) {
+      const status = (err as { status?: unknown }).status;
+      return fail(typeof status === "number" ? err : Object.assign(err, { status: 400, statusCode: 400 }));
+    }
+    if (received !== length) {
+      return fail(bodyError("request size did not match content length", 400, "request.size.invalid"));
+    }
+    complete = true;
+    cleanup();
+    const buf = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, received);
+    try {
+      verify(buf);
+    } catch (verifyErr) {
+      return next(verifyErr);
+    }
+    let text = buf.toString("utf8");
+    if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+    try {
+      req.body = strictJson(text);
+    } catch (parseErr) {
+      return next(bodyError((parseErr as Error).message, 400, "entity.parse.failed"));
+    }
+    next();
+  }
+  req.on("aborted", onAborted);
+  req.on("close", cleanup);
+  req.on("data", onData);
+  req.on("end", onEnd);
+  req.on("error", onEnd);
 }
 
 /**
