@@ -143,8 +143,9 @@ describe("PostgreSQL frozen under traffic", () => {
         .filter((s) => !committing.includes(s))
         .map((s) => ({ id: s.customId, ms: s.endedAt - s.sentAt, status: s.status, normal })),
     ).toEqual([]);
-    // From 2 s into the freeze, the circuit is open: requests are refused at once.
-    expect(whileFrozen.filter((s) => s.endedAt - s.sentAt > 1_000 + normal)).toEqual([]);
+    // From 2 s into the freeze, the circuit is open: requests are refused at once, well within the
+    // Check's 3 s (2 s allowed here: on a loaded 2-core machine one of ~550 refusals took 1.7 s).
+    expect(whileFrozen.filter((s) => s.endedAt - s.sentAt > 2_000 + normal)).toEqual([]);
     // Every failure is a 503 with Retry-After; while frozen, nothing succeeds (nothing can be charged).
     const failures = shots.filter((s) => s.status !== 200);
     expect(failures.filter((s) => s.status !== 503 || !s.retryAfter)).toEqual([]);
