@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { packageRoot } from "../src/config/config.js";
 import { acquirePullLock } from "../src/inference/artifacts/pull-lock.js";
+import { formatBytes } from "../src/scripts/pull-progress.js";
 import { type FakeHub, startFakeHub } from "./support/fake-hub.js";
 import { MODELS_DIR, createTestCaller, eventually, expectEnvelope, http, startTestServer } from "./support/harness.js";
 import { writeEditedCatalog } from "./support/test-catalog.js";
@@ -149,19 +150,24 @@ describe("npm run models -- pull", () => {
     expect(first.code).toBe(1);
     expect(first.stderr).toMatch(/hub-tiny: downloading .* failed .*; run the pull again to resume/);
     expect(existsSync(path.join(dirs.modelsDir, "hub-tiny.gguf"))).toBe(false);
+    // What arrived before the cut is kept. On a loaded machine the HTTP client may drop the last
+    // chunks it had received but not yet handed over when the socket died, so the part can be
+    // shorter than what the hub sent, never longer; the resume starts from what is on disk.
     const kept = statSync(partOf(dirs, "hub-tiny.gguf")).size;
-    expect(kept).toBe(cutAt);
+    expect(kept).toBeGreaterThan(0);
+    expect(kept).toBeLessThanOrEqual(cutAt);
     const list = await runCli(["list"], dirs);
-    expect(list.stdout).toMatch(/hub-tiny +text_generation +1\.2 MB +partial 33 %/);
+    const percent = Math.floor((kept / BYTES.length) * 100);
+    expect(list.stdout).toMatch(new RegExp(`hub-tiny +text_generation +1\\.2 MB +partial ${percent} %`));
 
     const before = hubGets(HUB_PATH).length;
     const second = await runCli(["pull", "hub-tiny"], dirs);
     expect(second.stderr).toBe("");
     expect(second.code).toBe(0);
-    expect(second.stdout).toContain("(resumed at 400.0 kB)");
+    expect(second.stdout).toContain(`(resumed at ${formatBytes(kept)})`);
     // The hub was asked only for the rest, and the result is the whole, verified file.
     expect(hubGets(HUB_PATH).slice(before)).toEqual([
-      expect.objectContaining({ range: `bytes=${cutAt}-`, status: 206 }),
+      expect.objectContaining({ range: `bytes=${kept}-`, status: 206 }),
     ]);
     expect(sha256Of(path.join(dirs.modelsDir, "hub-tiny.gguf"))).toBe(SHA256);
   });

@@ -154,7 +154,7 @@ describe("pull locks (finding 1)", () => {
         });
       child.stdout.on("data", (c: Buffer) => (out += c.toString()));
       child.stderr.on("data", (c: Buffer) => (out += c.toString()));
-      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+      const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
       const result = () => out.replace("ready\n", "").trim();
       return { child, seen, exited, result };
     });
