@@ -10,6 +10,7 @@
  *   node dist-bench/bench/gateway-ab.js dist-base        # A = dist-base, B = this build
  *   node dist-bench/bench/gateway-ab.js dist-base dist-x # A = dist-base, B = dist-x
  *   AB_ROUNDS=6 AB_SLICE_S=3 AB_METERING=off node dist-bench/bench/gateway-ab.js dist-base
+ *   AB_RATE=200 node dist-bench/bench/gateway-ab.js dist-base   # the load slices at 200 req/s, not closed
  *   AB_B_ENV='{"SWITCHYARD_DURABILITY":"process"}' node dist-bench/bench/gateway-ab.js dist-bench dist-bench
  *                                  # one build, a setting of B's environment as the change
  */
@@ -28,6 +29,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
 const ROUNDS = Number(process.env.AB_ROUNDS ?? 6);
 const SLICE_S = Number(process.env.AB_SLICE_S ?? 3);
+const RATE = Number(process.env.AB_RATE ?? 0);
 const BODY = CHAT_BODY;
 const STREAM_BODY = streamBody(20);
 
@@ -71,6 +73,9 @@ async function closed(side: Side, seconds: number) {
     body: BODY,
     connections: 50,
     duration: seconds,
+    // A fixed rate (AB_RATE): both builds do the same work per second, so their CPU per request
+    // compares without the faster one's bigger group commits (closed loop otherwise).
+    ...(RATE ? { overallRate: RATE } : {}),
   });
   const n = Math.max(1, r.requests.total);
   return {
@@ -156,7 +161,7 @@ async function main(): Promise<void> {
       );
     }
     console.log(
-      `\nA = ${baseDist}, B = ${process.argv[3] ?? "this build"}; medians over ${ROUNDS} alternating rounds (${SLICE_S} s closed slices, ` +
+      `\nA = ${baseDist}, B = ${process.argv[3] ?? "this build"}; medians over ${ROUNDS} alternating rounds (${SLICE_S} s ${RATE ? `slices at ${RATE} req/s` : "closed slices"}, ` +
         `metering ${process.env.AB_METERING === "off" ? "off" : "on"}${process.env.AB_B_ENV ? `; B with ${process.env.AB_B_ENV}` : ""})\n`,
     );
     console.log("| build | req/s (50 conn) | CPU ms/req | DB CPU ms/req | idle p50 ms | TTFT p50 ms |");

@@ -318,7 +318,6 @@ export class MeteringService {
     const statement = groupCommitStatement({
       responses: responses.length > 0 || unique.some((p) => p.record.endpoint === RESPONSES_ENDPOINT),
       webhooks: webhooks.length > 0,
-      touchKeys: keyIds.length > 0,
       asyncCommit: this.durability === "process",
     });
     const values: Record<GroupCommitParam, unknown> = {
