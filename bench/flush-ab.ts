@@ -12,7 +12,7 @@
  *   node dist-bench/bench/flush-ab.js .scratch/dist-base
  *   AB_ROWS=20 AB_CALLS=200 node dist-bench/bench/flush-ab.js .scratch/dist-base
  */
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { v7 as uuidv7 } from "uuid";
@@ -72,6 +72,7 @@ function postmasterOf(dataDir: string): number {
 interface Side {
   dist: string;
   app: Switchyard;
+  dataDir: string;
   postmaster: number;
   run: () => Promise<unknown>;
   ms: number[];
@@ -144,6 +145,7 @@ async function start(dist: string): Promise<Side> {
   return {
     dist,
     app,
+    dataDir: config.dataDir,
     postmaster: postmasterOf(config.dataDir),
     run: () => queryPrepared(app.dataSource, "switchyard_group_commit", flush.text, values()),
     ms: [],
@@ -189,7 +191,10 @@ async function main(): Promise<void> {
       );
     }
   } finally {
-    for (const side of sides) await side.app.close();
+    for (const side of sides) {
+      await side.app.close();
+      rmSync(side.dataDir, { recursive: true, force: true });
+    }
   }
 }
 
