@@ -2,8 +2,8 @@
  * Benchmark (issue 12, item 1; issue 30, item 2): what one metering group commit costs, by the way
  * it is sent. Starts Switchyard (embedded PostgreSQL, fsync on, as `npm start` runs), meters two
  * real chat completions to capture the flush statement of the common batch shape (a chat
- * completion, no stored response, no webhook, no key use to refresh) and its parameters, then runs
- * that statement (with fresh request ids each time, so every run inserts and charges new requests)
+ * completion, no stored response, no webhook, no key's last_used_at due) and its parameters, then
+ * runs that statement (with fresh request ids each time, so every run inserts and charges new requests)
  * the ways below, interleaved call by call:
  *
  * - plain: parsed and planned by PostgreSQL on every call (the code before issue 12), one round trip
@@ -105,7 +105,7 @@ async function main(): Promise<void> {
     // micro-USD, its prompt cached by the engine).
     const flush = { text: captured[1].text, values: [captured[0].values[0], ...captured[1].values.slice(1)] };
     if ((flush.values[0] as string).includes('"cost_micros":"0"')) throw new Error("the captured request is free");
-    const shape = { responses: false, webhooks: false, touchKeys: false, asyncCommit: false };
+    const shape = { responses: false, webhooks: false, asyncCommit: false };
     if (flush.text !== groupCommitStatement(shape).text) throw new Error("the flush seen is not the common shape");
     const asyncText = groupCommitStatement({ ...shape, asyncCommit: true }).text;
 

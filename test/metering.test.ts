@@ -9,6 +9,7 @@ import type { UsageRecord } from "../src/services/metering/metering.service.js";
 import { type TestServer, createTestCaller, startTestServer } from "./support/harness.js";
 import { principalOf, usageRecordFor } from "./support/records.js";
 import { inFlightInsert } from "../src/services/metering/in-flight-activity.js";
+import { queryPrepared } from "../src/db/sql.js";
 
 const NO_USER = "00000000-0000-0000-0000-000000000000";
 const ZERO = { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 };
@@ -197,6 +198,19 @@ test("when one flush writes new rows and ends rows in flight (and a seed inserts
   );
   expect(counts).toEqual(countsOracle);
   expect(counts.reduce((n, c: any) => n + c.n, 0)).toBe(8);
+});
+
+test("when group commits follow one another while other queries use the pool, then they run on one connection (queryPrepared keeps it: the statement is planned there only)", async () => {
+  const ds = server.app.dataSource;
+  const pids = new Set<number>();
+  for (let i = 0; i < 20; i++) {
+    // Other work holds pool connections meanwhile (a connection taken per call would move around).
+    const others = Array.from({ length: 3 }, () => ds.query("SELECT pg_sleep(0.005)"));
+    const [row] = await queryPrepared<{ pid: number }>(ds, "backend_pid", "SELECT pg_backend_pid() AS pid", []);
+    pids.add(row.pid);
+    await Promise.all(others);
+  }
+  expect(pids.size).toBe(1);
 });
 
 describe("background responses ended before their record lands", () => {

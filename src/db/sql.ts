@@ -30,6 +30,69 @@ interface PooledConnection {
 /** What `queryPrepared` needs of node-postgres: a pool to take a connection from. */
 interface NamedStatementPool {
   connect(): Promise<PooledConnection>;
+  end(...args: unknown[]): unknown;
+  /** Set by node-postgres once `end` was called. */
+  ending?: boolean;
+}
+
+/** The connection a pool keeps for `queryPrepared` between calls. */
+interface Kept {
+  /** Undefined while it is being taken. */
+  connection?: PooledConnection;
+  /** A call runs on it. */
+  busy: boolean;
+  /** It failed or was lost: released with this error when its call ends (at once when idle). */
+  lost?: Error;
+}
+
+/** The connection each pool keeps for `queryPrepared` (see there). */
+const kept = new WeakMap<NamedStatementPool, Kept>();
+/** Pools whose `end` first gives the kept connection back. */
+const endPatched = new WeakSet<NamedStatementPool>();
+
+/** Gives the kept connection of `pool` back to it (with `err`: closed), and keeps none. */
+function giveBack(pool: NamedStatementPool, entry: Kept, err?: Error): void {
+  if (kept.get(pool) === entry) kept.delete(pool);
+  entry.connection?.release(err);
+}
+
+/**
+ * A connection for one `queryPrepared` call: the one `pool` keeps (taken from it on first use),
+ * or, while a call runs on that one, a connection of its own (`own`: released after the call).
+ */
+async function connectionFor(pool: NamedStatementPool): Promise<{ connection: PooledConnection; entry?: Kept }> {
+  const entry = kept.get(pool);
+  if (entry?.connection && !entry.busy && !entry.lost && !pool.ending) {
+    entry.busy = true;
+    return { connection: entry.connection, entry };
+  }
+  if (entry || pool.ending) return { connection: await pool.connect() };
+  const fresh: Kept = { busy: true };
+  kept.set(pool, fresh);
+  try {
+    fresh.connection = await pool.connect();
+  } catch (err) {
+    kept.delete(pool);
+    throw err;
+  }
+  // A kept connection is checked out: no pool listens for its errors. Lost while idle, it goes
+  // back at once (closed); lost during a call, that call fails and gives it back.
+  fresh.connection.on("error", (err) => {
+    fresh.lost ??= err;
+    if (!fresh.busy) giveBack(pool, fresh, err);
+  });
+  if (!endPatched.has(pool)) {
+    endPatched.add(pool);
+    const end = pool.end.bind(pool);
+    // The pool ends once every connection is back: the kept one first (an idle one now; one
+    // in a call when the call ends).
+    pool.end = (...args: unknown[]) => {
+      const current = kept.get(pool);
+      if (current && !current.busy) giveBack(pool, current);
+      return end(...args);
+    };
+  }
+  return { connection: fresh.connection, entry: fresh };
 }
 
 /** DataSources whose pool reaches PostgreSQL through a transaction-mode pooler. */
@@ -65,6 +128,13 @@ const statementNames = new Map<string, string>();
  * back when it runs again, instead of committing, unseen, what the caller was told had failed (for
  * the group commit: charges for requests answered 503). A commit already sent is waited for by
  * the circuit.
+ *
+ * Each pool keeps one connection for these calls (taken on first use, given back when it fails
+ * or the pool ends; a call that finds it busy takes another for itself): the group commit, one
+ * flush at a time, always runs on the same connection, so its statements are parsed and planned
+ * there only, once per shape and once after each invalidation (an ANALYZE of a table it writes),
+ * instead of on every connection of the pool in turn (issue 30, item 2: with 20 connections,
+ * planning was a fifth of PostgreSQL's time under the gateway bench).
  * Note: a connection whose statement failed is closed, so the next call costs a reconnect and a
  * new parse.
  */
@@ -77,12 +147,12 @@ export async function queryPrepared<T>(db: Queryable, name: string, text: string
     named = `${name}_${createHash("sha256").update(text).digest("hex").slice(0, 12)}`;
     statementNames.set(text, named);
   }
-  const connection = await pool.connect();
+  const { connection, entry } = await connectionFor(pool);
   let failure: Error | undefined;
   // A connection lost between statements reports it here (unheard, it would throw); the statement
   // under way fails with it too.
   const onError = (err: Error) => (failure ??= err);
-  connection.on("error", onError);
+  if (!entry) connection.on("error", onError);
   try {
     return await new Promise<T[]>((resolve, reject) => {
       const statement = new CommitAfterAnswer(named, text, params);
@@ -93,7 +163,14 @@ export async function queryPrepared<T>(db: Queryable, name: string, text: string
     failure = err instanceof Error ? err : new Error(String(err));
     throw err;
   } finally {
-    connection.off("error", onError);
-    connection.release(failure);
+    if (!entry) {
+      connection.off("error", onError);
+      connection.release(failure);
+    } else {
+      entry.busy = false;
+      const lost = failure ?? entry.lost;
+      if (lost) giveBack(pool, entry, lost);
+      else if (pool.ending) giveBack(pool, entry);
+    }
   }
 }

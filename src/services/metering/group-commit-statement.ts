@@ -5,10 +5,12 @@
  *
  * A lean statement per batch shape (issue 30, item 2): the parts only some requests need are in
  * the text only when the batch has such a request — stored and background responses (`responses`),
- * webhooks (`webhooks`), keys whose `last_used_at` is due (`touchKeys`) — so the common flush (chat
- * completions, embeddings, messages) neither plans, initialises nor runs them. Each shape is its
- * own prepared statement (at most eight per connection). API key budgets stay in every shape:
- * whether a key has a budget is read at commit, from the database.
+ * webhooks (`webhooks`) — so the common flush (chat completions, embeddings, messages) neither
+ * plans, initialises nor runs them. Each shape is its own prepared statement (at most four per
+ * connection and durability). API key budgets stay in every shape: whether a key has a budget is
+ * read at commit, from the database. The keys whose `last_used_at` is due are a parameter, not a
+ * shape (a shape seen once a second would be planned afresh nearly every time it runs: the first
+ * five runs of a prepared statement on a connection are planned for their values).
  *
  * Roll-ups (`usage_daily`, `activity_counts`): the activity rows this statement inserts are rolled
  * up here, set-based (`usage`, `counts`), and the insert trigger of `activity` is told to skip
@@ -33,8 +35,6 @@ export interface GroupCommitShape {
   responses: boolean;
   /** A record has a webhook outbox row. */
   webhooks: boolean;
-  /** Some API key's `last_used_at` is due. */
-  touchKeys: boolean;
   /** `synchronous_commit = off` for this transaction (durability `process`). */
   asyncCommit: boolean;
 }
@@ -52,7 +52,7 @@ const statements = new Map<string, GroupCommitStatement>();
 
 /** The statement of `shape` (built once per shape). Returns rows `source_id`, `charged`, `balance_after` (text). */
 export function groupCommitStatement(shape: GroupCommitShape): GroupCommitStatement {
-  const key = `${+shape.responses}${+shape.webhooks}${+shape.touchKeys}${+shape.asyncCommit}`;
+  const key = `${+shape.responses}${+shape.webhooks}${+shape.asyncCommit}`;
   let statement = statements.get(key);
   if (!statement) {
     statement = build(shape);
@@ -69,6 +69,7 @@ function build(shape: GroupCommitShape): GroupCommitStatement {
   };
   const activity = $("activity");
   const holder = $("holder");
+  const keys = $("keys");
   const r = shape.responses;
   const ctes: string[] = [];
   // Completion events feed (issue 6, item 6): flushes take their feed positions in commit order.
@@ -202,11 +203,9 @@ function build(shape: GroupCommitShape): GroupCommitStatement {
 )`);
   ctes.push(USAGE_CHARGE_CTES);
   ctes.push(keySpendCtes(holder));
-  if (shape.touchKeys) {
-    ctes.push(`used AS (
-  UPDATE api_keys SET last_used_at = now() WHERE id = ANY(${$("keys")}::uuid[]) AND EXISTS (SELECT FROM serial)
+  ctes.push(`used AS (
+  UPDATE api_keys SET last_used_at = now() WHERE id = ANY(${keys}::uuid[]) AND EXISTS (SELECT FROM serial)
 )`);
-  }
   ctes.push(`leases AS (
   UPDATE credit_leases c SET micros = GREATEST(0, c.micros - s.total), updated_at = now()
     FROM (SELECT team_id, sum(charged) AS total FROM charges GROUP BY team_id) s

@@ -3,9 +3,10 @@
  * inference request hands its activity row, its usage charge and (for stored responses) its
  * Response row to `record`, which resolves once they are durably committed. Records that arrive
  * while a flush runs are written together by the next flush: one SQL statement (atomic; its
- * answer and its commit are two round trips) however many requests, lean for what the batch needs
- * (`group-commit-statement.ts`, issue 30 item 2). A request id is charged at most once (activity primary key
- * + the ledger's unique `(type, source_id)`), and `balance_after_micros` never goes below zero.
+ * answer and its commit are two round trips) however many requests, lean for what the batch
+ * needs (`group-commit-statement.ts`, issue 30 item 2). A request id is charged at most once
+ * (activity primary key + the ledger's unique `(type, source_id)`), and `balance_after_micros`
+ * never goes below zero.
  * Each new record also gets its completion event (issue 6, item 6), positioned in commit order
  * under an advisory lock every flush takes first (see `completion-events.service.ts`).
  * Zero data retention (issue 8, item 3) is applied here, where bodies are written: a team with
@@ -318,7 +319,6 @@ export class MeteringService {
     const statement = groupCommitStatement({
       responses: responses.length > 0 || unique.some((p) => p.record.endpoint === RESPONSES_ENDPOINT),
       webhooks: webhooks.length > 0,
-      touchKeys: keyIds.length > 0,
       asyncCommit: this.durability === "process",
     });
     const values: Record<GroupCommitParam, unknown> = {
