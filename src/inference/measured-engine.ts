@@ -6,41 +6,56 @@
  */
 import { AppError, statusForCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
+import { SeriesCache } from "../shared/lean-metrics.js";
 import type { EmbedRequest, GenerateRequest, InferenceEngine } from "./engine.js";
 
 /** `engine` with its requests observed in `metrics`. */
 export function measuredEngine<E extends InferenceEngine>(engine: E, metrics: Metrics): E {
+  // The series of a model and operation, looked up once (issue 30, item 3: no label hashing per request).
+  const series = new SeriesCache<ReturnType<typeof seriesOf>>();
+  const seriesOf = (model: string, operation: "generate" | "embed") => {
+    const labels = { model, operation };
+    const outcomes = new SeriesCache<(n?: number) => void>();
+    return {
+      queueWait: metrics.engineQueueWait.child(labels),
+      seconds: metrics.engineSeconds.child(labels),
+      promptTokens: metrics.enginePromptTokens.child(labels),
+      completionTokens: metrics.engineCompletionTokens.child(labels),
+      tokensPerSecond: metrics.engineTokensPerSecond.child({ model }),
+      requests: (outcome: string) =>
+        outcomes.get(outcome, () => metrics.engineRequests.child({ ...labels, outcome }))(),
+    };
+  };
+  const measured = (model: string, operation: "generate" | "embed") =>
+    series.get(`${operation} ${model}`, () => seriesOf(model, operation));
   const generate = async (req: GenerateRequest) => {
-    const labels = { model: req.model.id, operation: "generate" };
+    const m = measured(req.model.id, "generate");
     try {
       const result = await engine.generate(req);
-      metrics.engineQueueWait.observe(labels, result.queueMs / 1000);
-      metrics.engineSeconds.inc(labels, result.engineMs / 1000);
-      metrics.enginePromptTokens.inc(labels, result.usage.promptTokens);
-      metrics.engineCompletionTokens.inc(labels, result.usage.completionTokens);
+      m.queueWait(result.queueMs / 1000);
+      m.seconds(result.engineMs / 1000);
+      m.promptTokens(result.usage.promptTokens);
+      m.completionTokens(result.usage.completionTokens);
       if (result.engineMs > 0 && result.usage.completionTokens > 0)
-        metrics.engineTokensPerSecond.observe(
-          { model: req.model.id },
-          result.usage.completionTokens / (result.engineMs / 1000),
-        );
-      metrics.engineRequests.inc({ ...labels, outcome: result.finishReason === "cancelled" ? "cancelled" : "ok" });
+        m.tokensPerSecond(result.usage.completionTokens / (result.engineMs / 1000));
+      m.requests(result.finishReason === "cancelled" ? "cancelled" : "ok");
       return result;
     } catch (err) {
-      metrics.engineRequests.inc({ ...labels, outcome: outcome(err) });
+      m.requests(outcome(err));
       throw err;
     }
   };
   const embed = async (req: EmbedRequest) => {
-    const labels = { model: req.model.id, operation: "embed" };
+    const m = measured(req.model.id, "embed");
     try {
       const result = await engine.embed(req);
-      metrics.engineQueueWait.observe(labels, result.queueMs / 1000);
-      metrics.engineSeconds.inc(labels, result.engineMs / 1000);
-      metrics.enginePromptTokens.inc(labels, result.promptTokens);
-      metrics.engineRequests.inc({ ...labels, outcome: "ok" });
+      m.queueWait(result.queueMs / 1000);
+      m.seconds(result.engineMs / 1000);
+      m.promptTokens(result.promptTokens);
+      m.requests("ok");
       return result;
     } catch (err) {
-      metrics.engineRequests.inc({ ...labels, outcome: outcome(err) });
+      m.requests(outcome(err));
       throw err;
     }
   };

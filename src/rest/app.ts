@@ -13,6 +13,7 @@ import type { RequestContext } from "../services/platform/context.js";
 import type { DatabaseAvailability } from "../shared/database-errors.js";
 import { AppError, ErrorCode } from "../shared/errors.js";
 import type { Metrics } from "../shared/metrics.js";
+import { SeriesCache } from "../shared/lean-metrics.js";
 import type { Tracing } from "../shared/tracing.js";
 import { controlRoutes } from "./control.routes.js";
 import { mountDashboard } from "./dashboard.js";
@@ -60,31 +61,20 @@ function accessLog(logger: Logger, level: "debug" | "info"): RequestHandler {
 /** Where `httpMetrics` keeps a request's start (ms, `performance.now()`) until its answer is counted. */
 const METRICS_STARTED = Symbol("metricsStarted");
 
-/** Most label sets `httpMetrics` keeps a counter and histogram child for (method × route × status). */
-const MAX_LABEL_SETS = 1_000;
-
 /**
  * Counts every answer and its duration by method, route pattern and status (issue 13, item 4):
  * the pattern the request matched (`/v1/responses/:id`), `/graphql`, or `unmatched`, so ids never
  * become label values. Per request only its start time is kept (on the response) and one shared
- * listener is added for `finish` and `close`; the labelled children are looked up once per label
- * set (issue 30, item 3: no closures or label objects per request).
+ * listener is added for `finish` and `close`; the series of a label set is looked up once
+ * (issue 30, item 3: no closures, label objects or label hashing per request).
  */
 function httpMetrics(metrics: Metrics): RequestHandler {
-  const children = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
-  const child = (method: string, route: string, status: string) => {
-    const key = `${method} ${status} ${route}`;
-    let found = children.get(key);
-    if (!found) {
-      if (children.size >= MAX_LABEL_SETS) children.clear();
+  const series = new SeriesCache<{ count: (n?: number) => void; observe: (seconds: number) => void }>();
+  const child = (method: string, route: string, status: string) =>
+    series.get(`${method} ${status} ${route}`, () => {
       const labels = { method, route, status };
-      const counter = metrics.httpRequests.labels(labels);
-      const histogram = metrics.httpDuration.labels(labels);
-      found = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
-      children.set(key, found);
-    }
-    return found;
-  };
+      return { count: metrics.httpRequests.child(labels), observe: metrics.httpDuration.child(labels) };
+    });
   function observe(this: Response & { [METRICS_STARTED]?: number }) {
     const started = this[METRICS_STARTED];
     if (started === undefined) return;

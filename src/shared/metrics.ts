@@ -19,6 +19,7 @@
  * - Node's defaults with the `switchyard_` prefix: event-loop lag, heap and RSS, GC, handles.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { LeanCounter, LeanHistogram } from "./lean-metrics.js";
 
 /** Seconds buckets from 1 ms to 60 s. */
 const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -34,78 +35,79 @@ export type MetricsCollector = () => Promise<void> | void;
 /** The server's metrics (see the module header). */
 export class Metrics {
   readonly registry = new Registry();
-  readonly httpRequests: Counter<"method" | "route" | "status">;
-  readonly httpDuration: Histogram<"method" | "route" | "status">;
-  readonly engineQueueWait: Histogram<"model" | "operation">;
-  readonly engineSeconds: Counter<"model" | "operation">;
-  readonly enginePromptTokens: Counter<"model" | "operation">;
-  readonly engineCompletionTokens: Counter<"model" | "operation">;
-  readonly engineRequests: Counter<"model" | "operation" | "outcome">;
+  // What every request touches is kept in lean series (`lean-metrics.ts`; same exposition).
+  readonly httpRequests: LeanCounter<"method" | "route" | "status">;
+  readonly httpDuration: LeanHistogram<"method" | "route" | "status">;
+  readonly engineQueueWait: LeanHistogram<"model" | "operation">;
+  readonly engineSeconds: LeanCounter<"model" | "operation">;
+  readonly enginePromptTokens: LeanCounter<"model" | "operation">;
+  readonly engineCompletionTokens: LeanCounter<"model" | "operation">;
+  readonly engineRequests: LeanCounter<"model" | "operation" | "outcome">;
   readonly webhookAttempts: Counter<"outcome">;
-  readonly engineTokensPerSecond: Histogram<"model">;
+  readonly engineTokensPerSecond: LeanHistogram<"model">;
   readonly meteringFlushRows: Histogram;
   readonly meteringFlushSeconds: Histogram;
   private readonly collectors: MetricsCollector[] = [];
 
   constructor() {
     const registers = [this.registry];
-    this.httpRequests = new Counter({
-      name: "switchyard_http_requests_total",
-      help: "HTTP answers by method, route pattern and status",
-      labelNames: ["method", "route", "status"],
-      registers,
-    });
-    this.httpDuration = new Histogram({
-      name: "switchyard_http_request_duration_seconds",
-      help: "Time from request to the end of the answer (streams: to the last byte), seconds",
-      labelNames: ["method", "route", "status"],
-      buckets: SECONDS_BUCKETS,
-      registers,
-    });
-    this.engineQueueWait = new Histogram({
-      name: "switchyard_engine_queue_wait_seconds",
-      help: "Time a request waited for an engine slot, seconds",
-      labelNames: ["model", "operation"],
-      buckets: SECONDS_BUCKETS,
-      registers,
-    });
-    this.engineSeconds = new Counter({
-      name: "switchyard_engine_seconds_total",
-      help: "Time engines spent on requests after taking a slot, seconds",
-      labelNames: ["model", "operation"],
-      registers,
-    });
-    this.enginePromptTokens = new Counter({
-      name: "switchyard_engine_prompt_tokens_total",
-      help: "Prompt (input) tokens engines processed",
-      labelNames: ["model", "operation"],
-      registers,
-    });
-    this.engineCompletionTokens = new Counter({
-      name: "switchyard_engine_completion_tokens_total",
-      help: "Completion (output) tokens engines generated",
-      labelNames: ["model", "operation"],
-      registers,
-    });
-    this.engineRequests = new Counter({
-      name: "switchyard_engine_requests_total",
-      help: "Engine calls by outcome (ok, cancelled, error)",
-      labelNames: ["model", "operation", "outcome"],
-      registers,
-    });
+    this.httpRequests = new LeanCounter(
+      "switchyard_http_requests_total",
+      "HTTP answers by method, route pattern and status",
+      ["method", "route", "status"],
+      this.registry,
+    );
+    this.httpDuration = new LeanHistogram(
+      "switchyard_http_request_duration_seconds",
+      "Time from request to the end of the answer (streams: to the last byte), seconds",
+      ["method", "route", "status"],
+      SECONDS_BUCKETS,
+      this.registry,
+    );
+    this.engineQueueWait = new LeanHistogram(
+      "switchyard_engine_queue_wait_seconds",
+      "Time a request waited for an engine slot, seconds",
+      ["model", "operation"],
+      SECONDS_BUCKETS,
+      this.registry,
+    );
+    this.engineSeconds = new LeanCounter(
+      "switchyard_engine_seconds_total",
+      "Time engines spent on requests after taking a slot, seconds",
+      ["model", "operation"],
+      this.registry,
+    );
+    this.enginePromptTokens = new LeanCounter(
+      "switchyard_engine_prompt_tokens_total",
+      "Prompt (input) tokens engines processed",
+      ["model", "operation"],
+      this.registry,
+    );
+    this.engineCompletionTokens = new LeanCounter(
+      "switchyard_engine_completion_tokens_total",
+      "Completion (output) tokens engines generated",
+      ["model", "operation"],
+      this.registry,
+    );
+    this.engineRequests = new LeanCounter(
+      "switchyard_engine_requests_total",
+      "Engine calls by outcome (ok, cancelled, error)",
+      ["model", "operation", "outcome"],
+      this.registry,
+    );
     this.webhookAttempts = new Counter({
       name: "switchyard_webhook_attempts_total",
       help: "Webhook delivery attempts by outcome: delivered, retry (failed, tried again later), failed (for good)",
       labelNames: ["outcome"],
       registers,
     });
-    this.engineTokensPerSecond = new Histogram({
-      name: "switchyard_engine_tokens_per_second",
-      help: "Completion tokens per second of engine time, one observation per generation, by model",
-      labelNames: ["model"],
-      buckets: RATE_BUCKETS,
-      registers,
-    });
+    this.engineTokensPerSecond = new LeanHistogram(
+      "switchyard_engine_tokens_per_second",
+      "Completion tokens per second of engine time, one observation per generation, by model",
+      ["model"],
+      RATE_BUCKETS,
+      this.registry,
+    );
     this.meteringFlushRows = new Histogram({
       name: "switchyard_metering_flush_size_rows",
       help: "Requests written by one group commit (flush size)",

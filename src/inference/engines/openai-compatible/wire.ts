@@ -5,6 +5,7 @@
  * `/v1/models` and (vLLM, llama.cpp server) `/tokenize`, and how their answers and errors map onto
  * the engine interface and our error codes (DESIGN §3 Errors).
  */
+import { TextDecoder } from "node:util";
 import { AppError, ErrorCode, type FieldIssue } from "../../../shared/errors.js";
 import type {
   ChatMessage,
@@ -259,16 +260,25 @@ export function errorForStatus(status: number, bodyText: string, retryAfter?: nu
 }
 
 /**
+ * Decoders of streams that ended, for the next stream: a streaming `TextDecoder` opens an ICU
+ * converter on its first use, per request otherwise (issue 30, item 3). A flushed decoder is as new.
+ */
+const spareDecoders: TextDecoder[] = [];
+/** Most spare decoders kept. */
+const MAX_SPARE_DECODERS = 64;
+
+/**
  * Splits a `text/event-stream` body into the `data` of each event (`data:` lines joined by
  * newlines), across chunk boundaries; comments, `event:` and `id:` lines are skipped.
  */
 export class SseDecoder {
-  private readonly decoder = new TextDecoder();
+  private decoder: TextDecoder | undefined;
   private buffer = "";
   private data: string[] = [];
 
   /** Feeds one body chunk; returns the data of every event it completed. */
   push(chunk: Uint8Array): string[] {
+    this.decoder ??= spareDecoders.pop() ?? new TextDecoder();
     this.buffer += this.decoder.decode(chunk, { stream: true });
     const events: string[] = [];
     let start = 0;
@@ -287,7 +297,10 @@ export class SseDecoder {
     return events;
   }
 
-  /** The last event when the body ended without its blank line. */
+  /**
+   * The last event when the body ended without its blank line. The decoder goes back to the spare
+   * ones, flushed (an incomplete character at the very end is dropped, as it always was).
+   */
   end(): string[] {
     const events = this.push(new Uint8Array());
     const line = this.buffer.replace(/\r$/, "");
@@ -295,6 +308,12 @@ export class SseDecoder {
     this.buffer = "";
     if (this.data.length > 0) events.push(this.data.join("\n"));
     this.data = [];
+    const decoder = this.decoder;
+    this.decoder = undefined;
+    if (decoder && spareDecoders.length < MAX_SPARE_DECODERS) {
+      decoder.decode();
+      spareDecoders.push(decoder);
+    }
     return events;
   }
 }
