@@ -35,6 +35,12 @@ const ROUNDS = Number(process.env.BENCH_TRACING_ROUNDS ?? 5);
 const RATE = Number(process.env.BENCH_TRACING_RATE ?? 300);
 /** Seconds each side is loaded at `RATE` before the measured rounds. */
 const WARMUP_S = Number(process.env.BENCH_TRACING_WARMUP_S ?? 20);
+/**
+ * `BENCH_TRACING_TOGETHER=1`: each round loads both sides at the same time (each at `RATE`)
+ * instead of one after the other, so a burst of other work on a shared machine falls on both
+ * sides' figures of that round alike.
+ */
+const TOGETHER = process.env.BENCH_TRACING_TOGETHER === "1";
 /** The target: CPU per request with spans exported at most this much above tracing off. */
 const MAX_RISE = 0.15;
 
@@ -133,20 +139,23 @@ export async function runTracingBench(): Promise<void> {
     }
     // Warm-up at the measured rate: the traced side's span and export code must be compiled too
     // (the JIT's threads count in a process's CPU: short warm-ups showed up as tracing's cost).
-    for (const side of sides) await load(side, WARMUP_S, CONNECTIONS, RATE);
+    if (TOGETHER) await Promise.all(sides.map((side) => load(side, WARMUP_S, CONNECTIONS, RATE)));
+    else for (const side of sides) await load(side, WARMUP_S, CONNECTIONS, RATE);
     const exportsBefore = receiver.exports();
+    const measure = async (side: Side, round: number) => {
+      const pid = side.child.pid!;
+      const cpu = cpuSeconds(pid);
+      const run = await load(side, SECONDS, CONNECTIONS, RATE);
+      const cpuMs = (1000 * (cpuSeconds(pid) - cpu)) / Math.max(1, run.total);
+      side.cpuMsPerReq.push(cpuMs);
+      side.rps.push(run.rps);
+      console.error(
+        `tracing ${side.name}, round ${round + 1}: ${run.rps.toFixed(0)} req/s, CPU ${cpuMs.toFixed(3)} ms/req`,
+      );
+    };
     for (let round = 0; round < ROUNDS; round++) {
-      for (const side of sides) {
-        const pid = side.child.pid!;
-        const cpu = cpuSeconds(pid);
-        const run = await load(side, SECONDS, CONNECTIONS, RATE);
-        const cpuMs = (1000 * (cpuSeconds(pid) - cpu)) / Math.max(1, run.total);
-        side.cpuMsPerReq.push(cpuMs);
-        side.rps.push(run.rps);
-        console.error(
-          `tracing ${side.name}, round ${round + 1}: ${run.rps.toFixed(0)} req/s, CPU ${cpuMs.toFixed(3)} ms/req`,
-        );
-      }
+      if (TOGETHER) await Promise.all(sides.map((side) => measure(side, round)));
+      else for (const side of sides) await measure(side, round);
     }
     const exports = receiver.exports() - exportsBefore;
     const [off, on] = sides;
@@ -157,7 +166,8 @@ export async function runTracingBench(): Promise<void> {
     const rpsRatio = mean(on.rps) / mean(off.rps);
     console.log(
       `\nSwitchyard with tracing off and with every span exported (OTLP/HTTP protobuf to a loopback receiver), ` +
-        `${os.cpus().length} cores; ${RATE} req/s on ${CONNECTIONS} connections ${SECONDS} s, ${ROUNDS} rounds off → on\n`,
+        `${os.cpus().length} cores; ${RATE} req/s on ${CONNECTIONS} connections ${SECONDS} s, ${ROUNDS} rounds ` +
+        `${TOGETHER ? "with both sides loaded at once" : "off → on"}\n`,
     );
     printFigures(sides, ["tracing", "CPU ms/req per run", "mean CPU ms/req", "req/s per run", "mean req/s"], (s) => [
       s.name,

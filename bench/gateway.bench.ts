@@ -28,6 +28,8 @@
  *   API_PROCESSES=1,2 npm run bench:gateway   # req/s and CPU per request with N API processes (gateway-scale.ts)
  *   BENCH_TRACING=1 npm run bench:gateway     # only: CPU per request, spans exported vs tracing off
  *                                             # (issue 29; `gateway-tracing.ts`)
+ *   BENCH_TRACING=spans npm run bench:gateway # only: the in-process µs of tracing one request
+ *                                             # (`tracing-spans.ts`)
  *
  * On 2 cores the load generator, the upstream and the gateway share the CPU: absolute numbers are
  * floors; the ratios are what to compare.
@@ -45,6 +47,7 @@ import { closeRequests, signup } from "./child-server.js";
 import { CHAT_BODY, startGatewaySwitchyard, startUpstream, streamBody } from "./gateway-processes.js";
 import { gatewayScale } from "./gateway-scale.js";
 import { runTracingBench } from "./gateway-tracing.js";
+import { runSpansBench } from "./tracing-spans.js";
 import { cpuSeconds, descendantsCpuSeconds } from "./proc-stats.js";
 import { type BenchFigure, printFigures, printJson } from "./report.js";
 
@@ -693,7 +696,8 @@ async function main(): Promise<void> {
   }
 }
 
-(process.env.BENCH_TRACING === "1" ? runTracingBench() : main()).catch((err: unknown) => {
+const run = { "1": runTracingBench, spans: runSpansBench }[process.env.BENCH_TRACING ?? ""] ?? main;
+run().catch((err: unknown) => {
   console.error(err);
   process.exit(1);
 });

@@ -10,7 +10,7 @@
  * Everything else passes through (a Proxy, as `measuredEngine`). Installed only when tracing is on.
  */
 import type { Attributes } from "@opentelemetry/api";
-import { type Span, SpanKind, type Tracing, currentTraceTeam } from "../shared/tracing.js";
+import { type Span, SpanKind, type Tracing, failSpan, runInScope } from "../shared/tracing.js";
 import type {
   ChatMessage,
   EmbedRequest,
@@ -23,26 +23,38 @@ import type {
 /** `engine` with its calls traced by `tracing`; `engine` itself when tracing is off. */
 export function tracedEngine<E extends InferenceEngine>(engine: E, tracing: Tracing): E {
   if (!tracing.enabled) return engine;
-  const generate = (req: GenerateRequest) =>
-    tracing.inSpan(`chat ${req.model.id}`, spanOptions(req, "chat", generationAttributes(req)), async (span) => {
-      const teamId = currentTraceTeam();
-      const result = await engine.generate(req);
-      if (span) {
-        const usage: Attributes = {
-          "gen_ai.usage.input_tokens": result.usage.promptTokens,
-          "gen_ai.usage.output_tokens": result.usage.completionTokens,
-          "gen_ai.response.finish_reasons": [finishReason(result)],
-          "switchyard.engine.queue_ms": result.queueMs,
-          "switchyard.engine.ms": result.engineMs,
-        };
-        if (result.usage.cachedPromptTokens > 0) {
-          usage["gen_ai.usage.cache_read.input_tokens"] = result.usage.cachedPromptTokens;
-        }
-        span.setAttributes(usage);
-        if (await tracing.contentAllowed(teamId)) recordContent(span, req.messages, result);
+  // The hot path (every chat request): one async frame, the span's attributes built once, and
+  // the content question (an await) asked only when the operator opted in.
+  const generate = async (req: GenerateRequest): Promise<GenerateResult> => {
+    const opts = spanOptions(req, "chat");
+    addGenerationAttributes(opts.attributes, req);
+    const scope = tracing.start(`chat ${req.model.id}`, opts);
+    if (!scope) return engine.generate(req);
+    const span = scope.span;
+    try {
+      const result = await runInScope(scope, () => engine.generate(req));
+      const usage: Attributes = {
+        "gen_ai.usage.input_tokens": result.usage.promptTokens,
+        "gen_ai.usage.output_tokens": result.usage.completionTokens,
+        "gen_ai.response.finish_reasons": [finishReason(result)],
+        "switchyard.engine.queue_ms": result.queueMs,
+        "switchyard.engine.ms": result.engineMs,
+      };
+      if (result.usage.cachedPromptTokens > 0) {
+        usage["gen_ai.usage.cache_read.input_tokens"] = result.usage.cachedPromptTokens;
+      }
+      span.setAttributes(usage);
+      if (tracing.recordsContent && (await tracing.contentAllowed(scope.teamId))) {
+        recordContent(span, req.messages, result);
       }
       return result;
-    });
+    } catch (err) {
+      failSpan(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
+  };
   const embed = (req: EmbedRequest) =>
     tracing.inSpan(
       `embeddings ${req.model.id}`,
@@ -91,7 +103,7 @@ export function tracedEngine<E extends InferenceEngine>(engine: E, tracing: Trac
 function spanOptions(
   req: GenerateRequest | EmbedRequest | ScoreRequest,
   operation: string,
-  extra: Attributes,
+  extra?: Attributes,
 ): { kind: SpanKind; attributes: Attributes } {
   const provider = req.model.engine.type;
   const attributes: Attributes = {
@@ -105,21 +117,16 @@ function spanOptions(
   return { kind: provider === "openai_compatible" ? SpanKind.CLIENT : SpanKind.INTERNAL, attributes };
 }
 
-/** The request's sampling parameters, as the conventions name them (absent ones left out). */
-function generationAttributes(req: GenerateRequest): Attributes {
-  const out: Attributes = {};
+/** Adds the request's sampling parameters to `out`, as the conventions name them (absent ones left out). */
+function addGenerationAttributes(out: Attributes, req: GenerateRequest): void {
   if (req.responseFormat) out["gen_ai.output.type"] = "json";
-  const set = (key: string, value: number | undefined) => {
-    if (value !== undefined) out[key] = value;
-  };
-  set("gen_ai.request.max_tokens", req.maxTokens);
-  set("gen_ai.request.temperature", req.temperature);
-  set("gen_ai.request.top_p", req.topP);
-  set("gen_ai.request.top_k", req.topK);
-  set("gen_ai.request.seed", req.seed);
-  set("gen_ai.request.frequency_penalty", req.frequencyPenalty);
-  set("gen_ai.request.presence_penalty", req.presencePenalty);
-  return out;
+  if (req.maxTokens !== undefined) out["gen_ai.request.max_tokens"] = req.maxTokens;
+  if (req.temperature !== undefined) out["gen_ai.request.temperature"] = req.temperature;
+  if (req.topP !== undefined) out["gen_ai.request.top_p"] = req.topP;
+  if (req.topK !== undefined) out["gen_ai.request.top_k"] = req.topK;
+  if (req.seed !== undefined) out["gen_ai.request.seed"] = req.seed;
+  if (req.frequencyPenalty !== undefined) out["gen_ai.request.frequency_penalty"] = req.frequencyPenalty;
+  if (req.presencePenalty !== undefined) out["gen_ai.request.presence_penalty"] = req.presencePenalty;
 }
 
 /** The finish reason in OpenAI's words (what the API answers): `stop`, `length`, `tool_calls`, `cancelled`. */

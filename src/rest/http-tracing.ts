@@ -41,10 +41,9 @@ export function traceRequests(tracing: Tracing): RequestHandler {
     if (!scope) return next();
     res.locals[SCOPE] = scope;
     res.setHeader(TRACE_ID_HEADER, scope.span.spanContext().traceId);
-    let ended = false;
-    const end = () => {
-      if (ended) return;
-      ended = true;
+    // `close` comes once per answer, after `finish` when it was written in full (then
+    // `writableFinished`) and alone when the client went away first: one listener ends the span.
+    res.on("close", () => {
       const route =
         (req.route as { path?: string } | undefined)?.path ??
         (req.originalUrl.startsWith("/graphql") ? "/graphql" : undefined);
@@ -61,9 +60,7 @@ export function traceRequests(tracing: Tracing): RequestHandler {
       }
       span.setAttributes(attributes);
       span.end();
-    };
-    res.on("finish", end);
-    res.on("close", end);
+    });
     runInScope(scope, next);
   };
 }

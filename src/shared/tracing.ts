@@ -17,6 +17,11 @@
  * Log lines read it (`traceLogFields`: `trace_id`, `span_id`); the upstream engine reads it to
  * send `traceparent` (`withTraceHeaders`).
  *
+ * Cost (bench/NOTES.md, "Session 14: tracing overhead"): every span is exported, so what a traced
+ * request pays is kept to the SDK's own span and its serialization. A scope is the span and the
+ * team, nothing more: the API `Context` a child span needs is made only when a child starts, and
+ * `traceparent` is written from the span's ids without a propagator's carrier and setter.
+ *
  * Content: the prompt and the answer go into an engine span only when the operator opts in
  * (`SWITCHYARD_TRACE_CONTENT=true`) and the caller's team keeps bodies (zero data retention off,
  * asked at the end of each call); a call whose team is not known records none.
@@ -42,13 +47,11 @@ export { SpanKind, type Span, type SpanContext };
 
 /** What the scope of a traced piece of work carries. */
 export interface TraceScope {
-  /** The OpenTelemetry context holding the active span. */
-  ctx: Context;
   span: Span;
-  /** Writes the W3C headers of a request this work sends on. */
-  propagator: TextMapPropagator;
   /** The team the work is for, once known (`traceTeam`): content capture asks about it. */
   teamId?: string;
+  /** The OpenTelemetry context holding `span`, made when the first child span starts (`parentContext`). */
+  ctx?: Context;
 }
 
 const scopes = new AsyncLocalStorage<TraceScope>();
@@ -93,19 +96,17 @@ export class Tracing {
   /** Tracing off: no spans, no scopes, no cost. */
   static readonly off = new Tracing(undefined, { content: false });
 
+  /** True when spans are made and exported. */
+  readonly enabled: boolean;
+  /** True when content may be recorded at all (the operator opted in); per team, see `contentAllowed`. */
+  readonly recordsContent: boolean;
+
   constructor(
     private readonly tracer: Tracer | undefined,
     private readonly opts: TracingOptions,
-  ) {}
-
-  /** True when spans are made and exported. */
-  get enabled(): boolean {
-    return this.tracer !== undefined && this.opts.propagator !== undefined;
-  }
-
-  /** True when content may be recorded at all (the operator opted in); per team, see `contentAllowed`. */
-  get recordsContent(): boolean {
-    return this.enabled && this.opts.content && this.opts.contentAllowed !== undefined;
+  ) {
+    this.enabled = tracer !== undefined && opts.propagator !== undefined;
+    this.recordsContent = this.enabled && opts.content && opts.contentAllowed !== undefined;
   }
 
   /**
@@ -128,10 +129,11 @@ export class Tracing {
   start(name: string, opts: SpanOptions = {}): TraceScope | undefined {
     const propagator = this.opts.propagator;
     if (!this.tracer || !propagator) return undefined;
-    const parent = parentContext(opts.parent ?? "current", propagator);
+    const current = scopes.getStore();
+    const parent = parentContext(opts.parent ?? "current", current, propagator);
     const links: Link[] | undefined = opts.links?.map((context) => ({ context }));
     const span = this.tracer.startSpan(name, { kind: opts.kind, attributes: opts.attributes, links }, parent);
-    return { ctx: trace.setSpan(parent, span), span, propagator, teamId: scopes.getStore()?.teamId };
+    return { span, teamId: current?.teamId };
   }
 
   /**
@@ -143,7 +145,7 @@ export class Tracing {
     const scope = this.start(name, opts);
     if (!scope) return fn(undefined);
     try {
-      return await scopes.run(scope, () => fn(scope.span));
+      return await scopes.run(scope, fn, scope.span);
     } catch (err) {
       failSpan(scope.span, err);
       throw err;
@@ -158,18 +160,22 @@ export class Tracing {
   }
 }
 
-/** The context a new span hangs from. */
-function parentContext(parent: SpanParent, propagator: TextMapPropagator): Context {
+/** The context a new span hangs from: `current`'s span (its context made once, for its first child). */
+function parentContext(parent: SpanParent, current: TraceScope | undefined, propagator: TextMapPropagator): Context {
   if (parent === "root") return ROOT_CONTEXT;
-  if (parent === "current") return scopes.getStore()?.ctx ?? ROOT_CONTEXT;
+  if (parent === "current") return current ? (current.ctx ??= trace.setSpan(ROOT_CONTEXT, current.span)) : ROOT_CONTEXT;
+  // No `traceparent` (most requests): nothing to extract.
+  if (parent.traceparent === undefined) return ROOT_CONTEXT;
   return propagator.extract(ROOT_CONTEXT, parent, headerGetter);
 }
 
-/** The W3C headers (`traceparent`, `tracestate`) of `scope`'s span. */
-function w3cHeaders(scope: TraceScope): Record<string, string> {
-  const out: Record<string, string> = {};
-  scope.propagator.inject(scope.ctx, out, { set: (carrier, key, value) => (carrier[key] = value) });
-  return out;
+/**
+ * The W3C `traceparent` of `span` (version 00: trace id, span id, flags), as the SDK's
+ * `W3CTraceContextPropagator` writes it, without its carrier: one string per upstream request.
+ */
+function traceparentOf(span: Span): string {
+  const { traceId, spanId, traceFlags } = span.spanContext();
+  return `00-${traceId}-${spanId}-${traceFlags < 16 ? "0" : ""}${traceFlags.toString(16)}`;
 }
 
 /** Marks `span` failed by `err`: status ERROR and `error.type`. */
@@ -216,13 +222,17 @@ export function traceTeam(teamId: string): void {
  */
 export function withTraceHeaders(headers: Record<string, string>): Record<string, string> {
   const scope = scopes.getStore();
-  return scope ? { ...headers, ...w3cHeaders(scope) } : headers;
+  if (!scope) return headers;
+  const tracestate = scope.span.spanContext().traceState?.serialize();
+  const out: Record<string, string> = { ...headers, traceparent: traceparentOf(scope.span) };
+  if (tracestate) out.tracestate = tracestate;
+  return out;
 }
 
 /** The current span's `traceparent` value; undefined outside a scope. */
 export function currentTraceparent(): string | undefined {
   const scope = scopes.getStore();
-  return scope ? w3cHeaders(scope).traceparent : undefined;
+  return scope ? traceparentOf(scope.span) : undefined;
 }
 
 /** `trace_id` and `span_id` of the current span for a log line; undefined outside a scope. */
