@@ -10,6 +10,8 @@ import { type TestServer, createTestCaller, startTestServer } from "./support/ha
 import { principalOf, usageRecordFor } from "./support/records.js";
 import { inFlightInsert } from "../src/services/metering/in-flight-activity.js";
 import { queryPrepared } from "../src/db/sql.js";
+import type { EventEmitter } from "node:events";
+import { DataSource } from "typeorm";
 
 const NO_USER = "00000000-0000-0000-0000-000000000000";
 const ZERO = { promptTokens: 0, completionTokens: 0, cachedPromptTokens: 0 };
@@ -211,6 +213,40 @@ test("when group commits follow one another while other queries use the pool, th
     await Promise.all(others);
   }
   expect(pids.size).toBe(1);
+});
+
+test("when PostgreSQL ends the kept connection while it is idle, then the process lives on and the next group commit takes a new one", async () => {
+  const ds = server.app.dataSource;
+  const crashes: unknown[] = [];
+  const onCrash = (err: unknown) => crashes.push(err);
+  process.on("uncaughtException", onCrash);
+  try {
+    const [first] = await queryPrepared<{ pid: number }>(ds, "backend_pid", "SELECT pg_backend_pid() AS pid", []);
+    // The termination notice and then the socket's end: two errors on the idle kept connection.
+    await server.db("SELECT pg_terminate_backend($1)", [first.pid]);
+    await new Promise((r) => setTimeout(r, 300));
+    const [next] = await queryPrepared<{ pid: number }>(ds, "backend_pid", "SELECT pg_backend_pid() AS pid", []);
+    expect(next.pid).not.toBe(first.pid);
+    expect(crashes).toEqual([]);
+  } finally {
+    process.off("uncaughtException", onCrash);
+  }
+});
+
+test("when PostgreSQL reports an error on the kept connection after the pool ended (a shutdown), then it is the pool's to hear and nothing is released twice", async () => {
+  // A pool of its own, ended here as at shutdown, while PostgreSQL stops too: its termination
+  // notice reaches the connection after the kept one went back. Before the fix the second release
+  // threw inside node-postgres's event handler and ended the process (seen at a bench's end).
+  const ds = new DataSource({ type: "postgres", url: server.databaseUrl });
+  await ds.initialize();
+  const pool = (ds.driver as unknown as { master: { _clients: EventEmitter[] } }).master;
+  await queryPrepared(ds, "one", "SELECT 1 AS one", []);
+  const [connection] = pool._clients;
+  const destroyed = ds.destroy();
+  expect(() =>
+    connection.emit("error", new Error("terminating connection due to administrator command")),
+  ).not.toThrow();
+  await destroyed;
 });
 
 describe("background responses ended before their record lands", () => {

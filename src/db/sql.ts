@@ -43,6 +43,10 @@ interface Kept {
   busy: boolean;
   /** It failed or was lost: released with this error when its call ends (at once when idle). */
   lost?: Error;
+  /** Our listener for its errors while we hold it (removed when it goes back). */
+  onError?: (err: Error) => void;
+  /** Given back: its later errors are the pool's to hear, and it is never released twice. */
+  returned?: boolean;
 }
 
 /** The connection each pool keeps for `queryPrepared` (see there). */
@@ -50,10 +54,20 @@ const kept = new WeakMap<NamedStatementPool, Kept>();
 /** Pools whose `end` first gives the kept connection back. */
 const endPatched = new WeakSet<NamedStatementPool>();
 
-/** Gives the kept connection of `pool` back to it (with `err`: closed), and keeps none. */
+/**
+ * Gives the kept connection of `pool` back to it (with `err`: closed), and keeps none. Once only:
+ * a lost connection can report more than one error (PostgreSQL's termination notice, then the
+ * socket's end), and a second release throws inside node-postgres's event handler, which ended
+ * the process (seen when PostgreSQL shut down under an idle kept connection).
+ */
 function giveBack(pool: NamedStatementPool, entry: Kept, err?: Error): void {
   if (kept.get(pool) === entry) kept.delete(pool);
-  entry.connection?.release(err);
+  const connection = entry.connection;
+  if (!connection || entry.returned) return;
+  entry.returned = true;
+  // The pool listens for its errors from the release on (node-postgres's idle listener).
+  if (entry.onError) connection.off("error", entry.onError);
+  connection.release(err);
 }
 
 /**
@@ -77,10 +91,11 @@ async function connectionFor(pool: NamedStatementPool): Promise<{ connection: Po
   }
   // A kept connection is checked out: no pool listens for its errors. Lost while idle, it goes
   // back at once (closed); lost during a call, that call fails and gives it back.
-  fresh.connection.on("error", (err) => {
+  fresh.onError = (err) => {
     fresh.lost ??= err;
     if (!fresh.busy) giveBack(pool, fresh, err);
-  });
+  };
+  fresh.connection.on("error", fresh.onError);
   if (!endPatched.has(pool)) {
     endPatched.add(pool);
     const end = pool.end.bind(pool);
