@@ -9,8 +9,8 @@
  * Runs at a fixed rate (autocannon's `overallRate`, `BENCH_TRACING_RATE` req/s, default 300, on
  * `BENCH_CONNECTIONS` connections, `BENCH_SECONDS` each), below what either side can serve, so
  * both do the same work per second: a closed loop would let the slower side flush fewer requests
- * per group commit and count that as tracing's cost too. Runs alternate off, on, off, on…
- * (`BENCH_TRACING_ROUNDS` rounds, default 5), so drift on a shared machine falls on both; each
+ * per group commit and count that as tracing's cost too. Each round loads both sides at once
+ * (`BENCH_TRACING_ROUNDS` rounds, default 7), so drift on a shared machine falls on both; each
  * run's CPU per request is the Switchyard process's own (utime + stime from /proc) over the
  * requests it answered. Printed: each run, the means, and on/off of the means and per round; the
  * figure is the median round's on/off. With
@@ -31,16 +31,18 @@ import { type BenchFigure, printFigures, printJson } from "./report.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
-const ROUNDS = Number(process.env.BENCH_TRACING_ROUNDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_TRACING_ROUNDS ?? 7);
 const RATE = Number(process.env.BENCH_TRACING_RATE ?? 300);
 /** Seconds each side is loaded at `RATE` before the measured rounds. */
 const WARMUP_S = Number(process.env.BENCH_TRACING_WARMUP_S ?? 20);
 /**
- * `BENCH_TRACING_TOGETHER=1`: each round loads both sides at the same time (each at `RATE`)
- * instead of one after the other, so a burst of other work on a shared machine falls on both
- * sides' figures of that round alike.
+ * Each round loads both sides at the same time (each at `RATE`), so a burst of other work on a
+ * shared machine falls on both sides' figures of that round alike; `BENCH_TRACING_TOGETHER=0`
+ * loads them one after the other. The default since session 15: one after the other, tracing
+ * off alone varied 0.60–1.00 ms per request between rounds of one run on this 2-core machine
+ * (bench/NOTES.md, "Session 15").
  */
-const TOGETHER = process.env.BENCH_TRACING_TOGETHER === "1";
+const TOGETHER = process.env.BENCH_TRACING_TOGETHER !== "0";
 /** The target: CPU per request with spans exported at most this much above tracing off. */
 const MAX_RISE = 0.15;
 
