@@ -98,6 +98,7 @@ export async function startDatabase(config: Config, logger: Logger, life: Lifecy
           connectTimeoutMs: config.dbConnectTimeoutMs,
           circuit,
           directUrl,
+          logger,
         });
         return { dataSource, circuit };
       } catch (err) {

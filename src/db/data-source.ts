@@ -2,6 +2,7 @@
  * The TypeORM DataSource (PostgreSQL, `synchronize` never on) and start-up migration.
  */
 import type pg from "pg";
+import type { Logger } from "pino";
 import { DataSource, MigrationExecutor } from "typeorm";
 import { entities } from "../entities/index.js";
 import { Initial1763769600000 } from "./migrations/1763769600000-initial.js";
@@ -38,6 +39,7 @@ import { ActivityRollupsInFlush1764910000000 } from "./migrations/1764910000000-
 import type { DatabaseCircuit } from "./circuit.js";
 import { guardPool, guardedClientClass } from "./pool-guard.js";
 import { NoSessionError, assertSession } from "./session.js";
+import { checkPooledSessionTimeouts, setPooledSessionTimeouts } from "./pooled-timeouts.js";
 import { useUnnamedStatements } from "./sql.js";
 
 /** Migrations in the order they apply; append only. */
@@ -122,11 +124,14 @@ export interface DatabaseOptions {
   /**
    * DATABASE_DIRECT_URL (issue 31, item 3): the migrations and their advisory lock go there, and
    * `url` may be a transaction-mode pooler (its pool then sends unnamed statements only and no
-   * session timeouts as startup parameters, which PgBouncer refuses: set them on the role).
+   * session timeouts as startup parameters, which PgBouncer refuses: they are set on the role,
+   * `pooled-timeouts.ts`).
    */
   directUrl?: string;
   /** Send `timeouts` as startup parameters (default true; false behind a pooler). */
   startupTimeouts?: boolean;
+  /** Where a pooled setup's warnings go (the pooled sessions' timeouts: `pooled-timeouts.ts`). */
+  logger?: Pick<Logger, "warn">;
 }
 
 /** Creates (does not initialise) a DataSource for `url`. */
@@ -213,14 +218,24 @@ export async function openDatabase(url: string, poolSizeOrOptions: number | Data
 /**
  * With a transaction-mode pooler (issue 31, item 3): migrates through `directUrl` (a session,
  * for the advisory lock), then opens the pool on `url` with unnamed statements only and no
- * startup timeouts (PgBouncer refuses unknown startup parameters; set them on the role).
+ * startup timeouts (PgBouncer refuses unknown startup parameters): the timeouts are set as the
+ * role's defaults in the database through the direct session, and checked through the pool.
  */
 async function openPooled(url: string, opts: DatabaseOptions, directUrl: string): Promise<DataSource> {
+  const timeouts = sessionSettings(opts.timeouts ?? DEFAULT_SESSION_TIMEOUTS);
   const migrator = await openDatabase(directUrl, { ...opts, poolSize: 2, directUrl: undefined, circuit: undefined });
-  await migrator.destroy();
+  try {
+    // The pooled sessions' timeouts, as the role's defaults (`pooled-timeouts.ts`).
+    await setPooledSessionTimeouts(migrator, timeouts);
+  } catch (err) {
+    opts.logger?.warn({ err }, "could not set the pooled sessions' timeouts on the database role");
+  } finally {
+    await migrator.destroy();
+  }
   const ds = createDataSource(url, { ...opts, startupTimeouts: false });
   await ds.initialize();
   if (opts.circuit) guardPool((ds.driver as unknown as { master: pg.Pool }).master, opts.circuit);
   useUnnamedStatements(ds);
+  await checkPooledSessionTimeouts(ds, timeouts, opts.logger);
   return ds;
 }

@@ -60,7 +60,7 @@ function runFolder(): { dir: string; asUser: { uid: number; gid: number } | unde
 
 /**
  * Spawns `command` (PgBouncer, or its entrypoint) as the run folder's user and resolves once a
- * client gets `SELECT 1` through `url`.
+ * client gets `SELECT 1` through `probeUrl` (default `url`).
  * @throws Error with PgBouncer's log when it does not accept connections within 10 s.
  */
 async function launch(
@@ -71,6 +71,7 @@ async function launch(
   args: string[],
   env: NodeJS.ProcessEnv,
   logFile?: string,
+  probeUrl = url,
 ): Promise<PgBouncer> {
   let stderr = "";
   const child = spawn(command, args, {
@@ -83,7 +84,7 @@ async function launch(
   const log = () => (logFile && existsSync(logFile) ? readFileSync(logFile, "utf8") : "") + stderr;
   const ready = await eventually(async () => {
     if (child.exitCode !== null) return false;
-    const c = new pg.Client({ connectionString: url });
+    const c = new pg.Client({ connectionString: probeUrl });
     c.on("error", () => undefined);
     try {
       await c.connect();
@@ -151,7 +152,12 @@ export async function startPgBouncer(directUrl: string): Promise<PgBouncer> {
     ].join("\n"),
   );
   const url = withAddress(directUrl, "127.0.0.1", port);
-  return launch(folder, port, url, PGBOUNCER, [path.join(folder.dir, "pgbouncer.ini")], {}, logFile);
+  // The probe goes to another database, so the test's database has no server connection yet
+  // when the app first connects (as in a fresh deployment): PgBouncer keeps the probe's open, and a
+  // session opened before the app sets its role's timeouts would not have them.
+  const probe = new URL(url);
+  probe.pathname = "/postgres";
+  return launch(folder, port, url, PGBOUNCER, [path.join(folder.dir, "pgbouncer.ini")], {}, logFile, probe.toString());
 }
 
 /**

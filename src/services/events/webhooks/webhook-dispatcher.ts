@@ -9,11 +9,14 @@
  * longest delay). Woken by NOTIFY, by its own retry timers and by a poll (`pollMs`) that also
  * catches other processes' retries and lost leases.
  *
- * Slow receivers (issue 28, item 2): attempts are bounded per destination host (the URL's
- * `host[:port]`, `hostConcurrency` at once in this process), per team (`teamBound`) and per process
- * (`concurrency`). A receiver that hangs holds at most its own host's slots for the attempt
- * ceiling; deliveries to other hosts, of its team or any other, are claimed as soon as they are
- * due. Claims go round-robin over teams (each team's oldest due deliveries first). The last
+ * Slow receivers (issue 28, item 2): attempts are bounded per team and destination host (the
+ * URL's `host[:port]`, `hostConcurrency` at once in this process for each team), per team
+ * (`teamBound`) and per process (`concurrency`). A receiver that hangs holds at most its own
+ * team's slots for that host for the attempt ceiling; deliveries to other hosts, of its team or
+ * any other, and other teams' deliveries to the same host, are claimed as soon as they are due.
+ * (The host bound was one per host, for all teams, until the review of session 15: a team could
+ * queue deliveries to a hanging path on a host another team also uses, a shared receiver or that
+ * team's own ingress, and hold the other team's healthy path there behind all of them.) Claims go round-robin over teams (each team's oldest due deliveries first). The last
  * quarter of the process (`teamBound` slots) goes only to teams with no attempt under way here,
  * one slot each, so teams at their bound with hanging receivers hold at most three quarters.
  *
@@ -129,6 +132,11 @@ export function teamBound(concurrency: number, hostConcurrency: number): number 
   return Math.max(hostConcurrency, Math.floor(concurrency / 4));
 }
 
+/** The key of a delivery's team and destination host, as the claim's SQL spells it. */
+function teamHost(row: { team_id: string; host: string }): string {
+  return `${row.team_id} ${row.host}`;
+}
+
 /**
  * A delivery's destination host in SQL: `host[:port]` of its URL (stored normalised by
  * `webhookTarget`: lower-case scheme and host, no user info, no default port).
@@ -156,7 +164,7 @@ export class WebhookDispatcher {
   private readonly inFlight = new Set<Promise<void>>();
   /** Attempts under way in this process, per team (see `teamBound`). */
   private readonly teamInFlight = new Map<string, number>();
-  /** Attempts under way in this process, per destination host (`hostConcurrency`). */
+  /** Attempts under way in this process, per team and destination host (`teamHost`; `hostConcurrency`). */
   private readonly hostInFlight = new Map<string, number>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly abort = new AbortController();
@@ -283,7 +291,7 @@ export class WebhookDispatcher {
     const claimedAt = Date.now();
     for (const row of rows) {
       count(this.teamInFlight, row.team_id, 1);
-      count(this.hostInFlight, row.host, 1);
+      count(this.hostInFlight, teamHost(row), 1);
       const lease = this.leases.add(
         { id: row.id, responseId: row.response_id, attempt: row.attempts, host: row.host },
         claimedAt,
@@ -294,7 +302,7 @@ export class WebhookDispatcher {
           this.inFlight.delete(task);
           this.leases.remove(row.id);
           count(this.teamInFlight, row.team_id, -1);
-          count(this.hostInFlight, row.host, -1);
+          count(this.hostInFlight, teamHost(row), -1);
           this.wake();
         });
       this.inFlight.add(task);
@@ -303,7 +311,7 @@ export class WebhookDispatcher {
 
   /**
    * Leases up to `n` due deliveries to this process (one more attempt each, leased for
-   * `LEASE_MS`): at most `hostConcurrency` per destination host and `perTeam` per team, counting
+   * `LEASE_MS`): at most `hostConcurrency` per team and destination host and `perTeam` per team, counting
    * the attempts already under way here; the teams' oldest due deliveries first, round-robin.
    */
   private claim(n: number, perTeam: number): Promise<ClaimedDelivery[]> {
@@ -318,8 +326,10 @@ export class WebhookDispatcher {
        ),
        per_host AS (
          SELECT due.id, due.team_id, due.next_attempt_at,
-                row_number() OVER (PARTITION BY due.host ORDER BY due.next_attempt_at, due.id) + coalesce(h.n, 0) AS nth
-           FROM due LEFT JOIN unnest($4::text[], $5::int[]) AS h(host, n) ON h.host = due.host
+                row_number() OVER (PARTITION BY due.team_id, due.host ORDER BY due.next_attempt_at, due.id)
+                  + coalesce(h.n, 0) AS nth
+           FROM due LEFT JOIN unnest($4::text[], $5::int[]) AS h(team_host, n)
+                  ON h.team_host = due.team_id::text || ' ' || due.host
        ),
        per_team AS (
          SELECT p.id,
