@@ -22,9 +22,10 @@
  *   npm run bench:soak                          # 10 minutes at 20 req/s
  *   BENCH_SOAK_S=120 BENCH_RATE=10 npm run bench:soak
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { createClient } from "graphql-ws";
 import pg from "pg";
 import WebSocket from "ws";
@@ -46,6 +47,8 @@ const RATE = Number(process.env.BENCH_RATE ?? 20);
 const WARMUP_S = Math.min(Number(process.env.BENCH_WARMUP_S ?? 60), SOAK_S / 4);
 const FAIL_EVERY = Number(process.env.BENCH_WEBHOOK_FAIL_EVERY ?? 20);
 const MODEL = "tinystories-260k";
+/** The repository (this file runs from dist-bench/bench). */
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
 type Kind = "sync" | "stream" | "webhook" | "background" | "keys";
 /** The traffic mix, as a cycle of 20 slots (so the shares hold over any 1 s at 20 req/s). */
@@ -74,7 +77,22 @@ async function main(): Promise<void> {
   const db = await startEmbeddedPostgres({ dir: path.join(dataDir, "pg"), database: "switchyard" });
   const receiver = await startReceiver(FAIL_EVERY);
   const metadata = { completion_webhook: receiver.url, webhook_token: receiver.token };
-  const server = await startServer(db.url, dataDir, { SWITCHYARD_WEBHOOK_ALLOW_PRIVATE: "true", LOG_LEVEL: "info" });
+  // The model priced so that every request costs µUSD (the shipped tiny model's price makes most
+  // requests 0, and a missing or zero charge could not show in the ledger reconciliation), and
+  // credit enough for the whole run.
+  const catalog = JSON.parse(readFileSync(path.join(root, "src/config/catalog.json"), "utf8")) as {
+    models: Array<{ id: string; pricing: Record<string, number> }>;
+  };
+  const priced = catalog.models.find((m) => m.id === MODEL)!;
+  priced.pricing = { input_per_million_usd: 100, output_per_million_usd: 200, cached_input_per_million_usd: 50 };
+  const catalogPath = path.join(dataDir, "catalog.json");
+  writeFileSync(catalogPath, JSON.stringify(catalog));
+  const server = await startServer(db.url, dataDir, {
+    SWITCHYARD_WEBHOOK_ALLOW_PRIVATE: "true",
+    LOG_LEVEL: "info",
+    SWITCHYARD_CATALOG: catalogPath,
+    SWITCHYARD_SIGNUP_CREDIT_MICROS: String(1_000_000_000),
+  });
   const base = server.base;
   const statuses = new Map<number | string, number>();
   const count = (s: number | string) => statuses.set(s, (statuses.get(s) ?? 0) + 1);
@@ -189,7 +207,11 @@ async function main(): Promise<void> {
       while (!stopping) {
         const q = cursor ? `?starting_after=${cursor}&wait_ms=5000&limit=100` : "?limit=1&wait_ms=5000";
         const a = await request(base, "GET", `/v1/responses/events${q}`, { key }).catch(() => undefined);
-        if (!a) continue;
+        if (!a) {
+          count("connection error");
+          await sleep(100);
+          continue;
+        }
         count(a.status);
         type Page = { data?: Array<{ completion_id: string; response_id: string }> };
         const data = (JSON.parse(a.body.toString()) as Page).data ?? [];

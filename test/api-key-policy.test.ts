@@ -457,6 +457,12 @@ describe("enforcing a key's policy", () => {
       }),
     ).toBe(true);
     expect(res.body.detail).toBe("API key has expired");
+    // And through the official client: a 401 whose message says why.
+    const err = await clientError(() =>
+      openaiClient(server.url, caller.key).embeddings.create({ model: EMBED_MODEL, input: "a red ball" }),
+    );
+    expect(err.status).toBe(401);
+    expect(err.message).toContain("API key has expired");
   });
 
   test("when a budget is set on a key that already spent this period, then its spend counts from the period's start", async () => {

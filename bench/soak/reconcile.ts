@@ -111,7 +111,13 @@ export async function reconcile(
     "SELECT coalesce(-sum(amount_micros), 0) AS n FROM credit_ledger WHERE type = 'usage'",
   );
   const costs = await one(sql, "SELECT coalesce(sum(cost_micros), 0) AS n FROM activity");
-  out.push({ name: "ledger", ok: charged === costs, detail: `usage ${charged} µUSD = activity costs ${costs} µUSD` });
+  // Every request is priced (the soak's catalog): a completed row charged nothing is a lost charge.
+  const unpriced = await one(sql, "SELECT count(*) AS n FROM activity WHERE status = 'completed' AND cost_micros <= 0");
+  out.push({
+    name: "ledger",
+    ok: charged === costs && unpriced === 0,
+    detail: `usage ${charged} µUSD = activity costs ${costs} µUSD; ${unpriced} completed rows charged nothing`,
+  });
 
   const completed = await one(sql, "SELECT count(*) AS n FROM activity WHERE status = 'completed'");
   const activityRows = await one(sql, "SELECT count(*) AS n FROM activity");
