@@ -28,6 +28,11 @@ import { type BenchFigure, printFigures, printJson } from "./report.js";
 
 /** Requests per second per API process of the fixed-rate run (see the header). */
 const RATE_PER_PROCESS = Number(process.env.BENCH_SCALE_RATE ?? 300);
+/**
+ * `BENCH_SCALE_TOTAL_RATE`: load every count at this many req/s in all instead (the same offered
+ * load on the machine, spread over 1 or 2 processes), the other way to read the target.
+ */
+const TOTAL_RATE = process.env.BENCH_SCALE_TOTAL_RATE ? Number(process.env.BENCH_SCALE_TOTAL_RATE) : undefined;
 /** Fixed-rate rounds, alternating the counts (`BENCH_SCALE_ROUNDS`): CPU per request is the median. */
 const ROUNDS = Number(process.env.BENCH_SCALE_ROUNDS ?? 5);
 
@@ -129,10 +134,10 @@ export async function gatewayScale(counts: number[], seconds: number, connection
     const rated = targets.map(() => [] as Array<Awaited<ReturnType<Target["measure"]>>>);
     for (let round = 0; round < ROUNDS; round++) {
       for (const [i, t] of targets.entries()) {
-        const r = await t.measure(RATE_PER_PROCESS * t.processes);
+        const r = await t.measure(TOTAL_RATE ?? RATE_PER_PROCESS * t.processes);
         rated[i].push(r);
         console.log(
-          `${t.processes} API process(es) at ${RATE_PER_PROCESS * t.processes} req/s, round ${round + 1}: CPU ${r.cpuMsPerReq.toFixed(3)} ms/req`,
+          `${t.processes} API process(es) at ${TOTAL_RATE ?? RATE_PER_PROCESS * t.processes} req/s, round ${round + 1}: CPU ${r.cpuMsPerReq.toFixed(3)} ms/req`,
         );
       }
     }
@@ -161,7 +166,7 @@ export async function gatewayScale(counts: number[], seconds: number, connection
   console.log(
     `\nGateway path with N API processes (role api, fake upstream, metering on), ${os.cpus().length} cores; ` +
       `closed loop ${connections} connections ${seconds} s; then ${ROUNDS} rounds alternating the counts at ` +
-      `${RATE_PER_PROCESS} req/s per API process ${seconds} s each (medians; × 1 process: median of the rounds' ratios)\n`,
+      `${TOTAL_RATE ? `${TOTAL_RATE} req/s in all` : `${RATE_PER_PROCESS} req/s per API process`} ${seconds} s each (medians; × 1 process: median of the rounds' ratios)\n`,
   );
   printFigures(
     rows,
@@ -173,7 +178,7 @@ export async function gatewayScale(counts: number[], seconds: number, connection
       "× 1 process",
       "CPU s per process",
       "PG CPU ms/req",
-      `at ${RATE_PER_PROCESS}/s each: req/s`,
+      TOTAL_RATE ? `at ${TOTAL_RATE}/s in all: req/s` : `at ${RATE_PER_PROCESS}/s each: req/s`,
       "CPU ms/req (API)",
       "× 1 process",
       "PG CPU ms/req",
@@ -214,7 +219,7 @@ export async function gatewayScale(counts: number[], seconds: number, connection
       met: null,
     },
     {
-      figure: `gateway CPU ms per request at ${RATE_PER_PROCESS} req/s per process, ${r.processes} API processes ÷ 1`,
+      figure: `gateway CPU ms per request at ${TOTAL_RATE ? `${TOTAL_RATE} req/s in all` : `${RATE_PER_PROCESS} req/s per process`}, ${r.processes} API processes ÷ 1`,
       unit: "ms",
       value: r.ratedCpuMsPerReq,
       baseline: one.ratedCpuMsPerReq,

@@ -43,6 +43,11 @@ const WARMUP_S = Number(process.env.BENCH_TRACING_WARMUP_S ?? 20);
  * (bench/NOTES.md, "Session 15").
  */
 const TOGETHER = process.env.BENCH_TRACING_TOGETHER !== "0";
+/**
+ * `BENCH_TRACING_CONTROL=1`: an A/A control, the "on" side started with tracing off too, so the
+ * figure shows what the method itself reads between two identical sides (ideally 1.00).
+ */
+const CONTROL = process.env.BENCH_TRACING_CONTROL === "1";
 /** The target: CPU per request with spans exported at most this much above tracing off. */
 const MAX_RISE = 0.15;
 
@@ -114,7 +119,7 @@ export async function runTracingBench(): Promise<void> {
       mkdirSync(own);
       chmodSync(own, 0o755);
       const env: Record<string, string> =
-        name === "on"
+        name === "on" && !CONTROL
           ? {
               OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
               OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "",
