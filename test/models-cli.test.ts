@@ -89,7 +89,8 @@ function startCli(args: string[], dirs: Folders, env: Record<string, string> = {
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
   child.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
-  const done = new Promise<CliRun>((resolve) => child.once("exit", (code) => resolve({ code, stdout, stderr })));
+  // `close`, not `exit`: a child's exit can come before its output has all been read.
+  const done = new Promise<CliRun>((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
   return { child, done, output: () => stdout };
 }
 

@@ -7,12 +7,11 @@
  * owner who can log in, idempotently, against `DATABASE_URL` or the embedded PostgreSQL (started
  * for the command, or the one a running server serves).
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { loadConfig, packageRoot, packageVersion } from "../src/config/config.js";
-import { ChildStartError, killChildren, launchChild } from "./support/child-server.js";
+import { loadConfig, packageVersion } from "../src/config/config.js";
+import { ChildStartError, killChildren, launchChild, runScript } from "./support/child-server.js";
 import { refuseUnsafeExposure } from "../src/app/exposure.js";
 import {
   type TestServer,
@@ -25,9 +24,6 @@ import {
 } from "./support/harness.js";
 import { captureLogs } from "./support/log-capture.js";
 import { freshEmail, invite } from "./support/teams.js";
-
-const LOADER = path.join(packageRoot, "test/support/swc-loader.mjs");
-const ADMIN_CLI = path.join(packageRoot, "src/scripts/admin-cli.ts");
 
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
 beforeAll(async () => {
@@ -54,18 +50,9 @@ function runAdmin(
   args: string[],
   env: Record<string, string | undefined>,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const childEnv: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: os.tmpdir() };
-  for (const [k, v] of Object.entries(env)) if (v !== undefined) childEnv[k] = v;
-  const child = spawn(process.execPath, ["--import", LOADER, ADMIN_CLI, ...args], {
-    cwd: os.tmpdir(),
-    env: childEnv,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
-  child.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
-  return new Promise((resolve) => child.once("exit", (code) => resolve({ code, stdout, stderr })));
+  const defined: Record<string, string> = { HOME: os.tmpdir() };
+  for (const [k, v] of Object.entries(env)) if (v !== undefined) defined[k] = v;
+  return runScript("scripts/admin-cli.ts", args, defined, os.tmpdir());
 }
 
 describe("the bind", () => {

@@ -174,7 +174,8 @@ export function runScript(
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
   child.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
-  return new Promise((resolve) => child.once("exit", (code) => resolve({ code, stdout, stderr })));
+  // `close`, not `exit`: a child's exit can come before its output has all been read.
+  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
 }
 
 /** SIGKILLs every child launched by this test file that is still running (its whole group when detached). */
